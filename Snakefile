@@ -1,0 +1,17 @@
+# mbc: Marginals Before Conditionals, end to end. Rules live in workflow/rules/.
+# Usage: snakemake --cores 8 all [--config preset=smoke|quick]; see README.md.
+
+
+configfile: "config.yaml"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/summary.smk"
+
+
+rule all:
+    input:
+        ALL_TARGETS,
+    default_target: True

@@ -1,0 +1,236 @@
+"""config.yaml -> validated, frozen run specifications.
+
+Resolution order: the base config, then the chosen preset's overrides, then the
+command line's `--config` overrides (so `--config outdir=X preset=smoke` keeps X).
+Validation happens once, before any job runs: a JSON schema (unknown keys, types),
+then semantic checks that know the task (K <= 36 with distinct first characters, ...).
+Every error is a `ConfigError` naming the offending key and value.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import jsonschema
+import yaml
+
+from mbc.spec import A_LEN, B_LEN, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+
+N_CHARS = 36
+SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and the value."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        self.key, self.value = key, value
+        super().__init__(f"config key '{key}' = {value!r}: {why}")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (experiment, run) membership: identical specs in two experiments train once."""
+
+    experiment: str
+    spec: RunSpec
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+
+@dataclass(frozen=True)
+class Config:
+    raw: dict  # the resolved config (base + preset + overrides), for rules' params
+    preset: str
+    outdir: str
+    runs: tuple[Run, ...]
+
+    @property
+    def specs(self) -> dict[str, RunSpec]:
+        return {r.run_id: r.spec for r in self.runs}
+
+    def experiment_runs(self, experiment: str) -> list[Run]:
+        return [r for r in self.runs if r.experiment == experiment]
+
+    def run_ids(self, experiment: str | None = None, where: dict | None = None) -> list[str]:
+        out = []
+        for r in self.runs:
+            if experiment is not None and r.experiment != experiment:
+                continue
+            if where and not all(_get(r.spec, k) in v for k, v in where.items()):
+                continue
+            if r.run_id not in out:
+                out.append(r.run_id)
+        return out
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """Recursive dict merge; lists and scalars in `over` replace those in `base`."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def schema() -> dict:
+    return yaml.safe_load(resources.files("mbc").joinpath("config.schema.yaml").read_text())
+
+
+def _schema_check(cfg: dict, where: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        value = e.instance if not isinstance(e.instance, dict) else "{...}"
+        raise ConfigError(key, value, f"{e.message} ({where})")
+
+
+def resolve(raw: dict, overrides: dict | None = None) -> dict:
+    """Apply the preset named by `preset` and then the command-line overrides."""
+    overrides = overrides or {}
+    _schema_check(raw, "config")
+    preset = overrides.get("preset", raw.get("preset", "paper"))
+    presets = raw.get("presets", {})
+    if preset != "paper" and preset not in presets:
+        raise ConfigError("preset", preset, f"unknown preset; known: {sorted(['paper', *presets])}")
+    merged = deep_merge(raw, presets.get(preset, {}))
+    merged = deep_merge(merged, overrides)
+    merged["preset"] = preset
+    merged.pop("presets", None)
+    _schema_check(merged, f"after applying preset {preset!r}")
+    return merged
+
+
+def _get(spec: RunSpec, dotted: str) -> Any:
+    if dotted == "d":
+        return spec.task.d
+    section, field = dotted.split(".")
+    return getattr(getattr(spec, section), field)
+
+
+def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
+    if key == "d":  # dataset size D: sets n_groups = D / K (applied after K is known)
+        sections["_d"] = value
+        return
+    section, _, field = key.partition(".")
+    cls = SECTIONS.get(section)
+    if cls is None or field not in {f.name for f in dataclasses.fields(cls)}:
+        raise ConfigError(where, key, "not a run parameter (use task.*, model.*, train.*, eval.* or d)")
+    sections[section][field] = value
+
+
+def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) -> list[Run]:
+    """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs."""
+    grid = exp.get("grid", {})
+    for key, values in grid.items():
+        if not values:
+            raise ConfigError(f"experiments.{name}.grid.{key}", values, "empty list of values")
+    variants = exp.get("variants", [{}]) or [{}]
+    seeds = exp.get("seeds", seeds)
+    if not seeds:
+        raise ConfigError(f"experiments.{name}.seeds", seeds, "empty seed list")
+    runs = []
+    for combo in itertools.product(*grid.values()):
+        for variant in variants:
+            for seed in seeds:
+                sections = {s: dict(defaults.get(s, {})) for s in SECTIONS}
+                assignments = [*exp.get("set", {}).items(), *zip(grid, combo, strict=True), *variant.items()]
+                for key, value in assignments:
+                    _apply(sections, key, value, f"experiments.{name}")
+                if "_d" in sections:  # n_groups = round(D / K); the table records n_groups * K
+                    d, k = sections.pop("_d"), sections["task"]["k"]
+                    sections["task"]["n_groups"] = max(1, round(d / k))
+                spec = RunSpec(
+                    task=TaskSpec(**sections["task"]),
+                    model=ModelSpec(**sections["model"]),
+                    train=TrainSpec(**sections["train"]),
+                    eval=EvalSpec(**sections["eval"]),
+                    seed=int(seed),
+                )
+                check_spec(spec, f"experiments.{name}")
+                runs.append(Run(name, spec))
+    ids = [r.run_id for r in runs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(f"experiments.{name}", dup[0], "duplicate run id (a repeated grid value or seed)")
+    return runs
+
+
+def check_spec(spec: RunSpec, where: str) -> None:
+    """Semantic checks the schema cannot express; names the offending key."""
+    t, m, o, e = spec.task, spec.model, spec.train, spec.eval
+
+    def bad(key, value, why):
+        raise ConfigError(f"{where}: {key}", value, why)
+
+    if t.k < 2:
+        bad("task.k", t.k, "K must be at least 2 (K = 1 has no ambiguity)")
+    if t.unique_first_chars and t.k > N_CHARS:
+        bad("task.k", t.k, "K > 36 is impossible with unique_first_chars (36 characters)")
+    if t.k > N_CHARS**t.z_length:
+        bad("task.z_length", t.z_length, f"only {N_CHARS**t.z_length} selectors exist for K={t.k}")
+    if t.n_groups > N_CHARS**B_LEN:
+        bad("task.n_groups", t.n_groups, "more groups than distinct 6-character base strings")
+    # Targets are unique dataset-wide; with distinct first characters each first character
+    # holds about D/36 targets out of 36^3 suffixes. Keep well inside that (half) to draw fast.
+    if t.d > N_CHARS**A_LEN // 2:
+        bad("task.n_groups", t.n_groups, f"D = {t.d} targets do not fit the 4-character string space")
+    if t.sharing == "supergroup" and not 1 <= t.n_supergroups <= t.n_groups:
+        bad("task.n_supergroups", t.n_supergroups, f"must be in [1, n_groups={t.n_groups}]")
+    if not 0 <= t.label_noise < 1:
+        bad("task.label_noise", t.label_noise, "must be in [0, 1)")
+    if t.direction == "a_to_b":
+        if t.label_noise > 0:
+            bad("task.label_noise", t.label_noise, "label noise is defined for bz_to_a only")
+        if t.n_groups < t.k:
+            bad("task.n_groups", t.n_groups, f"a_to_b needs n_groups >= K={t.k} for candidates")
+        if m.kind == "linear":
+            bad("model.kind", m.kind, "the linear baseline is defined for bz_to_a only")
+    if m.d_model % m.n_heads:
+        bad("model.d_model", m.d_model, f"not divisible by n_heads={m.n_heads}")
+    if t.seq_len - 1 > m.n_positions:
+        bad("model.n_positions", m.n_positions, f"shorter than the input length {t.seq_len - 1}")
+    if o.lr <= 0:
+        bad("train.lr", o.lr, "learning rate must be positive")
+    if o.batch_size > t.d:
+        bad("train.batch_size", o.batch_size, f"larger than the dataset D={t.d}")
+    if not 0 < e.threshold < 1:
+        bad("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")
+
+
+def load(raw: dict, overrides: dict | None = None) -> Config:
+    """Validate and expand the whole config. Raises ConfigError before any job runs."""
+    cfg = resolve(raw, overrides)
+    experiments = cfg["experiments"]
+    only = cfg.get("only") or list(experiments)
+    for name in only:
+        if name not in experiments:
+            raise ConfigError("only", name, f"unknown experiment; known: {sorted(experiments)}")
+    runs: list[Run] = []
+    for name in only:
+        runs.extend(expand_experiment(name, experiments[name], cfg["defaults"], cfg["seeds"]))
+    _check_references(cfg, set(only))
+    return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+
+
+def _check_references(cfg: dict, known: set[str]) -> None:
+    """Diagnostics and fits may only name experiments that are declared (and selected)."""
+    for name, diag in cfg.get("diagnostics", {}).items():
+        src = diag.get("source")
+        if src is not None and src not in cfg["experiments"]:
+            raise ConfigError(f"diagnostics.{name}.source", src, "unknown experiment")
+    for i, fit in enumerate(cfg.get("fits", [])):
+        for exp in fit.get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")

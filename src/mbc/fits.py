@@ -1,0 +1,392 @@
+"""Power-law fits of waiting times, with right-censoring and a unit bootstrap.
+
+Conventions (spec sections 3, 4 and 6):
+
+- A waiting time ``tau`` is measured in optimiser steps: the first *evaluated* step at which the
+  candidate loss falls below ``threshold * log K`` (nats). A run that never crosses within its
+  step budget is *censored*: its tau is unknown and only known to exceed the budget.
+- A power law ``tau = prefactor * x ** exponent`` is fitted on the natural-log scale,
+  ``log tau = log prefactor + exponent * log x``. ``x`` is whatever is swept (dataset size D, K,
+  learning rate, batch size, sharing factor, ...), in its own units; ``prefactor`` is in steps
+  per ``x_unit ** exponent``.
+- Without censored points the fit is ordinary least squares on ``(log x, log tau)`` and ``r2`` is
+  the coefficient of determination on the log scale. With censored points the fit is a Tobit
+  (right-censored normal) maximum-likelihood regression of ``log tau`` on ``log x``; a censored
+  row contributes ``P(log tau > log budget)`` to the likelihood, so it is never dropped and never
+  treated as an observed tau. ``r2`` is then computed for the uncensored rows under the fitted
+  line (it can be negative).
+- The confidence interval of the exponent is a percentile bootstrap over independent *units*
+  (e.g. run ids): unit ids are resampled with replacement and all rows of a drawn unit enter the
+  resample together (as many times as the unit was drawn).
+
+Counting semantics: ``n`` and ``n_censored`` count *rows* (uncensored and censored). In the
+pipeline one row is one run, so they count runs. If a unit has several rows (e.g. a duplicated
+row), each row counts and each row weighs in the point estimate; ``units`` only change which
+rows travel together in the bootstrap, and hence the width of the CI.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy import optimize, special
+
+__all__ = [
+    "PowerLawFit",
+    "fit_power_law",
+    "slope_test",
+    "tau_at_threshold",
+]
+
+_LOG_SIGMA_MIN = -30.0  # sigma >= ~1e-13 on the log scale: keeps exact data finite
+_LOG_SIGMA_MAX = 10.0
+_MIN_VALID_FRACTION = 0.5  # fewer valid bootstrap resamples than this fraction -> NaN CI
+
+
+@dataclass(frozen=True)
+class PowerLawFit:
+    """Result of :func:`fit_power_law` for ``tau = prefactor * x ** exponent``.
+
+    Attributes:
+        name: label of the fit (e.g. ``"E3 tau(D)"``).
+        x_name: name of the regressor (e.g. ``"D"``).
+        exponent: fitted exponent (slope of log tau on log x; dimensionless).
+        ci_low, ci_high: percentile-bootstrap CI of the exponent at level ``ci_level``
+            (NaN when there are too few valid resamples or ``n_boot == 0``).
+        prefactor: ``exp(intercept)``, in steps per ``x ** exponent``.
+        r2: coefficient of determination on the natural-log scale (uncensored rows only when
+            ``method == "tobit"``; NaN if the uncensored log taus have zero variance).
+        n: number of rows with an observed (uncensored) tau.
+        n_censored: number of censored rows (tau > step budget).
+        method: ``"ols"``, ``"tobit"`` or ``"insufficient"``.
+        ci_level: nominal CI level, e.g. 0.95.
+        n_boot: number of *valid* bootstrap resamples the CI was computed from (0 if none).
+    """
+
+    name: str
+    x_name: str
+    exponent: float
+    ci_low: float
+    ci_high: float
+    prefactor: float
+    r2: float
+    n: int
+    n_censored: int
+    method: str
+    ci_level: float
+    n_boot: int
+
+    def to_row(self) -> dict[str, Any]:
+        """A flat dict (one table row) of all fields."""
+        return dataclasses.asdict(self)
+
+
+# --------------------------------------------------------------------------------------------
+# validation
+
+
+def _as_positive_finite(values: Any, label: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"{label} must be one-dimensional, got shape {arr.shape}")
+    bad = ~np.isfinite(arr) | (arr <= 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        raise ValueError(
+            f"{label} must be finite and > 0 for a log-log fit; {label}[{i}] = {arr[i]!r}"
+        )
+    return arr
+
+
+def _unit_codes(units: Sequence[Hashable] | np.ndarray | None, n_rows: int) -> np.ndarray:
+    """Integer code per row (0..n_units-1, in order of first appearance)."""
+    if units is None:
+        return np.arange(n_rows)
+    seq = units.tolist() if isinstance(units, np.ndarray) else list(units)
+    if len(seq) != n_rows:
+        raise ValueError(f"units has {len(seq)} entries, x has {n_rows}")
+    mapping: dict[Hashable, int] = {}
+    return np.array([mapping.setdefault(u, len(mapping)) for u in seq], dtype=int)
+
+
+# --------------------------------------------------------------------------------------------
+# estimators (weighted, so a bootstrap resample is a weight vector over rows)
+
+
+def _ols(lx: np.ndarray, ly: np.ndarray, w: np.ndarray | None = None) -> tuple[float, float]:
+    """Weighted least squares of ly on lx; returns (slope, intercept)."""
+    if w is None:
+        w = np.ones_like(lx)
+    sw = w.sum()
+    mx = (w @ lx) / sw
+    my = (w @ ly) / sw
+    dx = lx - mx
+    slope = float((w * dx) @ (ly - my) / ((w * dx) @ dx))
+    return slope, float(my - slope * mx)
+
+
+def _ols_batch(lx: np.ndarray, ly: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Slopes of weighted least squares for each row of ``weights`` (n_boot x n_rows)."""
+    lx = lx - lx.mean()
+    ly = ly - ly.mean()
+    sw = weights.sum(axis=1)
+    mx = weights @ lx / sw
+    my = weights @ ly / sw
+    sxx = weights @ (lx * lx) - sw * mx * mx
+    sxy = weights @ (lx * ly) - sw * mx * my
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return sxy / sxx
+
+
+def _tobit_nll(
+    theta: np.ndarray, lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Weighted negative log-likelihood of the right-censored normal model and its gradient.
+
+    ``theta = (exponent, intercept, log sigma)``; ``ly`` holds log tau for uncensored rows and
+    log budget for censored rows. Uncensored: ``-log N(ly; mu, sigma)``. Censored:
+    ``-log P(Y > ly) = -log Phi((mu - ly) / sigma)``.
+    """
+    b, a, ls = theta
+    s = math.exp(ls)
+    mu = a + b * lx
+    z = (ly - mu) / s
+    u = -z  # (mu - budget) / sigma for censored rows
+    obs = ~cens
+    nll_i = np.where(obs, 0.5 * z * z + 0.5 * math.log(2.0 * math.pi) + ls, 0.0)
+    log_cdf = special.log_ndtr(u)
+    nll_i = np.where(cens, -log_cdf, nll_i)
+    # inverse Mills ratio phi(u)/Phi(u), stable for very negative u
+    lam = np.exp(-0.5 * u * u - 0.5 * math.log(2.0 * math.pi) - log_cdf)
+    d_mu = np.where(obs, -z / s, -lam / s)
+    d_ls = np.where(obs, 1.0 - z * z, lam * u)
+    grad = np.array([w @ (d_mu * lx), w @ d_mu, w @ d_ls])
+    return float(w @ nll_i), grad
+
+
+def _tobit(
+    lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray, init: np.ndarray
+) -> np.ndarray | None:
+    """Tobit MLE ``(exponent, intercept, log sigma)``; None if the optimiser did not converge.
+
+    The optimiser works on centred log x (intercept at the mean log x), which decorrelates
+    slope and intercept; the returned intercept is at log x = 0.
+    """
+    m = float(lx.mean())
+    lxc = lx - m
+    init = np.array([init[0], init[1] + init[0] * m, init[2]])
+    res = optimize.minimize(
+        _tobit_nll,
+        init,
+        args=(lxc, ly, cens, w),
+        jac=True,
+        method="L-BFGS-B",
+        bounds=[(None, None), (None, None), (_LOG_SIGMA_MIN, _LOG_SIGMA_MAX)],
+        options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-9},
+    )
+    theta = np.asarray(res.x, dtype=float)
+    if not np.all(np.isfinite(theta)):
+        return None
+    if not res.success:
+        # L-BFGS-B sometimes stops on a line-search failure at the optimum; accept a small
+        # projected gradient (the log-sigma bound may be active for noise-free data).
+        _, g = _tobit_nll(theta, lxc, ly, cens, w)
+        if theta[2] <= _LOG_SIGMA_MIN + 1e-9:
+            g = g[:2]
+        if np.max(np.abs(g)) > 1e-5 * max(1.0, float(w.sum())):
+            return None
+    return np.array([theta[0], theta[1] - theta[0] * m, theta[2]])
+
+
+def _tobit_init(lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray) -> np.ndarray:
+    obs = ~cens
+    b, a = _ols(lx[obs], ly[obs], w[obs])
+    resid = ly[obs] - (a + b * lx[obs])
+    var = float(w[obs] @ (resid * resid) / w[obs].sum())
+    ls = 0.5 * math.log(max(var, 1e-6))
+    return np.array([b, a, ls])
+
+
+def _r2(lx: np.ndarray, ly: np.ndarray, slope: float, intercept: float) -> float:
+    ss_tot = float(np.sum((ly - ly.mean()) ** 2))
+    if ss_tot == 0.0:
+        return math.nan
+    ss_res = float(np.sum((ly - (intercept + slope * lx)) ** 2))
+    return 1.0 - ss_res / ss_tot
+
+
+def _n_distinct(mask: np.ndarray, x_code: np.ndarray, n_x: int) -> np.ndarray:
+    """Distinct x values among rows with ``mask`` True, for each row of ``mask`` (2-D)."""
+    onehot = np.zeros((x_code.size, n_x))
+    onehot[np.arange(x_code.size), x_code] = 1.0
+    return ((mask.astype(float) @ onehot) > 0).sum(axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# public API
+
+
+def fit_power_law(
+    x: Sequence[float] | np.ndarray,
+    y: Sequence[float] | np.ndarray,
+    *,
+    censored: Sequence[bool] | np.ndarray | None = None,
+    units: Sequence[Hashable] | np.ndarray | None = None,
+    name: str = "",
+    x_name: str = "x",
+    n_boot: int = 1000,
+    ci: float = 0.95,
+    seed: int,
+    min_points: int = 3,
+) -> PowerLawFit:
+    """Fit ``y = prefactor * x ** exponent`` on natural-log scales, with a unit bootstrap CI.
+
+    Args:
+        x: regressor per row (D, K, lr, batch size, ...), > 0 and finite.
+        y: waiting time tau in optimiser steps per row; for a censored row, the censoring
+            bound (the step budget: tau is only known to exceed it). > 0 and finite.
+        censored: per-row flag, True where the run never crossed within its budget. None means
+            nothing is censored. With any censored row the fit is a Tobit MLE.
+        units: per-row id of the independent unit (e.g. run id); the bootstrap resamples unit
+            ids with replacement and keeps all rows of a unit together. None: each row is its
+            own unit.
+        name, x_name: labels copied to the result.
+        n_boot: number of bootstrap resamples (0: no CI). Resamples with fewer than 2 distinct
+            x values (among uncensored rows for Tobit), or on which the Tobit optimiser does not
+            converge, are skipped; if fewer than half are valid the CI is NaN.
+        ci: CI level in (0, 1) (percentile interval).
+        seed: seed of ``numpy.random.default_rng`` for the bootstrap.
+        min_points: fewer uncensored rows than this, or fewer than 2 distinct x values among
+            uncensored rows, gives ``method == "insufficient"`` with NaN numbers (no exception).
+
+    Returns:
+        A :class:`PowerLawFit`; ``n`` / ``n_censored`` count rows (see module docstring).
+
+    Raises:
+        ValueError: on x or y <= 0 or non-finite (the message names the value), mismatched
+            lengths, or invalid ``ci`` / ``n_boot``.
+    """
+    xa = _as_positive_finite(x, "x")
+    ya = _as_positive_finite(y, "y")
+    if xa.size != ya.size:
+        raise ValueError(f"x has {xa.size} entries, y has {ya.size}")
+    if censored is None:
+        cens = np.zeros(xa.size, dtype=bool)
+    else:
+        cens = np.asarray(censored, dtype=bool).ravel()
+        if cens.size != xa.size:
+            raise ValueError(f"censored has {cens.size} entries, x has {xa.size}")
+    if not 0.0 < ci < 1.0:
+        raise ValueError(f"ci must be in (0, 1), got {ci!r}")
+    if int(n_boot) != n_boot or n_boot < 0:
+        raise ValueError(f"n_boot must be a non-negative integer, got {n_boot!r}")
+    n_boot = int(n_boot)
+    unit = _unit_codes(units, xa.size)
+
+    n_obs = int((~cens).sum())
+    n_cens = int(cens.sum())
+    nan = math.nan
+
+    def result(method: str, b: float, a: float, r2: float, lo: float, hi: float, nb: int):
+        return PowerLawFit(
+            name=name,
+            x_name=x_name,
+            exponent=b,
+            ci_low=lo,
+            ci_high=hi,
+            prefactor=math.exp(a) if math.isfinite(a) else nan,
+            r2=r2,
+            n=n_obs,
+            n_censored=n_cens,
+            method=method,
+            ci_level=float(ci),
+            n_boot=nb,
+        )
+
+    if n_obs < min_points or np.unique(xa[~cens]).size < 2:
+        return result("insufficient", nan, nan, nan, nan, nan, 0)
+
+    lx, ly = np.log(xa), np.log(ya)
+    obs = ~cens
+    if n_cens == 0:
+        method = "ols"
+        b, a = _ols(lx, ly)
+    else:
+        method = "tobit"
+        ones = np.ones(xa.size)
+        theta = _tobit(lx, ly, cens, ones, _tobit_init(lx, ly, cens, ones))
+        if theta is None:
+            raise RuntimeError(f"Tobit fit {name!r} did not converge")
+        b, a = float(theta[0]), float(theta[1])
+    r2 = _r2(lx[obs], ly[obs], b, a)
+
+    lo = hi = nan
+    n_valid = 0
+    if n_boot > 0:
+        rng = np.random.default_rng(seed)
+        n_units = int(unit.max()) + 1
+        draws = rng.integers(0, n_units, size=(n_boot, n_units))
+        counts = np.zeros((n_boot, n_units))
+        np.add.at(counts, (np.arange(n_boot)[:, None], draws), 1.0)
+        weights = counts[:, unit]  # n_boot x n_rows: how often each row enters each resample
+        _, x_code = np.unique(xa, return_inverse=True)
+        n_x = int(x_code.max()) + 1
+        valid = _n_distinct((weights > 0) & obs[None, :], x_code, n_x) >= 2
+        slopes = np.full(n_boot, nan)
+        if method == "ols":
+            slopes[valid] = _ols_batch(lx, ly, weights[valid])
+        else:
+            for i in np.flatnonzero(valid):
+                th = _tobit(lx, ly, cens, weights[i], theta)
+                if th is not None:
+                    slopes[i] = th[0]
+        good = slopes[np.isfinite(slopes)]
+        n_valid = int(good.size)
+        if n_valid > 0 and n_valid >= _MIN_VALID_FRACTION * n_boot:
+            alpha = (1.0 - ci) / 2.0
+            lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
+    return result(method, b, a, r2, lo, hi, n_valid)
+
+
+def tau_at_threshold(
+    steps: Sequence[int] | np.ndarray,
+    candidate_loss: Sequence[float] | np.ndarray,
+    log_k: float,
+    threshold: float,
+) -> float | None:
+    """Waiting time: first evaluated step with ``candidate_loss < threshold * log_k``.
+
+    Args:
+        steps: evaluated optimiser steps, strictly increasing.
+        candidate_loss: candidate loss L_cand (nats) at those steps; NaN never crosses.
+        log_k: natural log of K (nats), > 0.
+        threshold: fraction of log K (the paper's 0.5; also 0.3-0.7).
+
+    Returns:
+        The step (optimiser steps, as float) of the first strict crossing, or None if the loss
+        never drops below the threshold within the evaluated steps (censored run).
+    """
+    st = np.asarray(steps, dtype=float).ravel()
+    loss = np.asarray(candidate_loss, dtype=float).ravel()
+    if st.size != loss.size:
+        raise ValueError(f"steps has {st.size} entries, candidate_loss has {loss.size}")
+    if st.size > 1 and not np.all(np.diff(st) > 0):
+        raise ValueError("steps must be strictly increasing")
+    if not (math.isfinite(log_k) and log_k > 0):
+        raise ValueError(f"log_k must be finite and > 0, got {log_k!r}")
+    if not math.isfinite(threshold):
+        raise ValueError(f"threshold must be finite, got {threshold!r}")
+    hit = np.flatnonzero(loss < threshold * log_k)  # NaN compares False
+    return float(st[hit[0]]) if hit.size else None
+
+
+def slope_test(fit: PowerLawFit, null: float = 0.0) -> bool | None:
+    """True if ``null`` lies in ``[ci_low, ci_high]`` (not rejected); None if the CI is NaN."""
+    if math.isnan(fit.ci_low) or math.isnan(fit.ci_high):
+        return None
+    return bool(fit.ci_low <= null <= fit.ci_high)

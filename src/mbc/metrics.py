@@ -1,0 +1,138 @@
+"""In-loop metrics of spec section 3, computed on fixed evaluation batches.
+
+Every metric is a `torch.no_grad` function of (model, batch). One batch holds, for each
+evaluation context (B_g, z_j), the sequences of all K candidate answers of its group:
+the candidate scores give L_cand and accuracy, and the row of the true candidate is the
+clean sequence itself, so clean token and first-target losses come for free. The z-shuffle
+batch replaces each context's selector by a wrong one of the same group (a derangement
+of values: example j gets selector (j + r) mod K, r in 1..K-1, so none keeps its own z).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mbc.data import Dataset
+from mbc.spec import TaskSpec
+
+
+@dataclass(frozen=True)
+class EvalBatch:
+    """candidates: (n_ctx * K, T) candidate sequences, context-major; target: (n_ctx,)."""
+
+    task: TaskSpec
+    examples: torch.Tensor  # (n_ctx,) dataset indices of the contexts
+    candidates: torch.Tensor  # (n_ctx * K, T)
+    target: torch.Tensor  # (n_ctx,) index of the true candidate
+    shuffled: torch.Tensor | None  # (n_ctx, T) clean targets behind a wrong selector
+
+    @property
+    def n_contexts(self) -> int:
+        return int(self.examples.numel())
+
+    def to(self, device: torch.device | str) -> EvalBatch:
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return EvalBatch(
+            self.task, self.examples, move(self.candidates), move(self.target), move(self.shuffled)
+        )
+
+
+def derange_selectors(ds: Dataset, examples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+    """Clean sequences of `examples` with every z replaced by another selector of its group."""
+    task = ds.task
+    k = task.k
+    j = ds.target_index[examples].numpy()
+    wrong = (j + rng.integers(1, k, size=j.size)) % k
+    sets = ds.selector_set[ds.group[examples]].numpy()
+    seqs = ds.clean_tokens[examples].clone()
+    pos = list(task.z_positions)
+    seqs[:, pos] = ds.selectors[torch.as_tensor(sets), torch.as_tensor(wrong)]
+    return seqs
+
+
+def make_eval_batch(ds: Dataset, examples: torch.Tensor, rng: np.random.Generator) -> EvalBatch:
+    """Build the candidate and z-shuffle batches for a fixed set of context examples."""
+    task = ds.task
+    k, n_t = task.k, task.n_targets
+    ctx = ds.clean_tokens[examples]  # (n, T)
+    seqs = ctx.unsqueeze(1).repeat(1, k, 1)  # (n, K, T)
+    seqs[:, :, -n_t:] = ds.candidates[ds.group[examples]]  # every candidate answer
+    shuffled = derange_selectors(ds, examples, rng) if task.direction == "bz_to_a" else None
+    return EvalBatch(task, examples, seqs.reshape(-1, task.seq_len), ds.target_index[examples], shuffled)
+
+
+def fixed_contexts(ds: Dataset, n_contexts: int, rng: np.random.Generator) -> torch.Tensor:
+    """A fixed random sample of context examples (all of them when D <= n_contexts)."""
+    d = ds.tokens.shape[0]
+    if n_contexts >= d:
+        return torch.arange(d)
+    return torch.as_tensor(np.sort(rng.choice(d, size=n_contexts, replace=False)))
+
+
+def target_logprobs(model: nn.Module, seqs: torch.Tensor, chunk: int = 8192, **kw) -> torch.Tensor:
+    """Per-position log-probabilities of the target tokens: (n, n_targets), float32."""
+    n_t = model.task.n_targets
+    out = []
+    for i in range(0, seqs.shape[0], chunk):
+        s = seqs[i : i + chunk]
+        logp = F.log_softmax(model(s, **kw).float(), dim=-1)
+        out.append(logp.gather(-1, s[:, -n_t:].unsqueeze(-1)).squeeze(-1))
+    return torch.cat(out)
+
+
+def candidate_loss_from_scores(scores: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """L_cand per context = -(s_j - logsumexp_k s_k) in float64, and correctness of argmax.
+
+    scores: (n_ctx, K) total log-probabilities of each candidate; target: (n_ctx,).
+    """
+    s = scores.double()
+    lcand = -(s.gather(1, target.unsqueeze(1)).squeeze(1) - torch.logsumexp(s, dim=1))
+    correct = s.argmax(dim=1) == target
+    return lcand, correct
+
+
+def token_loss(model: nn.Module, seqs: torch.Tensor, **kw) -> torch.Tensor:
+    """Mean next-token cross-entropy over the target positions (nats)."""
+    return -target_logprobs(model, seqs, **kw).double().mean()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batch: EvalBatch) -> dict[str, float]:
+    """All in-loop metrics on one fixed batch (model switched to eval and back)."""
+    was_training = model.training
+    model.eval()
+    try:
+        k = batch.task.k
+        lp = target_logprobs(model, batch.candidates).view(batch.n_contexts, k, -1)  # (n, K, n_t)
+        scores = lp.double().sum(-1)
+        lcand, correct = candidate_loss_from_scores(scores, batch.target)
+        true_lp = lp[torch.arange(batch.n_contexts, device=lp.device), batch.target]  # (n, n_t)
+        clean = -true_lp.double().mean()
+        out = {
+            "loss": float(clean),
+            "first_target_loss": float(-true_lp[:, 0].double().mean()),
+            "candidate_loss": float(lcand.mean()),
+            "candidate_accuracy": float(correct.double().mean()),
+        }
+        if batch.shuffled is not None:
+            shuffled = token_loss(model, batch.shuffled)
+            out["shuffled_loss"] = float(shuffled)
+            out["delta_z"] = float(shuffled - clean)
+        else:
+            out["shuffled_loss"] = float("nan")
+            out["delta_z"] = float("nan")
+        return out
+    finally:
+        model.train(was_training)
+
+
+def training_loss(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
+    """The training objective: mean CE over the target positions (A's characters and EOS)."""
+    n_t = model.task.n_targets
+    logits = model(seqs)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, -n_t:].reshape(-1))

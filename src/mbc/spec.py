@@ -1,0 +1,170 @@
+"""Frozen run specifications: the typed boundary between config.yaml and the package.
+
+A `RunSpec` fully determines one training run (task, model, optimiser, evaluation,
+seed); its `run_id` is derived from its content, never from a timestamp, so the same
+spec always maps to the same directory and identical specs in two experiments train once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+PAD, BOS, EOS, SEP = 0, 1, 2, 3
+CHAR0 = 4  # characters take ids 4..39
+VOCAB = CHAR0 + len(ALPHABET)
+B_LEN = 6  # base string length
+A_LEN = 4  # target string length
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Spec section 1. `direction`: bz_to_a (main task) or a_to_b (the reverse mapping)."""
+
+    k: int = 10
+    n_groups: int = 1000
+    z_length: int = 2
+    sharing: str = "shared"  # shared | supergroup | private
+    n_supergroups: int = 1  # used when sharing == "supergroup"
+    label_noise: float = 0.0
+    direction: str = "bz_to_a"
+    unique_first_chars: bool = True
+
+    @property
+    def d(self) -> int:
+        """Dataset size D = n_groups * K (every example is trained on)."""
+        return self.n_groups * self.k
+
+    @property
+    def n_selector_sets(self) -> int:
+        """G: how many independent selector lists exist."""
+        return {"shared": 1, "supergroup": self.n_supergroups, "private": self.n_groups}[
+            self.sharing
+        ]
+
+    @property
+    def sharing_factor(self) -> float:
+        """Groups per selector list, n_groups / G (spec E11)."""
+        return self.n_groups / self.n_selector_sets
+
+    @property
+    def seq_len(self) -> int:
+        if self.direction == "a_to_b":
+            return 1 + A_LEN + 1 + B_LEN + 1
+        return 1 + B_LEN + 1 + self.z_length + 1 + A_LEN + 1
+
+    @property
+    def n_targets(self) -> int:
+        """Target tokens scored by the loss: the answer's characters plus EOS."""
+        return (B_LEN if self.direction == "a_to_b" else A_LEN) + 1
+
+    @property
+    def first_pred_pos(self) -> int:
+        """Input position whose output predicts the first target token."""
+        return self.seq_len - self.n_targets - 1
+
+    @property
+    def z_positions(self) -> tuple[int, ...]:
+        if self.direction == "a_to_b":
+            return ()
+        return tuple(range(1 + B_LEN + 1, 1 + B_LEN + 1 + self.z_length))
+
+    @property
+    def log_k(self) -> float:
+        return math.log(self.k)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Spec section 2. kind: transformer (pre-LN decoder) or linear (E13 baseline)."""
+
+    kind: str = "transformer"
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    d_mlp: int = 512
+    n_positions: int = 32
+    linear_hidden: int = 512
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    lr: float = 1e-3
+    batch_size: int = 128
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    max_steps: int = 100_000
+    # Stop once converged and at least `early_stop_tau_factor` * tau steps have run
+    # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
+    early_stop_tau_factor: float = 3.0
+    early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """In-loop evaluation: denser early (log-spaced) plus uniform, on fixed contexts."""
+
+    every: int = 500
+    n_log: int = 40
+    n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
+    threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
+    checkpoint_every: int = 2000  # model snapshots for post-hoc diagnostics
+    checkpoint_n_log: int = 16
+    resume_every: int = 1000  # full optimiser state for resuming an interrupted run
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: TaskSpec = field(default_factory=TaskSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        return cls(
+            task=TaskSpec(**d["task"]),
+            model=ModelSpec(**d["model"]),
+            train=TrainSpec(**d["train"]),
+            eval=EvalSpec(**d["eval"]),
+            seed=int(d["seed"]),
+        )
+
+    @property
+    def content_hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:8]
+
+    @property
+    def run_id(self) -> str:
+        """Readable prefix (what usually varies) plus a hash of the whole spec."""
+        t, m, o = self.task, self.model, self.train
+        sharing = t.sharing if t.sharing != "supergroup" else f"G{t.n_supergroups}"
+        return (
+            f"{t.direction}-{m.kind}-K{t.k}-G{t.n_groups}-z{t.z_length}-{sharing}"
+            f"-p{t.label_noise:g}-lr{o.lr:g}-B{o.batch_size}-s{self.seed}-{self.content_hash}"
+        )
+
+    @property
+    def dataset_id(self) -> str:
+        """Runs that share task and seed share one dataset file."""
+        blob = json.dumps({"task": dataclasses.asdict(self.task), "seed": self.seed}, sort_keys=True)
+        t = self.task
+        return f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-" + hashlib.sha256(
+            blob.encode()
+        ).hexdigest()[:8]

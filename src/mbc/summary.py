@@ -1,0 +1,104 @@
+"""Per-run summaries from the tidy metrics table (spec section 3): tau, censoring, plateau.
+
+tau is the first evaluated step with L_cand < threshold * log K. A run that never
+crosses is censored: tau is missing (never a number) and `steps` is the budget it
+survived, which is what a censored fit needs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from mbc.config import Run
+from mbc.spec import RunSpec
+
+TAU_COLUMNS = [
+    "run_id", "experiment", "task", "model", "k", "n_groups", "d", "lr", "batch_size",
+    "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
+    "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
+    "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
+    "delta_z_onset", "lead", "lead_fraction",
+]  # fmt: skip
+
+
+def first_step_below(steps: np.ndarray, values: np.ndarray, bound: float) -> int | None:
+    """First step whose value is strictly below `bound`; None when it never is."""
+    hit = np.flatnonzero(values < bound)
+    return int(steps[hit[0]]) if hit.size else None
+
+
+def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int | None:
+    hit = np.flatnonzero(values > bound)
+    return int(steps[hit[0]]) if hit.size else None
+
+
+def plateau_height(
+    steps: np.ndarray, lcand: np.ndarray, log_k: float, *, start_fraction: float, onset_fraction: float
+) -> float:
+    """Mean L_cand over the plateau window [start_fraction * onset, onset).
+
+    onset: first step with L_cand < onset_fraction * log K (the end of the plateau);
+    for a run that never leaves the plateau the window runs to the last step.
+    """
+    onset = first_step_below(steps, lcand, onset_fraction * log_k)
+    end = onset if onset is not None else steps[-1] + 1
+    start = max(1, start_fraction * end)
+    window = (steps >= start) & (steps < end)
+    return float(lcand[window].mean()) if window.any() else math.nan
+
+
+def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
+    """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss."""
+    m = metrics.sort_values("step")
+    steps = m["step"].to_numpy()
+    lcand = m["candidate_loss"].to_numpy()
+    log_k = spec.task.log_k
+    tau = first_step_below(steps, lcand, spec.eval.threshold * log_k)
+    plat, lead_cfg = diag["plateau"], diag["lead"]
+    height = plateau_height(
+        steps, lcand, log_k, start_fraction=plat["start_fraction"], onset_fraction=plat["onset_fraction"]
+    )
+    loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
+    dz = m["delta_z"].to_numpy()
+    dz_onset = first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
+    lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
+    return {
+        "run_id": spec.run_id,
+        "tau": tau,
+        "censored": tau is None,
+        "threshold": spec.eval.threshold,
+        "plateau_height": height,
+        "height_over_log_k": height / log_k,
+        "final_candidate_loss": float(lcand[-1]),
+        "final_candidate_accuracy": float(m["candidate_accuracy"].iloc[-1]),
+        "steps": int(steps[-1]),
+        "loss_onset": loss_onset,
+        "delta_z_onset": dz_onset,
+        "lead": lead,
+        "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
+    }
+
+
+def run_columns(run: Run) -> dict:
+    """The descriptive columns of one (experiment, run) row."""
+    t, o = run.spec.task, run.spec.train
+    return {
+        "run_id": run.run_id, "experiment": run.experiment, "task": t.direction,
+        "model": run.spec.model.kind, "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
+        "batch_size": o.batch_size, "z_length": t.z_length, "sharing": t.sharing,
+        "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor,
+        "label_noise": t.label_noise, "seed": run.spec.seed,
+    }  # fmt: skip
+
+
+def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
+    """One row per (experiment, run): results/tau.csv."""
+    rows = [{**run_columns(r), **summaries[r.run_id]} for r in runs]
+    df = pd.DataFrame(rows, columns=TAU_COLUMNS)
+    df["tau"] = df["tau"].astype("Int64")  # nullable: censored runs have no tau
+    for c in ("loss_onset", "delta_z_onset", "lead"):
+        df[c] = df[c].astype("Int64")
+    return df

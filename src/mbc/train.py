@@ -1,0 +1,282 @@
+"""Training of one run (spec section 2): AdamW, constant lr, batches without replacement.
+
+State that must survive an interruption lives under `<run_dir>/state/` and is not a
+Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
+checkpoints with them):
+  state/log.jsonl           append-only evaluation log, one JSON object per line
+  state/resume.pt           model + optimiser + step, written atomically at eval steps
+  state/snapshots/*.pt      model weights at the snapshot schedule (post-hoc diagnostics)
+The declared outputs, `metrics.csv` and `checkpoints.csv`, are written once at the end.
+Data order is a pure function of (seed, step), so a resumed run sees the same batches
+as an uninterrupted one and, on CPU, ends bitwise identical.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mbc.data import STREAM_EVAL, STREAM_INIT, STREAM_ORDER, Dataset, stream_seed
+from mbc.io import (
+    CorruptArtifactError,
+    torch_load_checked,
+    torch_save_atomic,
+    write_csv_atomic,
+    write_text_atomic,
+)
+from mbc.metrics import evaluate, fixed_contexts, make_eval_batch, training_loss
+from mbc.model import build_model
+from mbc.spec import EvalSpec, RunSpec
+
+METRIC_COLUMNS = [
+    "step",
+    "examples_seen",
+    "train_loss",
+    "loss",
+    "first_target_loss",
+    "candidate_loss",
+    "candidate_accuracy",
+    "shuffled_loss",
+    "delta_z",
+    "grad_norm",
+    "wall_s",
+]
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    """Chosen once at the entry point: CUDA when present (or asked for), else CPU."""
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={requested!r} requested but CUDA is not available")
+    return torch.device(requested)
+
+
+def schedule(max_steps: int, every: int, n_log: int) -> list[int]:
+    """Steps 0, log-spaced points (dense early) and multiples of `every`, up to max_steps."""
+    steps = {0, max_steps}
+    if n_log > 0:
+        steps.update(int(round(s)) for s in np.logspace(0, math.log10(max(max_steps, 1)), n_log))
+    if every > 0:
+        steps.update(range(every, max_steps + 1, every))
+    return sorted(s for s in steps if 0 <= s <= max_steps)
+
+
+def eval_schedule(spec: EvalSpec, max_steps: int) -> tuple[list[int], list[int]]:
+    """(evaluation steps, snapshot steps); snapshots are always evaluation steps too."""
+    snaps = schedule(max_steps, spec.checkpoint_every, spec.checkpoint_n_log)
+    evals = sorted(set(schedule(max_steps, spec.every, spec.n_log)) | set(snaps))
+    return evals, snaps
+
+
+class BatchOrder:
+    """Batches without replacement within an epoch: a seeded permutation per epoch.
+
+    The stream of examples is perm_0 ++ perm_1 ++ ...; step s (1-based) takes positions
+    [(s-1) B, s B). Every batch is full and each epoch visits every example once.
+    """
+
+    def __init__(self, d: int, batch_size: int, seed: int, device: torch.device):
+        self.d, self.b, self.seed, self.device = d, batch_size, seed, device
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._cache:
+            g = torch.Generator().manual_seed(stream_seed(self.seed, STREAM_ORDER * 1_000_003 + epoch))
+            self._cache = {epoch: torch.randperm(self.d, generator=g).to(self.device)} | {
+                e: p for e, p in self._cache.items() if e == epoch - 1
+            }
+        return self._cache[epoch]
+
+    def indices(self, step: int) -> torch.Tensor:
+        start = (step - 1) * self.b
+        e0, o0 = divmod(start, self.d)
+        out, need, e, o = [], self.b, e0, o0
+        while need > 0:
+            take = min(need, self.d - o)
+            out.append(self._perm(e)[o : o + take])
+            need, e, o = need - take, e + 1, 0
+        return out[0] if len(out) == 1 else torch.cat(out)
+
+
+def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device):
+    t = spec.train
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        eps=t.eps,
+        weight_decay=t.weight_decay,
+        # fused kernels exist on CPU and CUDA and are numerically the same algorithm
+        fused=True,
+    )
+
+
+def _read_log(path: Path) -> list[dict]:
+    """Parse the append-only log; a torn last line (killed mid-write) is dropped."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _append(fh, row: dict) -> None:
+    fh.write(json.dumps(row) + "\n")
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _try_resume(state_dir: Path, log_rows: list[dict], say: Callable[[str], None]):
+    """Return (resume dict or None, log rows up to its step). Corrupt state -> fresh start."""
+    resume_path = state_dir / "resume.pt"
+    if not resume_path.exists():
+        return None, []
+    marks = [r for r in log_rows if r.get("event") == "resume"]
+    try:
+        if not marks:
+            raise CorruptArtifactError(f"{resume_path}: no matching entry in log.jsonl")
+        state = torch_load_checked(resume_path, sha256=marks[-1]["sha256"])
+        if state["step"] != marks[-1]["step"]:
+            raise CorruptArtifactError(f"{resume_path}: step does not match log.jsonl")
+    except CorruptArtifactError as exc:
+        say(f"WARNING: {exc}; starting this run from step 0")
+        return None, []
+    # The log is ordered: keep everything up to the resume point, drop what came after.
+    last = max(i for i, r in enumerate(log_rows) if r.get("event") == "resume")
+    kept = log_rows[: last + 1]
+    return state, kept
+
+
+def train_run(
+    spec: RunSpec,
+    dataset: Dataset,
+    run_dir: str | os.PathLike,
+    device: torch.device,
+    *,
+    say: Callable[[str], None] = print,
+    stop_after: int | None = None,
+) -> pd.DataFrame:
+    """Train one run to its budget (or early stop); write metrics.csv and checkpoints.csv.
+
+    stop_after: testing hook, return after that many steps as if interrupted.
+    """
+    run_dir = Path(run_dir)
+    state_dir = run_dir / "state"
+    snap_dir = state_dir / "snapshots"
+    snap_dir.mkdir(parents=True, exist_ok=True)
+    log_path = state_dir / "log.jsonl"
+
+    t, ev, task = spec.train, spec.eval, spec.task
+    tokens = dataset.tokens.to(device)
+    d = tokens.shape[0]
+    model = build_model(spec.model, task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT)))
+    model.to(device).train()
+    opt = make_optimizer(model, spec, device)
+    eval_rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
+    batch = make_eval_batch(dataset, fixed_contexts(dataset, ev.n_contexts, eval_rng), eval_rng).to(device)
+    order = BatchOrder(d, t.batch_size, spec.seed, device)
+    evals, snaps = eval_schedule(ev, t.max_steps)
+    eval_set, snap_set = set(evals), set(snaps)
+
+    state, rows = _try_resume(state_dir, _read_log(log_path), say)
+    step, last_resume = 0, 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step = last_resume = state["step"]
+        say(f"resuming {spec.run_id} from step {step}")
+    write_text_atomic(log_path, "".join(json.dumps(r) + "\n" for r in rows))
+    tau = next((r["tau"] for r in rows if r.get("event") == "tau"), None)
+
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    n_since = 0
+    t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
+    with open(log_path, "a") as fh:
+        if step == 0:
+            _append(fh, _eval_row(model, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
+        while step < t.max_steps:
+            step += 1
+            idx = order.indices(step)
+            loss = training_loss(model, tokens[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_sum += loss.detach()
+            n_since += 1
+            if step in eval_set:
+                gnorm = float(torch.linalg.vector_norm(torch.stack(
+                    [torch.linalg.vector_norm(p.grad) for p in model.parameters()])))
+                row = _eval_row(model, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0)
+                loss_sum.zero_()
+                n_since = 0
+                _append(fh, row)
+                if tau is None and row["candidate_loss"] < ev.threshold * task.log_k:
+                    tau = step
+                    _append(fh, {"event": "tau", "step": step, "tau": step})
+                if step in snap_set:
+                    path = snap_dir / f"step_{step:09d}.pt"
+                    sha = torch_save_atomic(path, {k: v.cpu() for k, v in model.state_dict().items()})
+                    _append(fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha})
+                if step - last_resume >= ev.resume_every or step == t.max_steps:
+                    sha = torch_save_atomic(
+                        state_dir / "resume.pt",
+                        {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                    )
+                    _append(fh, {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]})
+                    last_resume = step
+                if _converged(spec, tau, step, row):
+                    say(f"{spec.run_id}: early stop at step {step} (tau={tau})")
+                    break
+            if stop_after is not None and step >= stop_after:
+                return pd.DataFrame()
+    return finalize_run(spec, run_dir)
+
+
+def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
+    t = spec.train
+    if tau is None or t.early_stop_tau_factor <= 0:
+        return False
+    return step >= t.early_stop_tau_factor * tau and row["candidate_loss"] < (
+        t.early_stop_loss_fraction * spec.task.log_k
+    )
+
+
+def _eval_row(model, batch, step, batch_size, train_loss, grad_norm, t0) -> dict:
+    m = evaluate(model, batch)
+    return {
+        "step": step,
+        "examples_seen": step * batch_size,
+        "train_loss": train_loss,
+        "grad_norm": grad_norm,
+        **m,
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
+    """Turn the log into the tidy per-run tables (atomic writes)."""
+    run_dir = Path(run_dir)
+    rows = _read_log(run_dir / "state" / "log.jsonl")
+    evals = [r for r in rows if "event" not in r]
+    metrics = pd.DataFrame(evals, columns=METRIC_COLUMNS).drop_duplicates("step", keep="last")
+    metrics.insert(0, "run_id", spec.run_id)
+    snaps = pd.DataFrame(
+        [r for r in rows if r.get("event") == "snapshot"], columns=["step", "path", "sha256"]
+    ).drop_duplicates("step", keep="last")
+    snaps["path"] = [str(Path("state") / "snapshots" / p) for p in snaps["path"]]
+    write_csv_atomic(run_dir / "checkpoints.csv", snaps)
+    write_csv_atomic(run_dir / "metrics.csv", metrics)
+    return metrics
