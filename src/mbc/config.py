@@ -112,6 +112,17 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
     return merged
 
 
+def _check_sections(sections: dict, where: str) -> None:
+    """Types and enums of one assembled run (grid values bypass the top-level schema)."""
+    full = schema()
+    sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
+    errors = list(jsonschema.Draft202012Validator(sub).iter_errors(sections))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(p) for p in e.absolute_path)
+        raise ConfigError(f"{where}: {key}", e.instance, e.message)
+
+
 def _get(spec: RunSpec, dotted: str) -> Any:
     if dotted == "d":
         return spec.task.d
@@ -126,7 +137,9 @@ def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
     section, _, field = key.partition(".")
     cls = SECTIONS.get(section)
     if cls is None or field not in {f.name for f in dataclasses.fields(cls)}:
-        raise ConfigError(where, key, "not a run parameter (use task.*, model.*, train.*, eval.* or d)")
+        raise ConfigError(
+            where, value, "not a run parameter (use task.*, model.*, train.*, eval.* or d)"
+        )
     sections[section][field] = value
 
 
@@ -145,12 +158,17 @@ def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) ->
         for variant in variants:
             for seed in seeds:
                 sections = {s: dict(defaults.get(s, {})) for s in SECTIONS}
-                assignments = [*exp.get("set", {}).items(), *zip(grid, combo, strict=True), *variant.items()]
-                for key, value in assignments:
-                    _apply(sections, key, value, f"experiments.{name}")
+                assignments = [
+                    *((f"set.{k}", k, v) for k, v in exp.get("set", {}).items()),
+                    *((f"grid.{k}", k, v) for k, v in zip(grid, combo, strict=True)),
+                    *((f"variants.{k}", k, v) for k, v in variant.items()),
+                ]
+                for origin, key, value in assignments:
+                    _apply(sections, key, value, f"experiments.{name}.{origin}")
                 if "_d" in sections:  # n_groups = round(D / K); the table records n_groups * K
                     d, k = sections.pop("_d"), sections["task"]["k"]
                     sections["task"]["n_groups"] = max(1, round(d / k))
+                _check_sections(sections, f"experiments.{name}")
                 spec = RunSpec(
                     task=TaskSpec(**sections["task"]),
                     model=ModelSpec(**sections["model"]),
@@ -163,7 +181,9 @@ def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) ->
     ids = [r.run_id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     if dup:
-        raise ConfigError(f"experiments.{name}", dup[0], "duplicate run id (a repeated grid value or seed)")
+        raise ConfigError(
+            f"experiments.{name}", dup[0], "duplicate run id (a repeated grid value or seed)"
+        )
     return runs
 
 
@@ -185,7 +205,11 @@ def check_spec(spec: RunSpec, where: str) -> None:
     # Targets are unique dataset-wide; with distinct first characters each first character
     # holds about D/36 targets out of 36^3 suffixes. Keep well inside that (half) to draw fast.
     if t.d > N_CHARS**A_LEN // 2:
-        bad("task.n_groups", t.n_groups, f"D = {t.d} targets do not fit the 4-character string space")
+        bad(
+            "task.n_groups",
+            t.n_groups,
+            f"D = {t.d} targets do not fit the 4-character string space",
+        )
     if t.sharing == "supergroup" and not 1 <= t.n_supergroups <= t.n_groups:
         bad("task.n_supergroups", t.n_supergroups, f"must be in [1, n_groups={t.n_groups}]")
     if not 0 <= t.label_noise < 1:

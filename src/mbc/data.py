@@ -98,7 +98,9 @@ class Dataset:
 
     @classmethod
     def from_state(cls, state: dict) -> Dataset:
-        return cls(task=TaskSpec(**state["task"]), **{k: v for k, v in state.items() if k != "task"})
+        return cls(
+            task=TaskSpec(**state["task"]), **{k: v for k, v in state.items() if k != "task"}
+        )
 
 
 def build_dataset(task: TaskSpec, seed: int) -> Dataset:
@@ -110,7 +112,9 @@ def build_dataset(task: TaskSpec, seed: int) -> Dataset:
     n_sets = task.n_selector_sets
     selector_set = rng.permutation(g) % n_sets  # balanced random supergroups
     z_space = N_CHARS**task.z_length
-    selectors = np.stack([_digits(_unique_codes(rng, k, z_space), task.z_length) for _ in range(n_sets)])
+    selectors = np.stack(
+        [_digits(_unique_codes(rng, k, z_space), task.z_length) for _ in range(n_sets)]
+    )
 
     if task.direction == "bz_to_a":
         gi, ki = np.divmod(np.arange(g * k), k)
@@ -163,4 +167,6 @@ def build_dataset(task: TaskSpec, seed: int) -> Dataset:
 def decode(tokens: torch.Tensor) -> str:
     """Human-readable form of one sequence (for logs and tests)."""
     names = {0: "_", BOS: "^", EOS: "$", SEP: "|"}
-    return "".join(names.get(int(i), ALPHABET[int(i) - CHAR0] if int(i) >= CHAR0 else "?") for i in tokens)
+    return "".join(
+        names.get(int(i), ALPHABET[int(i) - CHAR0] if int(i) >= CHAR0 else "?") for i in tokens
+    )

@@ -43,8 +43,7 @@ __all__ = [
     "tau_at_threshold",
 ]
 
-_LOG_SIGMA_MIN = -30.0  # sigma >= ~1e-13 on the log scale: keeps exact data finite
-_LOG_SIGMA_MAX = 10.0
+_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 _MIN_VALID_FRACTION = 0.5  # fewer valid bootstrap resamples than this fraction -> NaN CI
 
 
@@ -98,7 +97,7 @@ def _as_positive_finite(values: Any, label: str) -> np.ndarray:
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
         raise ValueError(
-            f"{label} must be finite and > 0 for a log-log fit; {label}[{i}] = {arr[i]!r}"
+            f"{label} must be finite and > 0 for a log-log fit; {label}[{i}] = {float(arr[i])!r}"
         )
     return arr
 
@@ -143,73 +142,109 @@ def _ols_batch(lx: np.ndarray, ly: np.ndarray, weights: np.ndarray) -> np.ndarra
         return sxy / sxx
 
 
-def _tobit_nll(
-    theta: np.ndarray, lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray
-) -> tuple[float, np.ndarray]:
-    """Weighted negative log-likelihood of the right-censored normal model and its gradient.
+class _TobitObjective:
+    """Weighted negative log-likelihood of the right-censored normal model on log scales.
 
-    ``theta = (exponent, intercept, log sigma)``; ``ly`` holds log tau for uncensored rows and
-    log budget for censored rows. Uncensored: ``-log N(ly; mu, sigma)``. Censored:
-    ``-log P(Y > ly) = -log Phi((mu - ly) / sigma)``.
+    Parameters ``theta = (exponent, intercept, log sigma)``; ``ly`` holds log tau for
+    uncensored rows and log budget for censored rows. An uncensored row contributes
+    ``-log N(ly; mu, sigma)``, a censored row ``-log P(log tau > ly) = -log Phi((mu - ly) /
+    sigma)``, with ``mu = intercept + exponent * lx``. Value, gradient and Hessian are
+    analytic and cached per ``theta`` (scipy asks for them in separate calls).
     """
-    b, a, ls = theta
-    s = math.exp(ls)
-    mu = a + b * lx
-    z = (ly - mu) / s
-    u = -z  # (mu - budget) / sigma for censored rows
-    obs = ~cens
-    nll_i = np.where(obs, 0.5 * z * z + 0.5 * math.log(2.0 * math.pi) + ls, 0.0)
-    log_cdf = special.log_ndtr(u)
-    nll_i = np.where(cens, -log_cdf, nll_i)
-    # inverse Mills ratio phi(u)/Phi(u), stable for very negative u
-    lam = np.exp(-0.5 * u * u - 0.5 * math.log(2.0 * math.pi) - log_cdf)
-    d_mu = np.where(obs, -z / s, -lam / s)
-    d_ls = np.where(obs, 1.0 - z * z, lam * u)
-    grad = np.array([w @ (d_mu * lx), w @ d_mu, w @ d_ls])
-    return float(w @ nll_i), grad
+
+    def __init__(self, lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray):
+        self.lx, self.ly, self.cens, self.w = lx, ly, cens, w
+        self.obs = ~cens
+        self._theta: np.ndarray | None = None
+
+    def _eval(self, theta: np.ndarray) -> None:
+        if self._theta is not None and np.array_equal(theta, self._theta):
+            return
+        b, a, ls = (float(t) for t in theta)
+        ls = min(max(ls, -700.0), 700.0)
+        s = math.exp(ls)
+        lx, w, obs = self.lx, self.w, self.obs
+        z = (self.ly - (a + b * lx)) / s
+        u = -z  # (mu - log budget) / sigma, used for censored rows
+        log_cdf = special.log_ndtr(u)
+        lam = np.exp(-0.5 * u * u - _HALF_LOG_2PI - log_cdf)  # inverse Mills ratio, stable
+        k = lam * (u + lam)  # -d^2 log Phi(u) / du^2, in (0, 1)
+        nll_i = np.where(obs, 0.5 * z * z + _HALF_LOG_2PI + ls, -log_cdf)
+        d_mu = np.where(obs, -z / s, -lam / s)
+        d_ls = np.where(obs, 1.0 - z * z, lam * u)
+        h_mm = np.where(obs, 1.0 / (s * s), k / (s * s))
+        h_ml = np.where(obs, 2.0 * z / s, lam * (1.0 - u * (u + lam)) / s)
+        h_ll = np.where(obs, 2.0 * z * z, lam * u * (u * (u + lam) - 1.0))
+        wm, wl = w * h_mm, w * h_ml
+        self.f = float(w @ nll_i)
+        self.g = np.array([w @ (d_mu * lx), w @ d_mu, w @ d_ls])
+        self.h = np.array(
+            [
+                [wm @ (lx * lx), wm @ lx, wl @ lx],
+                [wm @ lx, wm.sum(), wl.sum()],
+                [wl @ lx, wl.sum(), w @ h_ll],
+            ]
+        )
+        self._theta = np.array(theta, dtype=float)
+
+    def fun(self, theta: np.ndarray) -> tuple[float, np.ndarray]:
+        self._eval(theta)
+        return self.f, self.g
+
+    def hess(self, theta: np.ndarray) -> np.ndarray:
+        self._eval(theta)
+        return self.h
 
 
 def _tobit(
-    lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray, init: np.ndarray
+    lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray, init: np.ndarray | None
 ) -> np.ndarray | None:
     """Tobit MLE ``(exponent, intercept, log sigma)``; None if the optimiser did not converge.
 
-    The optimiser works on centred log x (intercept at the mean log x), which decorrelates
-    slope and intercept; the returned intercept is at log x = 0.
+    ``scipy.optimize.minimize(method="trust-exact")`` with the analytic gradient and Hessian,
+    on centred log x (decorrelates slope and intercept; the returned intercept is at
+    log x = 0), started from ``init`` or, if None, from OLS on the uncensored rows. Rows with
+    zero weight (units not drawn in a bootstrap resample) are dropped first.
+
+    Noise-free limit: if the uncensored rows lie exactly on a line (log-scale residuals
+    < 1e-10) that predicts at least the budget at every censored row, the likelihood grows
+    without bound as sigma -> 0 along that line, so that line is the MLE (log sigma = -inf).
     """
-    m = float(lx.mean())
-    lxc = lx - m
-    init = np.array([init[0], init[1] + init[0] * m, init[2]])
+    keep = w > 0
+    lx, ly, cens, w = lx[keep], ly[keep], cens[keep], w[keep]
+    obs = ~cens
+    b0, a0 = _ols(lx[obs], ly[obs], w[obs])
+    resid = ly[obs] - (a0 + b0 * lx[obs])
+    if np.max(np.abs(resid)) < 1e-10 and np.all(a0 + b0 * lx[cens] >= ly[cens] - 1e-10):
+        return np.array([b0, a0, -math.inf])
+    if init is None:
+        var = float(w[obs] @ (resid * resid) / w[obs].sum())
+        init = np.array([b0, a0, 0.5 * math.log(max(var, 1e-12))])
+    m = float(w @ lx / w.sum())
+    obj = _TobitObjective(lx - m, ly, cens, w)
     res = optimize.minimize(
-        _tobit_nll,
-        init,
-        args=(lxc, ly, cens, w),
+        obj.fun,
+        np.array([init[0], init[1] + init[0] * m, init[2]]),
         jac=True,
-        method="L-BFGS-B",
-        bounds=[(None, None), (None, None), (_LOG_SIGMA_MIN, _LOG_SIGMA_MAX)],
-        options={"maxiter": 500, "ftol": 1e-13, "gtol": 1e-9},
+        hess=obj.hess,
+        method="trust-exact",
+        options={"gtol": 1e-8, "maxiter": 200},
     )
     theta = np.asarray(res.x, dtype=float)
     if not np.all(np.isfinite(theta)):
         return None
     if not res.success:
-        # L-BFGS-B sometimes stops on a line-search failure at the optimum; accept a small
-        # projected gradient (the log-sigma bound may be active for noise-free data).
-        _, g = _tobit_nll(theta, lxc, ly, cens, w)
-        if theta[2] <= _LOG_SIGMA_MIN + 1e-9:
-            g = g[:2]
-        if np.max(np.abs(g)) > 1e-5 * max(1.0, float(w.sum())):
+        # accept a stop at the optimum that only missed gtol through round-off: a negligible
+        # Newton step at a positive-definite Hessian
+        f, g = obj.fun(theta)
+        h = obj.hess(theta)
+        try:
+            step = np.linalg.solve(h, g)
+        except np.linalg.LinAlgError:
+            return None
+        if np.any(np.linalg.eigvalsh(h) <= 0) or np.max(np.abs(step)) > 1e-7:
             return None
     return np.array([theta[0], theta[1] - theta[0] * m, theta[2]])
-
-
-def _tobit_init(lx: np.ndarray, ly: np.ndarray, cens: np.ndarray, w: np.ndarray) -> np.ndarray:
-    obs = ~cens
-    b, a = _ols(lx[obs], ly[obs], w[obs])
-    resid = ly[obs] - (a + b * lx[obs])
-    var = float(w[obs] @ (resid * resid) / w[obs].sum())
-    ls = 0.5 * math.log(max(var, 1e-6))
-    return np.array([b, a, ls])
 
 
 def _r2(lx: np.ndarray, ly: np.ndarray, slope: float, intercept: float) -> float:
@@ -319,7 +354,7 @@ def fit_power_law(
     else:
         method = "tobit"
         ones = np.ones(xa.size)
-        theta = _tobit(lx, ly, cens, ones, _tobit_init(lx, ly, cens, ones))
+        theta = _tobit(lx, ly, cens, ones, None)
         if theta is None:
             raise RuntimeError(f"Tobit fit {name!r} did not converge")
         b, a = float(theta[0]), float(theta[1])
@@ -341,8 +376,9 @@ def fit_power_law(
         if method == "ols":
             slopes[valid] = _ols_batch(lx, ly, weights[valid])
         else:
+            init = theta if np.all(np.isfinite(theta)) else None
             for i in np.flatnonzero(valid):
-                th = _tobit(lx, ly, cens, weights[i], theta)
+                th = _tobit(lx, ly, cens, weights[i], init)
                 if th is not None:
                     slopes[i] = th[0]
         good = slopes[np.isfinite(slopes)]

@@ -42,7 +42,9 @@ class EvalBatch:
         )
 
 
-def derange_selectors(ds: Dataset, examples: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+def derange_selectors(
+    ds: Dataset, examples: torch.Tensor, rng: np.random.Generator
+) -> torch.Tensor:
     """Clean sequences of `examples` with every z replaced by another selector of its group."""
     task = ds.task
     k = task.k
@@ -63,7 +65,9 @@ def make_eval_batch(ds: Dataset, examples: torch.Tensor, rng: np.random.Generato
     seqs = ctx.unsqueeze(1).repeat(1, k, 1)  # (n, K, T)
     seqs[:, :, -n_t:] = ds.candidates[ds.group[examples]]  # every candidate answer
     shuffled = derange_selectors(ds, examples, rng) if task.direction == "bz_to_a" else None
-    return EvalBatch(task, examples, seqs.reshape(-1, task.seq_len), ds.target_index[examples], shuffled)
+    return EvalBatch(
+        task, examples, seqs.reshape(-1, task.seq_len), ds.target_index[examples], shuffled
+    )
 
 
 def fixed_contexts(ds: Dataset, n_contexts: int, rng: np.random.Generator) -> torch.Tensor:
@@ -75,17 +79,21 @@ def fixed_contexts(ds: Dataset, n_contexts: int, rng: np.random.Generator) -> to
 
 
 def target_logprobs(model: nn.Module, seqs: torch.Tensor, chunk: int = 8192, **kw) -> torch.Tensor:
-    """Per-position log-probabilities of the target tokens: (n, n_targets), float32."""
+    """Per-position log-probabilities of the target tokens: (n, n_targets)."""
     n_t = model.task.n_targets
     out = []
     for i in range(0, seqs.shape[0], chunk):
         s = seqs[i : i + chunk]
-        logp = F.log_softmax(model(s, **kw).float(), dim=-1)
+        logits = model(s, **kw)
+        # half-precision logits are promoted; float32/float64 are kept as they are
+        logp = F.log_softmax(logits if logits.dtype.itemsize >= 4 else logits.float(), dim=-1)
         out.append(logp.gather(-1, s[:, -n_t:].unsqueeze(-1)).squeeze(-1))
     return torch.cat(out)
 
 
-def candidate_loss_from_scores(scores: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def candidate_loss_from_scores(
+    scores: torch.Tensor, target: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """L_cand per context = -(s_j - logsumexp_k s_k) in float64, and correctness of argmax.
 
     scores: (n_ctx, K) total log-probabilities of each candidate; target: (n_ctx,).

@@ -74,7 +74,9 @@ class Transformer(nn.Module):
     def __init__(self, spec: ModelSpec, task: TaskSpec):
         super().__init__()
         if task.seq_len - 1 > spec.n_positions:
-            raise ValueError(f"sequence length {task.seq_len} exceeds n_positions {spec.n_positions}")
+            raise ValueError(
+                f"sequence length {task.seq_len} exceeds n_positions {spec.n_positions}"
+            )
         self.spec, self.task = spec, task
         self.tok_emb = nn.Embedding(VOCAB, spec.d_model)
         self.pos_emb = nn.Embedding(spec.n_positions, spec.d_model)
@@ -173,7 +175,9 @@ def build_model(spec: ModelSpec, task: TaskSpec, generator: torch.Generator) -> 
     """Construct and initialise a model from an explicit generator (no global seeding)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(torch.randint(0, 2**62, (1,), generator=generator)))
-        model = Transformer(spec, task) if spec.kind == "transformer" else LinearBaseline(spec, task)
+        model = (
+            Transformer(spec, task) if spec.kind == "transformer" else LinearBaseline(spec, task)
+        )
     return model
 
 

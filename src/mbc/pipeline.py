@@ -12,8 +12,14 @@ import torch
 
 from mbc.config import Run
 from mbc.data import Dataset, build_dataset
-from mbc.io import read_csv_checked, read_json_checked, torch_load_checked, torch_save_atomic
-from mbc.io import write_csv_atomic, write_json_atomic
+from mbc.io import (
+    read_csv_checked,
+    read_json_checked,
+    torch_load_checked,
+    torch_save_atomic,
+    write_csv_atomic,
+    write_json_atomic,
+)
 from mbc.spec import RunSpec
 from mbc.summary import summarize_run, tau_table
 from mbc.train import METRIC_COLUMNS, pick_device, train_run
@@ -35,7 +41,9 @@ def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
     metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
     last = metrics.iloc[-1]
-    print(f"done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} wall={last.wall_s:.1f}s")
+    print(
+        f"done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} wall={last.wall_s:.1f}s"
+    )
 
 
 def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:

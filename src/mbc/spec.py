@@ -163,8 +163,11 @@ class RunSpec:
     @property
     def dataset_id(self) -> str:
         """Runs that share task and seed share one dataset file."""
-        blob = json.dumps({"task": dataclasses.asdict(self.task), "seed": self.seed}, sort_keys=True)
+        blob = json.dumps(
+            {"task": dataclasses.asdict(self.task), "seed": self.seed}, sort_keys=True
+        )
         t = self.task
-        return f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-" + hashlib.sha256(
-            blob.encode()
-        ).hexdigest()[:8]
+        return (
+            f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-"
+            + hashlib.sha256(blob.encode()).hexdigest()[:8]
+        )

@@ -36,7 +36,12 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int
 
 
 def plateau_height(
-    steps: np.ndarray, lcand: np.ndarray, log_k: float, *, start_fraction: float, onset_fraction: float
+    steps: np.ndarray,
+    lcand: np.ndarray,
+    log_k: float,
+    *,
+    start_fraction: float,
+    onset_fraction: float,
 ) -> float:
     """Mean L_cand over the plateau window [start_fraction * onset, onset).
 
@@ -59,11 +64,17 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
     tau = first_step_below(steps, lcand, spec.eval.threshold * log_k)
     plat, lead_cfg = diag["plateau"], diag["lead"]
     height = plateau_height(
-        steps, lcand, log_k, start_fraction=plat["start_fraction"], onset_fraction=plat["onset_fraction"]
+        steps,
+        lcand,
+        log_k,
+        start_fraction=plat["start_fraction"],
+        onset_fraction=plat["onset_fraction"],
     )
     loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
     dz = m["delta_z"].to_numpy()
-    dz_onset = first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
+    dz_onset = (
+        first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
+    )
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
     return {
         "run_id": spec.run_id,

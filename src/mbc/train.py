@@ -90,7 +90,9 @@ class BatchOrder:
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if epoch not in self._cache:
-            g = torch.Generator().manual_seed(stream_seed(self.seed, STREAM_ORDER * 1_000_003 + epoch))
+            g = torch.Generator().manual_seed(
+                stream_seed(self.seed, STREAM_ORDER * 1_000_003 + epoch)
+            )
             self._cache = {epoch: torch.randperm(self.d, generator=g).to(self.device)} | {
                 e: p for e, p in self._cache.items() if e == epoch - 1
             }
@@ -182,11 +184,15 @@ def train_run(
     t, ev, task = spec.train, spec.eval, spec.task
     tokens = dataset.tokens.to(device)
     d = tokens.shape[0]
-    model = build_model(spec.model, task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT)))
+    model = build_model(
+        spec.model, task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    )
     model.to(device).train()
     opt = make_optimizer(model, spec, device)
     eval_rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
-    batch = make_eval_batch(dataset, fixed_contexts(dataset, ev.n_contexts, eval_rng), eval_rng).to(device)
+    batch = make_eval_batch(dataset, fixed_contexts(dataset, ev.n_contexts, eval_rng), eval_rng).to(
+        device
+    )
     order = BatchOrder(d, t.batch_size, spec.seed, device)
     evals, snaps = eval_schedule(ev, t.max_steps)
     eval_set, snap_set = set(evals), set(snaps)
@@ -217,9 +223,14 @@ def train_run(
             loss_sum += loss.detach()
             n_since += 1
             if step in eval_set:
-                gnorm = float(torch.linalg.vector_norm(torch.stack(
-                    [torch.linalg.vector_norm(p.grad) for p in model.parameters()])))
-                row = _eval_row(model, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0)
+                gnorm = float(
+                    torch.linalg.vector_norm(
+                        torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
+                    )
+                )
+                row = _eval_row(
+                    model, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0
+                )
                 loss_sum.zero_()
                 n_since = 0
                 _append(fh, row)
@@ -228,14 +239,21 @@ def train_run(
                     _append(fh, {"event": "tau", "step": step, "tau": step})
                 if step in snap_set:
                     path = snap_dir / f"step_{step:09d}.pt"
-                    sha = torch_save_atomic(path, {k: v.cpu() for k, v in model.state_dict().items()})
-                    _append(fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha})
+                    sha = torch_save_atomic(
+                        path, {k: v.cpu() for k, v in model.state_dict().items()}
+                    )
+                    _append(
+                        fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha}
+                    )
                 if step - last_resume >= ev.resume_every or step == t.max_steps:
                     sha = torch_save_atomic(
                         state_dir / "resume.pt",
                         {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
                     )
-                    _append(fh, {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]})
+                    _append(
+                        fh,
+                        {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
+                    )
                     last_resume = step
                 if _converged(spec, tau, step, row):
                     say(f"{spec.run_id}: early stop at step {step} (tau={tau})")

@@ -1,0 +1,120 @@
+import copy
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mbc.config import ConfigError, load, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def with_(raw, path, value, preset="smoke"):
+    cfg = copy.deepcopy(raw)
+    node = cfg["presets"][preset] if preset else cfg
+    *parents, last = path
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return cfg
+
+
+def test_presets_resolve_and_expand(raw):
+    paper = load(raw)
+    smoke = load(raw, {"preset": "smoke"})
+    quick = load(raw, {"preset": "quick"})
+    assert paper.preset == "paper" and paper.outdir == "results"
+    assert smoke.outdir == "results/smoke" and quick.outdir == "results/quick"
+    assert len(paper.specs) > len(quick.specs) > len(smoke.specs) > 0
+    e1 = {r.spec.task.k for r in paper.experiment_runs("E1")}
+    assert e1 == {3, 5, 7, 10, 13, 15, 17, 20, 25, 30, 36}
+    assert all(r.spec.task.n_groups == 1000 for r in paper.experiment_runs("E1"))
+    assert {(r.spec.task.d, r.spec.task.k) for r in paper.experiment_runs("E2")} >= {
+        (10000, 5),
+        (20000, 20),
+    }
+    assert all(len(set(r.spec.seed for r in paper.experiment_runs(e))) >= 3 for e in ("E1", "E2"))
+
+
+def test_command_line_overrides_win_over_preset(raw):
+    cfg = load(raw, {"preset": "smoke", "outdir": "/tmp/elsewhere"})
+    assert cfg.outdir == "/tmp/elsewhere"
+
+
+def test_run_ids_are_content_derived_and_shared_across_experiments(raw):
+    a, b = load(raw, {"preset": "smoke"}), load(raw, {"preset": "smoke"})
+    assert [r.run_id for r in a.runs] == [r.run_id for r in b.runs]
+    # E5's z_length=2 run is the same spec as E1's K=3 run: one training, two memberships
+    assert set(a.run_ids("E5")) & set(a.run_ids("E1"))
+
+
+BAD = [
+    # (path under presets.smoke or top level, value, key named in the message)
+    (("defaults", "task", "kk"), 3, "defaults.task"),  # unknown key
+    (("bogus_key",), 1, "<top level>"),  # unknown top-level key
+    (("experiments", "E1", "grid", "task.k"), [37], "task.k"),  # K > 36 unique first chars
+    (("experiments", "E1", "grid", "task.k"), [1], "task.k"),  # K < 2
+    (("experiments", "E1", "set"), {"task.n_groups": 200000}, "task.n_groups"),  # string space
+    (("defaults", "train", "lr"), -1e-3, "train.lr"),  # negative lr
+    (("defaults", "train", "lr"), 0.0, "train.lr"),  # zero lr
+    (("defaults", "eval", "threshold"), 1.5, "eval.threshold"),  # threshold outside (0, 1)
+    (("defaults", "eval", "threshold"), 0.0, "eval.threshold"),
+    (("seeds",), [], "seeds"),  # empty seed list
+    (("experiments", "E1", "grid", "task.k"), [3, 3], "experiments.E1"),  # duplicate run ids
+    (("defaults", "train", "batch_size"), 10_000, "train.batch_size"),  # batch > D
+    (("experiments", "E1", "grid", "task.z_length"), [7], "task.z_length"),  # z_length > 4
+    (("experiments", "E1", "grid", "task.label_noise"), [1.0], "task.label_noise"),
+    (
+        ("experiments", "E1", "grid", "task.kk"),
+        [3],
+        "experiments.E1.grid.task.kk",
+    ),  # unknown grid key
+    (("experiments", "E1", "grid", "task.k"), [], "experiments.E1.grid.task.k"),  # empty grid
+    (("defaults", "model", "d_model"), 33, "model.d_model"),  # not divisible by heads
+    (("device",), "tpu", "device"),  # unknown device
+    (("defaults", "train", "max_steps"), 0, "defaults.train.max_steps"),
+    (
+        ("experiments", "E11", "variants"),
+        [{"task.sharing": "supergroup", "task.n_supergroups": 99}],
+        "task.n_supergroups",
+    ),
+    (("diagnostics", "collective", "source"), "E99", "diagnostics.collective.source"),
+    (("experiments", "E1", "grid", "task.sharing"), ["everyone"], "experiments.E1: task.sharing"),
+]
+
+
+@pytest.mark.parametrize("path,value,key", BAD, ids=[".".join(p[0]) + f"={p[1]!r}" for p in BAD])
+def test_bad_config_names_key_and_value(raw, path, value, key):
+    cfg = with_(raw, path, value, preset=None if path[0] in ("bogus_key", "device") else "smoke")
+    with pytest.raises(ConfigError) as exc:
+        load(cfg, {"preset": "smoke"})
+    msg = str(exc.value)
+    assert key in msg, msg
+    shown = (
+        value
+        if isinstance(value, list) and not value
+        else (value[0] if isinstance(value, list) else value)
+    )
+    if isinstance(shown, dict):
+        shown = list(shown.values())[-1]
+    assert repr(shown) in msg or str(shown) in msg or "{...}" in msg, msg
+
+
+def test_unknown_preset(raw):
+    with pytest.raises(ConfigError, match="preset.*'tiny'.*unknown preset"):
+        resolve(raw, {"preset": "tiny"})
+
+
+def test_unknown_experiment_in_only(raw):
+    with pytest.raises(ConfigError, match="'only' = 'E42'"):
+        load(raw, {"preset": "smoke", "only": ["E42"]})
+
+
+def test_bad_sharing_enum_is_caught_for_typo_in_task(raw):
+    with pytest.raises(ConfigError, match="sharing"):
+        load(with_(raw, ("defaults", "task", "sharing"), "everyone"), {"preset": "smoke"})

@@ -1,0 +1,78 @@
+import torch
+
+from mbc.data import build_dataset
+from mbc.model import LinearBaseline, Transformer, build_model, count_parameters
+from mbc.spec import VOCAB, ModelSpec, TaskSpec
+
+
+def test_parameter_count_paper_model():
+    d, mlp, vocab, pos, layers = 128, 512, 40, 32, 4
+    emb = vocab * d + pos * d
+    ln = 2 * d
+    attn = d * 3 * d + 3 * d + d * d + d
+    mlp_p = d * mlp + mlp + mlp * d + d
+    block = ln + attn + ln + mlp_p
+    unembed = d * vocab + vocab
+    expected = emb + layers * block + ln + unembed
+    assert expected == 807_720
+    model = Transformer(ModelSpec(), TaskSpec())
+    assert count_parameters(model) == expected
+
+
+def _model(seed=0):
+    task = TaskSpec(k=4, n_groups=10)
+    spec = ModelSpec(n_layers=2, n_heads=2, d_model=16, d_mlp=32)
+    return build_model(spec, task, torch.Generator().manual_seed(seed)), build_dataset(task, 0)
+
+
+def test_logits_shape_and_causality():
+    model, ds = _model()
+    x = ds.tokens[:8]
+    out = model(x)
+    assert out.shape == (8, 5, VOCAB)
+    y = x.clone()
+    y[:, 12:] = 5  # change later target tokens: the first prediction must not move
+    assert torch.allclose(model(y)[:, :2], out[:, :2], atol=1e-6)
+    assert not torch.allclose(model(y)[:, 2:], out[:, 2:])
+
+
+def test_head_scale_ones_is_identity_and_zero_ablation_changes_output():
+    model, ds = _model()
+    x = ds.tokens[:8]
+    ones = torch.ones(2, 2)
+    assert torch.allclose(model(x, head_scale=ones), model(x), atol=1e-6)
+    zero = ones.clone()
+    zero[0, 1] = 0
+    assert not torch.allclose(model(x, head_scale=zero), model(x))
+    # mean ablation with the head's own output as replacement is the identity
+    z = model.head_outputs(x)
+    replace = torch.zeros(2, 2, 15, 8)
+    replace[0, 1] = z[0][:, 1].mean(0)
+    same = model.head_outputs(x[:1].repeat(8, 1))
+    replace1 = torch.zeros(2, 2, 15, 8)
+    replace1[0, 1] = same[0][0, 1]
+    x1 = x[:1].repeat(8, 1)
+    assert torch.allclose(model(x1, head_scale=zero, head_replace=replace1), model(x1), atol=1e-5)
+
+
+def test_attention_patterns_are_causal_distributions():
+    model, ds = _model()
+    pats = model.attention_patterns(ds.tokens[:4])
+    assert len(pats) == 2 and pats[0].shape == (4, 2, 15, 15)
+    assert torch.allclose(pats[0].sum(-1), torch.ones(4, 2, 15), atol=1e-5)
+    assert (pats[0].triu(1) == 0).all()
+
+
+def test_init_is_seeded_not_global():
+    a, _ = _model(1)
+    torch.manual_seed(123)
+    b, _ = _model(1)
+    c, _ = _model(2)
+    pa, pb, pc = (torch.cat([p.flatten() for p in m.parameters()]) for m in (a, b, c))
+    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+
+
+def test_linear_baseline_shapes():
+    task = TaskSpec(k=4, n_groups=10)
+    m = LinearBaseline(ModelSpec(linear_hidden=16), task)
+    assert m(build_dataset(task, 0).tokens[:3]).shape == (3, 5, VOCAB)

@@ -1,0 +1,106 @@
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_spec
+
+from mbc.data import build_dataset
+from mbc.metrics import training_loss
+from mbc.model import build_model
+from mbc.train import BatchOrder, eval_schedule, schedule, train_run
+
+CPU = torch.device("cpu")
+
+
+def first_step_loss(spec):
+    ds = build_dataset(spec.task, spec.seed)
+    from mbc.data import STREAM_INIT, stream_seed
+
+    model = build_model(
+        spec.model, spec.task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    )
+    idx = BatchOrder(ds.tokens.shape[0], spec.train.batch_size, spec.seed, CPU).indices(1)
+    return float(training_loss(model, ds.tokens[idx]).detach())
+
+
+def test_same_seed_same_first_step_loss_different_seed_differs():
+    a = tiny_spec()
+    b = tiny_spec()
+    c = type(a)(task=a.task, model=a.model, train=a.train, eval=a.eval, seed=1)
+    assert first_step_loss(a) == first_step_loss(b)
+    assert first_step_loss(a) != first_step_loss(c)
+
+
+def test_batches_without_replacement_within_each_epoch():
+    order = BatchOrder(d=36, batch_size=8, seed=3, device=CPU)
+    stream = torch.cat([order.indices(s) for s in range(1, 19)])  # 144 = 4 epochs
+    for e in range(4):
+        assert sorted(stream[e * 36 : (e + 1) * 36].tolist()) == list(range(36))
+    assert not torch.equal(stream[:36], stream[36:72]), "a fresh permutation each epoch"
+
+
+def test_schedule_dense_early_and_uniform():
+    s = schedule(1000, every=250, n_log=10)
+    assert s[0] == 0 and s[-1] == 1000 and {250, 500, 750} <= set(s)
+    assert sum(x < 100 for x in s) >= 5  # log-spaced: most points early
+    evals, snaps = eval_schedule(tiny_spec().eval, 120)
+    assert set(snaps) <= set(evals)
+
+
+def _metrics(run_dir):
+    return pd.read_csv(run_dir / "metrics.csv").drop(columns=["wall_s"])
+
+
+def test_interrupted_run_resumes_bitwise(tmp_path):
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    full = tmp_path / "full"
+    train_run(spec, ds, full, CPU, say=lambda s: None)
+    cut = tmp_path / "cut"
+    train_run(spec, ds, cut, CPU, say=lambda s: None, stop_after=70)  # killed at step 70
+    assert not (cut / "metrics.csv").exists()
+    messages = []
+    train_run(spec, ds, cut, CPU, say=messages.append)
+    assert any("resuming" in m and "from step 60" in m for m in messages)
+    pd.testing.assert_frame_equal(_metrics(full), _metrics(cut))
+    assert (
+        pd.read_csv(full / "checkpoints.csv")["sha256"].tolist()
+        == pd.read_csv(cut / "checkpoints.csv")["sha256"].tolist()
+    )
+
+
+def test_corrupt_resume_file_is_detected_and_run_restarts(tmp_path):
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    run = tmp_path / "run"
+    train_run(spec, ds, run, CPU, say=lambda s: None, stop_after=50)
+    resume = run / "state" / "resume.pt"
+    resume.write_bytes(resume.read_bytes()[: resume.stat().st_size // 2])  # truncated
+    messages = []
+    train_run(spec, ds, run, CPU, say=messages.append)
+    assert any("checksum mismatch" in m and "from step 0" in m for m in messages)
+    ref = tmp_path / "ref"
+    train_run(spec, ds, ref, CPU, say=lambda s: None)
+    pd.testing.assert_frame_equal(_metrics(ref), _metrics(run))
+
+
+def test_torn_log_line_is_ignored(tmp_path):
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    run = tmp_path / "run"
+    train_run(spec, ds, run, CPU, say=lambda s: None, stop_after=50)
+    with open(run / "state" / "log.jsonl", "a") as fh:
+        fh.write('{"step": 51, "loss": 0.1')  # killed mid-write
+    train_run(spec, ds, run, CPU, say=lambda s: None)
+    m = pd.read_csv(run / "metrics.csv")
+    assert m["step"].is_monotonic_increasing and m["step"].is_unique
+
+
+@pytest.mark.parametrize("direction,kind", [("a_to_b", "transformer"), ("bz_to_a", "linear")])
+def test_variants_train(tmp_path, direction, kind):
+    import dataclasses
+
+    spec = tiny_spec(direction=direction)
+    spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, kind=kind))
+    m = train_run(spec, build_dataset(spec.task, 0), tmp_path, CPU, say=lambda s: None)
+    assert m["candidate_loss"].notna().all()
+    assert m["delta_z"].isna().all() == (direction == "a_to_b")
