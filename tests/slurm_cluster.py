@@ -78,6 +78,22 @@ INSTALL_HINT = (
     "DEBIAN_FRONTEND=noninteractive apt-get install -y slurm-wlm munge`"
 )
 SLURM_CONF = Path("/etc/slurm/slurm.conf")
+# Job states after which nothing runs any more (squeue --states=all shows them for MinJobAge).
+FINISHED_STATES = frozenset(
+    [
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    ]
+)
 LOCK_FILE = Path("/etc/slurm/.local_slurm.lock")
 MARKER = "# written by tests/slurm_cluster.py (local_slurm); removed when it exits"
 
@@ -92,7 +108,13 @@ class SlurmStartupError(RuntimeError):
 
 def missing_binaries() -> list[str]:
     """Names from REQUIRED_BINARIES that are not on PATH (empty list: all present)."""
-    return [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
+    return [b for b in REQUIRED_BINARIES if _which(b) is None]
+
+
+def _which(name: str) -> str | None:
+    """shutil.which, also looking in the sbin dirs (daemons; often not on a user's PATH)."""
+    path = os.pathsep.join([os.environ.get("PATH", os.defpath), "/usr/sbin", "/sbin"])
+    return shutil.which(name, path=path)
 
 
 @dataclass
@@ -144,10 +166,9 @@ class LocalSlurm:
 
     def cancel_all(self, timeout: float = 30) -> None:
         """scancel every job that is not finished, and wait until none is left running."""
-        live = {"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED"}
         deadline = time.monotonic() + timeout
         while True:
-            ids = [jid for jid, state, _ in self.squeue() if state in live]
+            ids = [jid for jid, state, _ in self.squeue() if state not in FINISHED_STATES]
             if not ids:
                 return
             self.run("scancel", *ids, check=False)
@@ -193,7 +214,9 @@ def _detect_hardware() -> tuple[int, int]:
         cpus = os.cpu_count() or 1
     mem_mb = None
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        out = subprocess.run(["slurmd", "-C"], capture_output=True, text=True, timeout=20).stdout
+        out = subprocess.run(
+            [_which("slurmd") or "slurmd", "-C"], capture_output=True, text=True, timeout=20
+        ).stdout
         m = re.search(r"RealMemory=(\d+)", out)
         if m:
             mem_mb = int(m.group(1))
@@ -254,6 +277,15 @@ JobCompType=jobcomp/none
 NodeName={nodename} NodeAddr=127.0.0.1 CPUs={cpus} RealMemory={real_memory_mb} State=UNKNOWN
 PartitionName={partition} Nodes={nodename} Default=YES MaxTime=INFINITE State=UP
 """
+
+
+def _is_ours(path: Path) -> bool:
+    """True for a slurm.conf written by local_slurm (possibly left by a crashed run)."""
+    try:
+        with open(path, errors="replace") as fh:
+            return fh.readline().rstrip("\n") == MARKER
+    except OSError:
+        return False
 
 
 def _stop(proc: subprocess.Popen | None, grace: float = 10) -> None:
@@ -320,6 +352,7 @@ def local_slurm(
     workdir = Path(workdir).resolve()
     workdir.mkdir(parents=True, exist_ok=True)
     state_dir, log_dir = workdir / "slurmctld-state", workdir / "log"
+    shutil.rmtree(state_dir, ignore_errors=True)  # a reused workdir must not revive old jobs
     for d in (state_dir, log_dir):
         d.mkdir(exist_ok=True)
 
@@ -347,7 +380,7 @@ def local_slurm(
     rt.chmod(0o755)
     munge_socket = munge_dir / "munge.socket"
     logs = {
-        "munged": log_dir / "munged.log",
+        "munged": log_dir / "munged.out",  # --foreground: munged logs to stderr
         "slurmctld": log_dir / "slurmctld.log",
         "slurmd": log_dir / "slurmd.log",
         "slurmctld stdout": log_dir / "slurmctld.out",
@@ -364,18 +397,17 @@ def local_slurm(
         key = key_dir / "munge.key"
         key.write_bytes(secrets.token_bytes(1024))
         key.chmod(0o400)
-        fh = open(log_dir / "munged.out", "w")  # noqa: SIM115 - closed in finally
+        fh = open(logs["munged"], "w")  # noqa: SIM115 - closed in finally
         out_files.append(fh)
         procs["munged"] = subprocess.Popen(
             [
-                "munged",
+                _which("munged"),
                 "--foreground",
                 "--force",
                 f"--socket={munge_socket}",
                 f"--key-file={key}",
                 f"--pid-file={munge_dir / 'munged.pid'}",
                 f"--seed-file={key_dir / 'munged.seed'}",
-                f"--log-file={logs['munged']}",
             ],
             stdout=fh,
             stderr=subprocess.STDOUT,
@@ -418,10 +450,9 @@ def local_slurm(
             run_dir=rt,
             min_job_age=min_job_age,
         )
-        if SLURM_CONF.exists() or SLURM_CONF.is_symlink():
-            if not SLURM_CONF.read_text(errors="replace").startswith(MARKER):
-                saved_conf = workdir / "slurm.conf.orig"
-                shutil.move(SLURM_CONF, saved_conf)
+        if (SLURM_CONF.exists() or SLURM_CONF.is_symlink()) and not _is_ours(SLURM_CONF):
+            saved_conf = workdir / "slurm.conf.orig"  # someone else's: put back on exit
+            shutil.move(SLURM_CONF, saved_conf)
         SLURM_CONF.write_text(text)
         (workdir / "slurm.conf").write_text(text)
 
@@ -432,8 +463,8 @@ def local_slurm(
 
         # --- daemons ---------------------------------------------------------------------
         for name, argv in (
-            ("slurmctld", ["slurmctld", "-D", "-f", str(SLURM_CONF)]),
-            ("slurmd", ["slurmd", "-D", "-f", str(SLURM_CONF), "-N", nodename]),
+            ("slurmctld", [_which("slurmctld"), "-D", "-f", str(SLURM_CONF)]),
+            ("slurmd", [_which("slurmd"), "-D", "-f", str(SLURM_CONF), "-N", nodename]),
         ):
             fh = open(logs[f"{name} stdout"], "w")  # noqa: SIM115 - closed in finally
             out_files.append(fh)
@@ -491,9 +522,8 @@ def local_slurm(
                 os.environ.pop("SLURM_CONF", None)
             else:
                 os.environ["SLURM_CONF"] = old_env_conf
-            with contextlib.suppress(OSError):
-                if SLURM_CONF.read_text(errors="replace").startswith(MARKER):
-                    SLURM_CONF.unlink()
+            if _is_ours(SLURM_CONF):
+                SLURM_CONF.unlink()
             if saved_conf is not None:
                 shutil.move(saved_conf, SLURM_CONF)
             shutil.rmtree(rt, ignore_errors=True)

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from slurm_cluster import INSTALL_HINT, local_slurm, missing_binaries
 
 pytestmark = pytest.mark.slurm
@@ -121,7 +120,9 @@ def test_tiny_workflow_through_slurm_test_profile(cluster, tmp_path):
                 input: "a.txt"
                 output: "b.txt"
                 threads: {threads_b}
-                shell: "cat {{input}} > {{output}}; echo b $SLURM_JOB_ID $SLURM_CPUS_PER_TASK >> {{output}}"
+                shell:
+                    "cat {{input}} > {{output}};"
+                    " echo b $SLURM_JOB_ID $SLURM_CPUS_PER_TASK >> {{output}}"
 
             rule c:
                 input: "b.txt"

@@ -293,7 +293,8 @@ def fit_power_law(
         name, x_name: labels copied to the result.
         n_boot: number of bootstrap resamples (0: no CI). Resamples with fewer than 2 distinct
             x values (among uncensored rows for Tobit), or on which the Tobit optimiser does not
-            converge, are skipped; if fewer than half are valid the CI is NaN.
+            converge, are skipped; if fewer than half are valid the CI is NaN. OLS resamples
+            are vectorised (1000 in a few ms); a Tobit resample is one MLE (~5 ms each).
         ci: CI level in (0, 1) (percentile interval).
         seed: seed of ``numpy.random.default_rng`` for the bootstrap.
         min_points: fewer uncensored rows than this, or fewer than 2 distinct x values among
@@ -305,6 +306,8 @@ def fit_power_law(
     Raises:
         ValueError: on x or y <= 0 or non-finite (the message names the value), mismatched
             lengths, or invalid ``ci`` / ``n_boot``.
+        RuntimeError: if the Tobit MLE on the full data does not converge (never seen in tests;
+            loud rather than a silently wrong exponent).
     """
     xa = _as_positive_finite(x, "x")
     ya = _as_positive_finite(y, "y")

@@ -1,0 +1,220 @@
+"""Extreme-eigenvalue estimators against dense eigendecompositions of known spectra."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mbc.spectrum import (
+    PowerEstimate,
+    SpectrumEstimate,
+    extremes_by_power,
+    lanczos,
+    power_iteration,
+)
+
+LAMBDA_MAX, LAMBDA_MIN = 50.0, -0.07  # anisotropy ~714, as on the paper's plateau
+
+
+def sym_matrix(eigs: np.ndarray, seed: int) -> torch.Tensor:
+    """Q diag(eigs) Q^T with Q Haar-random orthogonal: a symmetric matrix with spectrum eigs."""
+    rng = np.random.default_rng(seed)
+    q, _ = np.linalg.qr(rng.standard_normal((len(eigs), len(eigs))))
+    return torch.from_numpy((q * eigs) @ q.T)
+
+
+def plateau_matrix(n: int = 200, seed: int = 0) -> torch.Tensor:
+    """Tiny negative lambda_min, a bulk in [0.5, 5], a few outliers up to lambda_max = 50."""
+    rng = np.random.default_rng(seed + 100)
+    eigs = np.concatenate([[LAMBDA_MIN], rng.uniform(0.5, 5.0, n - 4), [12.0, 25.0, LAMBDA_MAX]])
+    return sym_matrix(eigs, seed)
+
+
+def gapped_matrix(n: int = 50, seed: int = 0) -> torch.Tensor:
+    """Clear gaps at both ends: 0.2 | bulk in [1, 5] | 6, 10 (power-iteration ratios <= 0.92)."""
+    rng = np.random.default_rng(seed + 200)
+    eigs = np.concatenate([[0.2], rng.uniform(1.0, 5.0, n - 3), [6.0, 10.0]])
+    return sym_matrix(eigs, seed)
+
+
+def matvec_of(a: torch.Tensor):
+    return lambda v: a @ v
+
+
+def exact(a: torch.Tensor) -> np.ndarray:
+    return np.linalg.eigvalsh(a.numpy())
+
+
+def test_lanczos_matches_eigvalsh_on_plateau_spectrum():
+    a = plateau_matrix()
+    true = exact(a)
+    est = lanczos(matvec_of(a), a.shape[0], n_iter=60, seed=0)
+    assert est.method == "lanczos" and est.n_iter == 60
+    assert est.lambda_max == pytest.approx(true[-1], abs=1e-9 * LAMBDA_MAX)
+    assert est.lambda_min == pytest.approx(true[0], abs=1e-9 * LAMBDA_MAX)
+    assert est.lambda_min < 0  # the sign is resolved: residual << |lambda_min|
+    assert est.residual_min < 1e-6 * abs(est.lambda_min)
+    assert est.relative_residual_max < 1e-10 and est.relative_residual_min < 1e-10
+    assert est.converged_max and est.converged_min
+    assert est.anisotropy == pytest.approx(LAMBDA_MAX / abs(LAMBDA_MIN), rel=1e-8)
+    assert 500 <= est.anisotropy <= 1000
+
+
+def test_lanczos_residuals_are_true_residuals():
+    a = plateau_matrix(n=80, seed=3)
+    est = lanczos(matvec_of(a), 80, n_iter=8, seed=1)
+    # For symmetric A some eigenvalue lies within the residual of each Ritz value.
+    true = exact(a)
+    assert np.min(np.abs(true - est.lambda_max)) <= est.residual_max * (1 + 1e-12)
+    assert np.min(np.abs(true - est.lambda_min)) <= est.residual_min * (1 + 1e-12)
+
+
+def test_lanczos_too_few_iterations_not_converged():
+    a = plateau_matrix()
+    true = exact(a)
+    est = lanczos(matvec_of(a), a.shape[0], n_iter=5, seed=0)
+    assert not est.converged_min
+    assert est.relative_residual_min > 10 * 1e-3
+    # Ritz values lie inside the spectrum: an unconverged lambda_min is an over-estimate.
+    assert true[0] <= est.lambda_min <= est.lambda_max <= true[-1] + 1e-12
+    assert est.lambda_min - true[0] > 0.1  # far off, and the flag says so
+    # The same run with a loose tolerance calls it converged: the flag follows tol.
+    loose = lanczos(matvec_of(a), a.shape[0], n_iter=5, seed=0, tol=0.5)
+    assert loose.converged_min and loose.lambda_min == est.lambda_min
+
+
+def test_lanczos_caps_n_iter_at_n_and_is_exact():
+    a = sym_matrix(np.array([-3.0, -1.0, 0.5, 2.0, 4.0, 7.0, 9.0, 11.0]), seed=5)
+    est = lanczos(matvec_of(a), 8, n_iter=50, seed=0)
+    assert est.n_iter == 8
+    assert est.lambda_max == pytest.approx(11.0, abs=1e-12)
+    assert est.lambda_min == pytest.approx(-3.0, abs=1e-12)
+    assert est.converged_max and est.converged_min
+
+
+def test_lanczos_stops_on_invariant_subspace():
+    # Three distinct eigenvalues: the Krylov space has dimension 3, so Lanczos must stop there.
+    eigs = np.array([-0.5] * 10 + [1.0] * 20 + [4.0] * 10)
+    a = sym_matrix(eigs, seed=2)
+    est = lanczos(matvec_of(a), 40, n_iter=30, seed=0)
+    assert est.n_iter == 3
+    assert est.lambda_max == pytest.approx(4.0, abs=1e-12)
+    assert est.lambda_min == pytest.approx(-0.5, abs=1e-12)
+    assert est.residual_max < 1e-12 and est.residual_min < 1e-12
+
+
+def test_lanczos_zero_operator():
+    est = lanczos(lambda v: torch.zeros_like(v), 10, n_iter=5, seed=0)
+    assert est.lambda_max == 0.0 and est.lambda_min == 0.0
+    assert est.converged_max and est.converged_min and est.n_iter == 1
+    assert est.anisotropy == math.inf
+
+
+def test_lanczos_float32():
+    a = plateau_matrix(n=100, seed=4)
+    true = exact(a)
+    a32 = a.float()
+    est = lanczos(matvec_of(a32), 100, n_iter=60, seed=0, dtype=torch.float32)
+    assert est.lambda_max == pytest.approx(true[-1], abs=1e-5 * LAMBDA_MAX)
+    assert est.lambda_min == pytest.approx(true[0], abs=1e-5 * LAMBDA_MAX)
+    assert est.converged_max and est.converged_min
+
+
+def test_lanczos_seed_reproducible_and_seed_independent():
+    a = plateau_matrix()
+    mv, n = matvec_of(a), a.shape[0]
+    first = lanczos(mv, n, n_iter=60, seed=7)
+    assert lanczos(mv, n, n_iter=60, seed=7) == first  # bit-identical
+    other = lanczos(mv, n, n_iter=60, seed=8)
+    assert other != first
+    assert other.lambda_max == pytest.approx(first.lambda_max, abs=1e-9 * LAMBDA_MAX)
+    assert other.lambda_min == pytest.approx(first.lambda_min, abs=1e-9 * LAMBDA_MAX)
+
+
+def test_estimators_leave_global_rng_alone():
+    a = gapped_matrix()
+    state = torch.get_rng_state()
+    lanczos(matvec_of(a), 50, n_iter=10, seed=0)
+    power_iteration(matvec_of(a), 50, n_iter=10, seed=0)
+    extremes_by_power(matvec_of(a), 50, n_iter=10, seed=0)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_power_iteration_dominant_and_shifted():
+    a = gapped_matrix()
+    true = exact(a)
+    top = power_iteration(matvec_of(a), 50, n_iter=2000, seed=0, tol=1e-8)
+    assert isinstance(top, PowerEstimate)
+    assert top.converged and top.n_iter < 2000  # stopped early on the residual test
+    assert top.eigenvalue == pytest.approx(true[-1], abs=1e-10)
+    assert top.residual <= 1e-8 * abs(top.eigenvalue)
+    bottom = power_iteration(matvec_of(a), 50, n_iter=2000, seed=0, shift=true[-1], tol=1e-8)
+    assert bottom.converged
+    assert bottom.eigenvalue == pytest.approx(true[0], abs=1e-10)
+    assert bottom.relative_residual == pytest.approx(bottom.residual / true[-1])
+
+
+def test_power_iteration_too_few_iterations_not_converged():
+    a = gapped_matrix()
+    est = power_iteration(matvec_of(a), 50, n_iter=5, seed=0)
+    assert est.n_iter == 5 and not est.converged
+    assert est.relative_residual > 1e-3
+
+
+def test_extremes_by_power_matches_eigvalsh():
+    a = gapped_matrix()
+    true = exact(a)
+    est = extremes_by_power(matvec_of(a), 50, n_iter=2000, seed=0, tol=1e-8)
+    assert est.method == "power"
+    assert est.lambda_max == pytest.approx(true[-1], abs=1e-10)
+    assert est.lambda_min == pytest.approx(true[0], abs=1e-10)
+    assert est.converged_max and est.converged_min
+    assert est.anisotropy == pytest.approx(true[-1] / true[0], rel=1e-9)
+    again = extremes_by_power(matvec_of(a), 50, n_iter=2000, seed=0, tol=1e-8)
+    assert again == est
+    other = extremes_by_power(matvec_of(a), 50, n_iter=2000, seed=1, tol=1e-8)
+    assert other.lambda_min == pytest.approx(est.lambda_min, abs=1e-10)
+
+
+def test_lanczos_beats_power_on_plateau_spectrum():
+    # Same matvec budget: Lanczos resolves lambda_min, the shift trick does not.
+    a = plateau_matrix()
+    n = a.shape[0]
+    lz = lanczos(matvec_of(a), n, n_iter=60, seed=0)
+    pw = extremes_by_power(matvec_of(a), n, n_iter=30, seed=0)
+    assert lz.converged_min
+    assert not pw.converged_min
+    assert pw.relative_residual_min > 1e3 * lz.relative_residual_min
+
+
+def test_spectrum_estimate_is_frozen_and_derived_quantities():
+    est = SpectrumEstimate(
+        lambda_max=10.0,
+        lambda_min=-0.02,
+        residual_max=1e-4,
+        residual_min=2e-3,
+        converged_max=True,
+        converged_min=True,
+        n_iter=40,
+        method="lanczos",
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        est.lambda_max = 1.0  # type: ignore[misc]
+    assert est.anisotropy == pytest.approx(500.0)
+    assert est.relative_residual_min == pytest.approx(2e-4)
+    d = est.as_dict()
+    assert d["anisotropy"] == pytest.approx(500.0) and d["n_iter"] == 40
+    assert dataclasses.replace(est, lambda_min=0.0).anisotropy == math.inf
+
+
+@pytest.mark.parametrize("fn", [lanczos, power_iteration, extremes_by_power])
+def test_bad_arguments_raise(fn):
+    a = gapped_matrix()
+    with pytest.raises(ValueError, match="n_iter"):
+        fn(matvec_of(a), 50, n_iter=0, seed=0)
+    with pytest.raises(ValueError, match="shape"):
+        fn(lambda v: torch.zeros(3, dtype=v.dtype), 50, n_iter=5, seed=0)
