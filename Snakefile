@@ -12,6 +12,6 @@ include: "workflow/rules/summary.smk"
 
 
 rule all:
+    default_target: True
     input:
         ALL_TARGETS,
-    default_target: True

@@ -1,9 +1,11 @@
 rule dataset:
     output:
         f"{OUT}/datasets/{{dataset_id}}.pt",
-    params:
-        spec=lambda wc: DATASETS[wc.dataset_id].to_dict(),
     log:
         f"{OUT}/logs/dataset/{{dataset_id}}.log",
+    conda:
+        "../../envs/mbc.yaml"
+    params:
+        spec=lambda wc: DATASETS[wc.dataset_id].to_dict(),
     script:
         "../scripts/dataset.py"

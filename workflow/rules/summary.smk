@@ -3,11 +3,13 @@ rule summarize_run:
         metrics=run_path("{run_id}", "metrics.csv"),
     output:
         run_path("{run_id}", "summary.json"),
+    log:
+        f"{OUT}/logs/summary/{{run_id}}.log",
+    conda:
+        "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         diagnostics=CFG.raw["diagnostics"],
-    log:
-        f"{OUT}/logs/summary/{{run_id}}.log",
     script:
         "../scripts/summarize_run.py"
 
@@ -17,9 +19,11 @@ rule tau_table:
         [run_path(r, "summary.json") for r in all_run_ids()],
     output:
         f"{OUT}/tau.csv",
-    params:
-        runs=[(r.experiment, r.spec.to_dict()) for r in CFG.runs],
     log:
         f"{OUT}/logs/tau_table.log",
+    conda:
+        "../../envs/mbc.yaml"
+    params:
+        runs=[(r.experiment, r.spec.to_dict()) for r in CFG.runs],
     script:
         "../scripts/tau_table.py"

@@ -8,14 +8,16 @@ rule train:
     output:
         metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",
         checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
-    params:
-        spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        device=config.get("device", "auto"),
+    log:
+        f"{OUT}/logs/train/{{run_id}}.log",
+    conda:
+        "../../envs/mbc.yaml"
     threads: config.get("threads", 1)
     resources:
         # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU.
         train_slots=1,
-    log:
-        f"{OUT}/logs/train/{{run_id}}.log",
+    params:
+        spec=lambda wc: SPECS[wc.run_id].to_dict(),
+        device=config.get("device", "auto"),
     script:
         "../scripts/train.py"
