@@ -9,6 +9,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
+include: "workflow/rules/diagnostics.smk"
+include: "workflow/rules/fits.smk"
 
 
 rule all:

@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pandas as pd
 import torch
 
+from mbc.analysis import fit_table, threshold_table
+from mbc.collective import collective_tables, group_accuracy, sample_groups
 from mbc.config import Run
-from mbc.data import Dataset, build_dataset
+from mbc.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
+from mbc.hessian import hessian_extremes
 from mbc.io import (
     read_csv_checked,
     read_json_checked,
@@ -20,9 +25,17 @@ from mbc.io import (
     write_csv_atomic,
     write_json_atomic,
 )
+from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
+from mbc.routing import ABLATION_COLUMNS, ATTENTION_COLUMNS, ablations, attention_to_z
+from mbc.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.spec import RunSpec
 from mbc.summary import summarize_run, tau_table
 from mbc.train import METRIC_COLUMNS, pick_device, train_run
+
+HESSIAN_COLUMNS = [
+    "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
+    "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
+]  # fmt: skip
 
 
 def load_dataset(path) -> Dataset:
@@ -61,3 +74,119 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
     df = tau_table(runs, summaries)
     write_csv_atomic(out_path, df)
     print(f"{len(df)} rows, {int(df.censored.sum())} censored")
+
+
+# ---- post-hoc diagnostics over saved snapshots (no retraining) --------------------------
+
+
+def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str):
+    summary = read_json_checked(summary_path, required=["tau"])
+    index = read_index(run_dir)
+    return load_dataset(dataset_path), index, summary["tau"], pick_device(device)
+
+
+def diagnose_collective(
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_groups, out_summary,
+    device: str = "auto",
+) -> None:  # fmt: skip
+    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
+    groups = sample_groups(ds, cfg["n_groups"], spec.seed)
+    per_step, fractions = {}, {}
+    for f, step in phase_steps(index, tau, cfg["tau_fractions"]):
+        model = load_model(spec, run_dir, index, step, dev)
+        per_step[step], fractions[step] = group_accuracy(model, ds, groups, dev), f
+    if tau is None:
+        print(f"{spec.run_id}: censored (no tau), no collective phases")
+    g, s = collective_tables(
+        spec.run_id, spec.task.k, tau, per_step, fractions, groups, cfg["accurate"]
+    )
+    write_csv_atomic(out_groups, g)
+    write_csv_atomic(out_summary, s)
+
+
+def diagnose_routing(
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_attention, out_ablation,
+    device: str = "auto",
+) -> None:  # fmt: skip
+    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
+    batch = make_eval_batch(ds, fixed_contexts(ds, cfg["n_contexts"], rng), rng).to(dev)
+    att, abl = [], []
+    steps = phase_steps(index, tau, list(cfg["phases"].values()))
+    names = {float(v): k for k, v in cfg["phases"].items()}
+    for f, step in steps:
+        phase = names[f]
+        model = load_model(spec, run_dir, index, step, dev)
+        a = attention_to_z(model, batch)
+        head = (spec.run_id, spec.task.k, tau, phase, step)
+        att += [
+            (*head, la, h, float(a[la, h])) for la in range(a.shape[0]) for h in range(a.shape[1])
+        ]
+        abl += [(*head, *row) for row in ablations(model, batch)]
+    if tau is None:
+        print(f"{spec.run_id}: censored (no tau), no routing phases")
+    write_csv_atomic(out_attention, pd.DataFrame(att, columns=ATTENTION_COLUMNS))
+    write_csv_atomic(out_ablation, pd.DataFrame(abl, columns=ABLATION_COLUMNS))
+
+
+def diagnose_hessian(
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_path, device: str = "auto"
+) -> None:
+    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
+    n = ds.tokens.shape[0]
+    sub = torch.as_tensor(np.sort(rng.choice(n, size=min(cfg["n_examples"], n), replace=False)))
+    tokens = ds.tokens[sub].to(dev)  # the training objective on a fixed subsample
+    plateau = cfg["plateau_fraction"]
+    fractions = sorted({*cfg["tau_fractions"], plateau})
+    plateau_step = None if tau is None else nearest(index, plateau * tau)
+    rows = []
+    for f, step in phase_steps(index, tau, fractions):
+        model = load_model(spec, run_dir, index, step, dev)
+        params = [p for p in model.parameters() if p.requires_grad]
+        est = hessian_extremes(
+            lambda m=model: training_loss(m, tokens), params, n_iter=cfg["n_iter"],
+            seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"],
+        )  # fmt: skip
+        rows.append({
+            "run_id": spec.run_id, "k": spec.task.k, "tau": tau, "step": step, "tau_fraction": f,
+            "phase": "plateau" if step == plateau_step else "other",
+            "lambda_max": est.lambda_max, "lambda_min": est.lambda_min,
+            "residual_max": est.residual_max, "residual_min": est.residual_min,
+            "converged_max": est.converged_max, "converged_min": est.converged_min,
+            "anisotropy": est.anisotropy,
+        })  # fmt: skip
+        print(
+            f"step {step} ({f:g} tau): lambda_max={est.lambda_max:.4g} lambda_min={est.lambda_min:.4g}"
+        )
+    write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
+
+
+def concat_tables(paths: list, out_path) -> None:
+    """Stack per-run tidy tables into one (empty per-run tables contribute nothing)."""
+    frames = [read_csv_checked(p) for p in paths]
+    frames = [f for f in frames if len(f.columns)]
+    df = (
+        pd.concat([f for f in frames if not f.empty], ignore_index=True)
+        if frames
+        else pd.DataFrame()
+    )
+    if df.empty and frames:
+        df = frames[0].iloc[:0]
+    write_csv_atomic(out_path, df)
+    print(f"{out_path}: {len(df)} rows from {len(paths)} files")
+
+
+def make_fits(raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_threshold) -> None:
+    tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
+    hess = read_csv_checked(hessian_path)
+    if hess.empty:
+        hess = pd.DataFrame(columns=HESSIAN_COLUMNS)
+    metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
+    boot = raw["bootstrap"]
+    fits = fit_table(raw["fits"], tau, hess, boot)
+    write_csv_atomic(out_fits, fits)
+    write_csv_atomic(
+        out_threshold, threshold_table(raw["threshold_sensitivity"], tau, metrics, boot)
+    )
+    print(fits.to_string())

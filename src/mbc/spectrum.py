@@ -46,6 +46,9 @@ __all__ = [
 Matvec = Callable[[torch.Tensor], torch.Tensor]
 
 _TINY = torch.finfo(torch.float64).tiny  # guards divisions by a zero operator scale
+# Lanczos breakdown: beta below this many eps times ||T|| is round-off (the matvec itself errs by
+# ~sqrt(n) eps ||A||), i.e. the Krylov space is invariant to working precision.
+_BREAKDOWN_EPS = 1e3
 
 
 @dataclass(frozen=True)
@@ -169,9 +172,10 @@ def lanczos(
     loses orthogonality in floating point and then returns spurious copies of converged
     eigenvalues. Memory is ``m * n`` elements of ``dtype`` for ``V`` (100 x 808K float64 = 650 MB).
 
-    The iteration stops early if the Krylov space becomes invariant (``beta ~ 0``): the Ritz
-    values are then exact eigenvalues. ``n_iter`` in the result is the number of Lanczos steps
-    (= matvecs) taken; the residuals cost one extra matvec per end (one if ``m == 1``).
+    The iteration stops early if the Krylov space becomes invariant (``beta`` at round-off
+    level): the Ritz values are then eigenvalues of ``A`` to working precision. ``n_iter`` in the
+    result is the number of Lanczos steps (= matvecs) taken; the residuals cost one extra matvec
+    per end (one if ``m == 1``).
 
     Args:
         matvec: ``v (n,) -> A v (n,)``; must be linear and symmetric.
@@ -207,7 +211,7 @@ def lanczos(
             break  # T_m needs no beta_m
         beta = torch.linalg.vector_norm(w).item()
         anorm = max(anorm, abs(alpha) + beta)
-        if beta <= eps * anorm:
+        if beta <= _BREAKDOWN_EPS * eps * anorm:
             break  # invariant Krylov space: the Ritz values are eigenvalues of A
         betas.append(beta)
         q = w / beta
@@ -261,16 +265,17 @@ def _power(matvec: Matvec, v: torch.Tensor, *, n_iter: int, shift: float, tol: f
     matvec of each step, and ``B v - mu v = A v - (mu + shift) v``, so the residual is the true
     one for ``A`` and the eigenvalue ``mu + shift``.
     """
-    for i in range(1, n_iter + 1):
+    steps = 0
+    while True:
         w = _apply(matvec, v) - shift * v
+        steps += 1
         mu = torch.dot(v, w).item()
         residual = torch.linalg.vector_norm(w - mu * v).item()
         eigenvalue = mu + shift
         rel = residual / max(abs(eigenvalue), abs(shift), _TINY)
-        if rel <= tol:
-            break
+        if rel <= tol or steps == n_iter:
+            return PowerEstimate(eigenvalue, residual, rel, rel <= tol, steps)
         v = w / torch.linalg.vector_norm(w)  # w != 0 here: w == 0 gives residual 0 above
-    return PowerEstimate(eigenvalue, residual, rel, rel <= tol, i)
 
 
 def power_iteration(

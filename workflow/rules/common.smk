@@ -22,4 +22,55 @@ def all_run_ids():
     return list(SPECS)
 
 
-ALL_TARGETS = [f"{OUT}/tau.csv"]
+DIAG = CFG.raw["diagnostics"]
+
+
+def diagnosed_runs(name):
+    """Runs a diagnostic looks at: its source experiment, filtered by `where`."""
+    d = DIAG[name]
+    ids = CFG.run_ids(d["source"], d.get("where") or None)
+    # routing/hessian/collective need the transformer on the main task
+    return [
+        r
+        for r in ids
+        if SPECS[r].model.kind == "transformer" and SPECS[r].task.direction == "bz_to_a"
+    ]
+
+
+def diag_path(kind, run_id, suffix=""):
+    return f"{OUT}/diagnostics/{kind}/{run_id}{suffix}.csv"
+
+
+# Aggregated tidy tables: name -> the per-run files stacked into {OUT}/<name>.csv
+TABLES = {
+    "metrics": [run_path(r, "metrics.csv") for r in SPECS],
+    "collective": [diag_path("collective", r) for r in diagnosed_runs("collective")],
+    "collective_summary": [
+        diag_path("collective", r, "_summary") for r in diagnosed_runs("collective")
+    ],
+    "routing_attention": [
+        diag_path("routing", r, "_attention") for r in diagnosed_runs("routing")
+    ],
+    "routing_ablation": [
+        diag_path("routing", r, "_ablation") for r in diagnosed_runs("routing")
+    ],
+    "hessian": [diag_path("hessian", r) for r in diagnosed_runs("hessian")],
+}
+
+
+def run_inputs(wc):
+    """What a per-run diagnostic reads: dataset, snapshot index, tau (summary)."""
+    spec = SPECS[wc.run_id]
+    return {
+        "dataset": f"{OUT}/datasets/{spec.dataset_id}.pt",
+        "checkpoints": run_path(wc.run_id, "checkpoints.csv"),
+        "summary": run_path(wc.run_id, "summary.json"),
+    }
+
+
+ALL_TARGETS = [
+    f"{OUT}/tau.csv",
+    *(f"{OUT}/{t}.csv" for t in TABLES),
+    f"{OUT}/fits.csv",
+    f"{OUT}/threshold_sensitivity.csv",
+]

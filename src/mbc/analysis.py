@@ -1,0 +1,96 @@
+"""Fits over runs (spec E3, E4 and the sweeps): config `fits:` entries -> results/fits.csv.
+
+Each fit pools the runs of its experiments (a run shared by two experiments counts once),
+fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),
+never as a tau and never silently dropped: `n_censored` is in every row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from mbc.fits import PowerLawFit, fit_power_law
+from mbc.summary import first_step_below
+
+FIT_COLUMNS = [
+    "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
+    "method", "ci_level", "n_boot",
+]  # fmt: skip
+
+
+def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawFit:
+    rows = rows.drop_duplicates("run_id")
+    censored = rows["censored"].astype(bool).to_numpy() if "censored" in rows else None
+    if y == "anisotropy":
+        yv = rows["anisotropy"].to_numpy(float)
+    else:
+        # a censored run is known only to exceed its budget: that bound is its y
+        tau = rows["tau"].astype("Float64").fillna(rows["steps"]).to_numpy(float)
+        yv = tau * rows["batch_size"].to_numpy(float) if y == "examples" else tau
+    keep = np.isfinite(yv) & (yv > 0)
+    return fit_power_law(
+        rows[x].to_numpy(float)[keep],
+        yv[keep],
+        censored=None if censored is None else censored[keep],
+        units=rows["run_id"].to_numpy()[keep],
+        name=name,
+        x_name=x,
+        n_boot=boot["n_boot"],
+        ci=boot["ci"],
+        seed=boot["seed"],
+    )
+
+
+def fit_table(
+    fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict
+) -> pd.DataFrame:
+    """One row per fit (and per `by` value)."""
+    out = []
+    for spec in fits:
+        table = hessian if spec.get("table") == "hessian" else tau
+        if spec.get("table") == "hessian":
+            rows = table[table["phase"] == "plateau"]
+        else:
+            rows = table[table["experiment"].isin(spec.get("experiments", []))]
+        y = spec.get("y", "anisotropy" if spec.get("table") == "hessian" else "tau")
+        if "by" in spec:
+            for value, sub in sorted(rows.groupby(spec["by"]), key=lambda kv: kv[0]):
+                name = f"{spec['name']}_at_{spec['by']}{value:g}"
+                out.append(_fit(sub, name, spec["x"], y, boot).to_row())
+        else:
+            out.append(_fit(rows, spec["name"], spec["x"], y, boot).to_row())
+    return pd.DataFrame(out, columns=FIT_COLUMNS)
+
+
+def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """tau.csv rows with tau recomputed at another threshold from the per-run metrics."""
+    out = tau.copy()
+    taus = {}
+    for run_id, m in metrics.groupby("run_id"):
+        m = m.sort_values("step")
+        k = int(tau.loc[tau.run_id == run_id, "k"].iloc[0])
+        taus[run_id] = first_step_below(
+            m["step"].to_numpy(), m["candidate_loss"].to_numpy(), threshold * math.log(k)
+        )
+    out["tau"] = [taus.get(r) for r in out.run_id]
+    out["censored"] = out["tau"].isna()
+    out["tau"] = out["tau"].astype("Float64")
+    out["threshold"] = threshold
+    return out
+
+
+def threshold_table(
+    cfg: dict, tau: pd.DataFrame, metrics: pd.DataFrame, boot: dict
+) -> pd.DataFrame:
+    """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K."""
+    rows = tau[tau["experiment"].isin(cfg["experiments"])]
+    rows = rows[rows.model == "transformer"]
+    m = metrics[metrics.run_id.isin(rows.run_id)]
+    out = []
+    for thr in cfg["thresholds"]:
+        fit = _fit(retau(rows, m, thr), f"tau_vs_{cfg['x']}_thr{thr:g}", cfg["x"], "tau", boot)
+        out.append({"threshold": thr, **fit.to_row()})
+    return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])

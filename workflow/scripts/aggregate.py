@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import concat_tables
+
+with logged(snakemake.log[0]):
+    concat_tables(list(snakemake.input), snakemake.output[0])

@@ -1,0 +1,12 @@
+from mbc.logging import logged
+from mbc.pipeline import make_fits
+
+with logged(snakemake.log[0]):
+    make_fits(
+        snakemake.params.raw,
+        snakemake.input.tau,
+        snakemake.input.hessian,
+        snakemake.input.metrics,
+        snakemake.output.fits,
+        snakemake.output.threshold,
+    )

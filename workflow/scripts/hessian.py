@@ -1,0 +1,16 @@
+from pathlib import Path
+
+from mbc.logging import logged
+from mbc.pipeline import diagnose_hessian
+from mbc.spec import RunSpec
+
+with logged(snakemake.log[0]):
+    diagnose_hessian(
+        RunSpec.from_dict(snakemake.params.spec),
+        snakemake.input.dataset,
+        Path(snakemake.input.checkpoints).parent,
+        snakemake.input.summary,
+        snakemake.params.cfg,
+        snakemake.output[0],
+        device=snakemake.params.device,
+    )

@@ -1,0 +1,17 @@
+from pathlib import Path
+
+from mbc.logging import logged
+from mbc.pipeline import diagnose_routing
+from mbc.spec import RunSpec
+
+with logged(snakemake.log[0]):
+    diagnose_routing(
+        RunSpec.from_dict(snakemake.params.spec),
+        snakemake.input.dataset,
+        Path(snakemake.input.checkpoints).parent,
+        snakemake.input.summary,
+        snakemake.params.cfg,
+        snakemake.output.attention,
+        snakemake.output.ablation,
+        device=snakemake.params.device,
+    )
