@@ -5,12 +5,16 @@
 configfile: "config.yaml"
 
 
+report: "workflow/report/workflow.rst"
+
+
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/fits.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:

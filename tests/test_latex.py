@@ -41,7 +41,7 @@ PAPER_MACROS = [
     "FitTauVsDCIHigh",
     "FitTauVsDRsq",
     "FitTauVsDN",
-    "FitTauVsKAtDTenThousandExponent",
+    "FitTauVsKAtSmallestDExponent",
     "LeadFractionMean",
     "AnisotropyMedian",
     *VERDICTS,

@@ -21,6 +21,10 @@ import pandas as pd
 import torch
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 class CorruptArtifactError(RuntimeError):
     """An artefact on disk is truncated, unreadable or does not have the expected shape."""
 
@@ -34,6 +38,7 @@ def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artefacts are shared files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

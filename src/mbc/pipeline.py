@@ -13,22 +13,28 @@ import pandas as pd
 import torch
 
 from mbc.analysis import fit_table, threshold_table
-from mbc.collective import collective_tables, group_accuracy, sample_groups
+from mbc.collective import SUMMARY_COLUMNS, collective_tables, group_accuracy, sample_groups
 from mbc.config import Run
 from mbc.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.hessian import hessian_extremes
+from mbc.hypotheses import evaluate_hypotheses
 from mbc.io import (
     read_csv_checked,
     read_json_checked,
     torch_load_checked,
     torch_save_atomic,
+    write_bytes_atomic,
     write_csv_atomic,
     write_json_atomic,
+    write_text_atomic,
 )
 from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
+from mbc.report import fits_table, hypotheses_table, numbers, numbers_file, scorecard_table
 from mbc.routing import ABLATION_COLUMNS, ATTENTION_COLUMNS, ablations, attention_to_z
+from mbc.scorecard import scorecard
 from mbc.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.spec import RunSpec
+from mbc.statistics import compute_statistics
 from mbc.summary import summarize_run, tau_table
 from mbc.train import METRIC_COLUMNS, pick_device, train_run
 
@@ -190,3 +196,67 @@ def make_fits(raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_thr
         out_threshold, threshold_table(raw["threshold_sensitivity"], tau, metrics, boot)
     )
     print(fits.to_string())
+
+
+# ---- verdicts, scorecard and the paper's generated inputs ------------------------------
+
+
+def make_statistics(raw: dict, paths: dict, out_path) -> None:
+    t = {k: read_csv_checked(p) for k, p in paths.items()}
+    for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
+                       ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
+        if t[name].empty:
+            t[name] = pd.DataFrame(columns=cols)
+    df = compute_statistics(
+        t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
+        raw["bootstrap"], raw["statistics"],
+    )  # fmt: skip
+    write_csv_atomic(out_path, df)
+    print(df.to_string())
+
+
+def make_hypotheses(hypotheses: dict, statistics_path, out_path) -> None:
+    table = evaluate_hypotheses(hypotheses, read_csv_checked(statistics_path, required=["name"]))
+    write_csv_atomic(out_path, table)
+    print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
+
+
+def make_scorecard(rows: list, statistics_path, out_csv) -> None:
+    card = scorecard(rows, read_csv_checked(statistics_path, required=["name"]))
+    write_csv_atomic(out_csv, card)
+    print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
+
+
+def make_tex(preset: str, paths: dict, out: dict) -> None:
+    t = {k: read_csv_checked(p) for k, p in paths.items()}
+    write_text_atomic(out["fits"], fits_table(t["fits"]))
+    write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"]))
+    write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
+    values = numbers(preset, t["tau"], t["fits"], t["statistics"], t["hypotheses"], t["scorecard"])
+    write_text_atomic(out["numbers"], numbers_file(values))
+
+
+def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
+    """latexmk in a scratch directory, then move the PDF into place atomically."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    if not shutil.which("latexmk"):
+        raise RuntimeError("latexmk not found: install the TeX toolchain (paper/README_TEX.md)")
+    env = dict(os.environ, TEXINPUTS=":".join(str(Path(p).resolve()) for p in texinputs) + ":")
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
+               f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        print(res.stdout[-4000:])
+        if res.returncode != 0:
+            raise RuntimeError(
+                f"latexmk failed ({res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
+            )
+        log = (Path(tmp) / "main.log").read_text(errors="replace")
+        if "Undefined control sequence" in log:
+            raise RuntimeError("main.tex uses a macro that numbers.tex does not define")
+        write_bytes_atomic(out_pdf, (Path(tmp) / "main.pdf").read_bytes())

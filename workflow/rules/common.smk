@@ -74,3 +74,24 @@ ALL_TARGETS = [
     f"{OUT}/fits.csv",
     f"{OUT}/threshold_sensitivity.csv",
 ]
+
+
+# Figures: name -> tables it reads (mbc.figures registers one function per figure).
+from mbc.figures import FIGURES, TABLES_NEEDED
+import shutil
+
+PAPER_PDF = CFG.raw["paper_pdf"]
+ALL_TARGETS += [
+    f"{OUT}/statistics.csv",
+    f"{OUT}/hypotheses.csv",
+    f"{OUT}/scorecard.csv",
+    *(f"{OUT}/figures/{f}.{ext}" for f in FIGURES for ext in ("pdf", "png")),
+    f"{OUT}/tex/numbers.tex",
+    *(f"{OUT}/tex/tables/{t}.tex" for t in ("fits", "hypotheses", "scorecard")),
+]
+# The PDF needs a TeX toolchain (setup.sh installs it on Debian); without one the
+# workflow builds everything else and says so.
+if shutil.which("latexmk"):
+    ALL_TARGETS.append(PAPER_PDF)
+else:
+    print("mbc: latexmk not found, the paper PDF is skipped (see paper/README_TEX.md)")

@@ -1,0 +1,188 @@
+"""Every measured statistic the verdicts and the scorecard read: results/statistics.csv.
+
+One row per statistic: name, value, ci_low, ci_high, n, n_censored, what. Fit exponents
+come from fits.csv (`fit:<name>`, `fit_r2:<name>`); the others are computed here from the
+tidy tables, with percentile bootstrap CIs over independent runs. Nothing here knows
+the paper's values.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "what"]
+NAN = float("nan")
+
+
+def _boot(values: np.ndarray, fn, boot: dict) -> tuple:
+    """(value, ci_low, ci_high) of fn(values), percentile bootstrap over rows (= runs)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or not np.isfinite(values).any():
+        return NAN, NAN, NAN
+    v = float(fn(values))
+    n = len(values)  # rows: a 2-D array resamples whole rows (paired values)
+    if n < 2:
+        return v, NAN, NAN
+    rng = np.random.default_rng(boot["seed"])
+    idx = rng.integers(0, n, size=(boot["n_boot"], n))
+    reps = np.array([fn(values[i]) for i in idx], dtype=float)
+    reps = reps[np.isfinite(reps)]
+    a = (1 - boot["ci"]) / 2
+    if reps.size < boot["n_boot"] / 2:
+        return v, NAN, NAN
+    return v, float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+
+
+def _row(name, vci, n, n_cens, what) -> dict:
+    v, lo, hi = vci
+    return dict(
+        name=name, value=v, ci_low=lo, ci_high=hi, n=int(n), n_censored=int(n_cens), what=what
+    )
+
+
+def _tau_or_bound(df: pd.DataFrame) -> np.ndarray:
+    """tau, or the step budget for a censored run (a lower bound on its tau)."""
+    return df["tau"].astype("Float64").fillna(df["steps"]).to_numpy(float)
+
+
+def _spearman(x: np.ndarray, y: np.ndarray) -> float:
+    if len(np.unique(x)) < 2 or len(np.unique(y)) < 2:
+        return NAN
+    return float(sps.spearmanr(x, y).statistic)
+
+
+def fit_statistics(fits: pd.DataFrame) -> list[dict]:
+    out = []
+    for r in fits.itertuples():
+        out.append(_row(f"fit:{r.name}", (r.exponent, r.ci_low, r.ci_high), r.n, r.n_censored,
+                        f"exponent of {r.name} ({r.method})"))  # fmt: skip
+        out.append(
+            _row(f"fit_r2:{r.name}", (r.r2, NAN, NAN), r.n, r.n_censored, f"R^2 of {r.name}")
+        )
+    return out
+
+
+def compute_statistics(
+    tau: pd.DataFrame, fits: pd.DataFrame, collective: pd.DataFrame, routing_ablation: pd.DataFrame,
+    hessian: pd.DataFrame, boot: dict, cfg: dict,
+) -> pd.DataFrame:  # fmt: skip
+    """All statistics; a statistic without data is a row of NaNs (never dropped)."""
+    rows = fit_statistics(fits)
+    cens = tau["censored"].astype(bool)
+
+    e1 = tau[(tau.experiment == "E1") & (tau.k >= 3)].drop_duplicates("run_id")
+    rows.append(_row("plateau_height_over_log_k", _boot(e1.height_over_log_k.dropna().to_numpy(), np.mean, boot),
+                     e1.height_over_log_k.notna().sum(), int(e1.censored.sum()),
+                     "mean plateau height / log K over E1 runs (K >= 3)"))  # fmt: skip
+
+    lead = e1.lead_fraction.dropna().to_numpy(float)
+    rows.append(_row("lead_fraction_mean", _boot(lead, np.mean, boot), lead.size, int(e1.censored.sum()),
+                     "mean (loss onset - delta_z onset) / loss onset over E1 runs"))  # fmt: skip
+
+    frac = collective_fraction_at(collective, cfg["collective_fraction"])
+    rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
+                     f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
+
+    e12 = tau[tau.experiment == "E12"].drop_duplicates("run_id")
+    x, y = e12.label_noise.to_numpy(float), _tau_or_bound(e12)
+    pairs = np.column_stack([x, y]) if len(e12) else np.empty((0, 2))
+    rho = _boot(pairs, lambda p: abs(_spearman(p[:, 0], p[:, 1])), boot) if len(e12) else (NAN,) * 3
+    rows.append(_row("label_noise_spearman_abs", rho, len(e12), int(e12.censored.sum()),
+                     "|Spearman rho| of tau (censored: budget) with label noise p, E12"))  # fmt: skip
+
+    e13 = tau[(tau.experiment == "E13") & (tau.model == "linear")].drop_duplicates("run_id")
+    trans = (~e13.censored.astype(bool)).to_numpy(float)
+    rows.append(_row("linear_transition_fraction", _boot(trans, np.mean, boot), len(e13),
+                     int(e13.censored.sum()), "fraction of linear-baseline runs that cross the threshold"))  # fmt: skip
+    final = (e13.final_candidate_loss / np.log(e13.k)).to_numpy(float)
+    rows.append(_row("linear_final_lcand_over_log_k", _boot(final, np.mean, boot), len(e13),
+                     int(e13.censored.sum()), "final L_cand / log K of the linear baseline"))  # fmt: skip
+
+    rows.append(direction_ratio(tau, boot))
+    rows.append(extreme_ratio(tau, "E6", "lr", "tau", boot, "lr_tau_ratio",
+                              "tau at the largest lr / tau at the smallest lr (E6)"))  # fmt: skip
+    rows.append(extreme_ratio(tau, "E7", "batch_size", "examples", boot, "batch_examples_ratio",
+                              "examples to tau at the smallest batch / at the largest (E7)", invert=True))  # fmt: skip
+
+    plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
+    an = plat.anisotropy.to_numpy(float) if not plat.empty else np.array([])
+    an = an[np.isfinite(an)]
+    rows.append(_row("anisotropy_plateau_median", _boot(an, np.median, boot), an.size, 0,
+                     "median |lambda_max / lambda_min| at the plateau phase (E10)"))  # fmt: skip
+    conv = plat.converged_min.astype(bool).to_numpy(float) if not plat.empty else np.array([])
+    rows.append(_row("lambda_min_converged_fraction", (float(conv.mean()) if conv.size else NAN, NAN, NAN),
+                     conv.size, 0, "fraction of plateau lambda_min estimates that converged"))  # fmt: skip
+
+    layer = routing_head_layer(routing_ablation)
+    rows.append(_row("routing_head_layer_mode", (layer, NAN, NAN), routing_ablation.run_id.nunique()
+                     if not routing_ablation.empty else 0, 0,
+                     "most common layer of the head whose zero-ablation removes most delta_z (mid)"))  # fmt: skip
+    rows.append(_row("n_runs", (float(tau.run_id.nunique()), NAN, NAN), tau.run_id.nunique(),
+                     int(tau.drop_duplicates("run_id").censored.sum()), "distinct training runs"))  # fmt: skip
+    del cens
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray:
+    """Per run, frac_accurate at the checkpoint whose tau_fraction is nearest `fraction`."""
+    if summary.empty:
+        return np.array([])
+    out = []
+    for _, g in summary.groupby("run_id"):
+        out.append(float(g.loc[(g.tau_fraction - fraction).abs().idxmin(), "frac_accurate"]))
+    return np.array(out)
+
+
+def direction_ratio(tau: pd.DataFrame, boot: dict) -> dict:
+    """Geometric mean over (K, seed) of tau(a_to_b) / tau(bz_to_a), E14 (censored: bound)."""
+    e14 = tau[tau.experiment == "E14"].drop_duplicates("run_id")
+    if e14.empty:
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
+    e14 = e14.assign(t=_tau_or_bound(e14))
+    piv = e14.pivot_table(index=["k", "seed"], columns="task", values="t", aggfunc="first")
+    if not {"a_to_b", "bz_to_a"} <= set(piv.columns):
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
+    logr = np.log(piv["a_to_b"] / piv["bz_to_a"]).dropna().to_numpy()
+    v, lo, hi = _boot(logr, np.mean, boot)
+    return _row("direction_ratio", (math.exp(v), math.exp(lo), math.exp(hi)), logr.size,
+                int(e14.censored.sum()), "geometric mean tau(A->B) / tau((B,z)->A) over K, seeds (E14)")  # fmt: skip
+
+
+def extreme_ratio(tau, experiment, x, y, boot, name, what, invert=False) -> dict:
+    """Mean y at the largest x over mean y at the smallest x (inverted: smallest / largest)."""
+    e = tau[tau.experiment == experiment].drop_duplicates("run_id")
+    if e.empty or e[x].nunique() < 2:
+        return _row(name, (NAN,) * 3, len(e), int(e.censored.sum()) if len(e) else 0, what)
+    vals = _tau_or_bound(e) * (e.batch_size.to_numpy(float) if y == "examples" else 1.0)
+    e = e.assign(v=vals)
+    lo_x, hi_x = e[x].min(), e[x].max()
+    a = e.loc[e[x] == hi_x, "v"].to_numpy(float)
+    b = e.loc[e[x] == lo_x, "v"].to_numpy(float)
+    if invert:
+        a, b = b, a
+    # bootstrap the two groups independently (they are different runs)
+    rng = np.random.default_rng(boot["seed"])
+    reps = [
+        rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
+    ]
+    q = (1 - boot["ci"]) / 2
+    ci = (
+        (float(np.quantile(reps, q)), float(np.quantile(reps, 1 - q)))
+        if a.size + b.size > 2
+        else (NAN, NAN)
+    )
+    return _row(name, (float(a.mean() / b.mean()), *ci), len(e), int(e.censored.sum()), what)
+
+
+def routing_head_layer(ablation: pd.DataFrame) -> float:
+    if ablation.empty:
+        return NAN
+    z = ablation[(ablation.phase == "mid") & (ablation.kind == "zero")]
+    if z.empty:
+        return NAN
+    layers = z.loc[z.groupby("run_id").delta_delta_z.idxmin(), "layer"]
+    return float(layers.mode().iloc[0])

@@ -1,0 +1,340 @@
+"""Figures layer: every figure renders from tidy tables, including empty tables, missing
+experiments and censored runs, and fitted lines come from the `fits` table (never fitted)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.legend import Legend
+
+from mbc import figures
+from mbc.io import write_csv_atomic
+
+NAMES = [
+    "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
+    "appendix_direction", "appendix_label_noise", "appendix_sharing", "appendix_threshold",
+]  # fmt: skip
+
+# Deliberately odd exponents: the legends must show exactly these (read, not re-fitted).
+ODD = {
+    "tau_vs_d": 1.777,
+    "tau_vs_k_at_d10000": -0.321,
+    "tau_vs_lr": 0.613,
+    "tau_vs_batch_steps_at_k20": -0.456,
+    "tau_vs_batch_examples_at_k20": 0.389,
+    "tau_vs_sharing": 0.0271,
+    "anisotropy_vs_k": 2.468,
+}
+
+TAU_COLS = [
+    "run_id", "experiment", "task", "model", "k", "n_groups", "d", "lr", "batch_size",
+    "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
+    "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
+    "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
+    "delta_z_onset", "lead", "lead_fraction",
+]  # fmt: skip
+FIT_COLS = [
+    "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
+    "method", "ci_level", "n_boot",
+]  # fmt: skip
+
+
+def _run(experiment, run_id, *, k=20, d=None, tau=None, budget=4000, **kw):
+    d = 1000 * k if d is None else d
+    row = dict(
+        run_id=run_id, experiment=experiment, task="bz_to_a", model="transformer", k=k,
+        n_groups=d // k, d=d, lr=1e-3, batch_size=128, z_length=2, sharing="private",
+        n_supergroups=None, sharing_factor=1.0, label_noise=0.0, seed=0, threshold=0.5,
+        tau=tau, censored=tau is None, plateau_height=math.log(k), height_over_log_k=1.0,
+        final_candidate_loss=0.05 if tau else math.log(k),
+        final_candidate_accuracy=0.98 if tau else 1 / k, steps=budget,
+        loss_onset=None if tau is None else int(0.8 * tau),
+        delta_z_onset=None if tau is None else int(0.4 * tau),
+    )  # fmt: skip
+    row.update(kw)
+    if row["loss_onset"] is not None and row["delta_z_onset"] is not None:
+        row["lead"] = row["loss_onset"] - row["delta_z_onset"]
+        row["lead_fraction"] = row["lead"] / row["loss_onset"]
+    return row
+
+
+def _tau_table() -> pd.DataFrame:
+    rows = []
+    for k in (3, 5, 10, 20):  # E1, plus a censored K=36
+        rows.append(_run("E1", f"e1_k{k}", k=k, tau=int(0.05 * (1000 * k) ** 1.2)))
+    rows.append(_run("E1", "e1_k20_s1", k=20, tau=2300, seed=1))
+    rows.append(_run("E1", "e1_k36", k=36, tau=None, budget=60000))
+    for d in (10000, 20000):
+        for k in (5, 10, 20):
+            rows.append(_run("E2", f"e2_d{d}_k{k}", k=k, d=d, tau=int(0.05 * d**1.2)))
+    rows.append(_run("E2", "e2_d20000_k36", k=36, d=20000, tau=None, budget=30000))
+    for lr, t in ((3e-4, 800), (1e-3, 1500), (5e-3, 2900)):
+        rows.append(_run("E6", f"e6_lr{lr}", lr=lr, tau=t))
+    rows.append(_run("E6", "e6_lr1e-2", lr=1e-2, tau=None, budget=4000))
+    for k in (20, 36):
+        for b in (64, 128, 256, 512):
+            t = None if (k == 36 and b == 64) else int(40000 / b**0.5 * k / 20)
+            rows.append(_run("E7", f"e7_k{k}_b{b}", k=k, batch_size=b, tau=t, budget=9000))
+    for kind, g, sf in (("shared", 1, 1000), ("supergroup", 10, 100), ("private", 1000, 1)):
+        rows.append(_run("E11", f"e11_{kind}", sharing=kind, n_supergroups=g,
+                         sharing_factor=sf, tau=1500 + sf))  # fmt: skip
+    rows.append(_run("E11", "e11_sg100", sharing="supergroup", sharing_factor=10, tau=None))
+    for p, t in ((0.0, 1500), (0.05, 1700), (0.1, 2100), (0.2, None)):
+        rows.append(_run("E12", f"e12_p{p}", label_noise=p, tau=t))
+    for k in (10, 20):
+        rows.append(_run("E13", f"e13_k{k}", k=k, model="linear", tau=None, budget=100000,
+                         final_candidate_accuracy=1 / k))  # fmt: skip
+    for k in (5, 10):
+        for seed in (0, 1):
+            rows.append(_run("E14", f"e14_bz_k{k}_s{seed}", k=k, seed=seed, tau=300 * k + seed))
+            t = None if (k == 10 and seed == 1) else 900 * k
+            rows.append(_run("E14", f"e14_ab_k{k}_s{seed}", k=k, seed=seed, tau=t,
+                             task="a_to_b", budget=12000))  # fmt: skip
+    df = pd.DataFrame(rows, columns=TAU_COLS)
+    for c in ("tau", "loss_onset", "delta_z_onset", "lead", "n_supergroups"):
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+def _metrics_table(tau: pd.DataFrame) -> pd.DataFrame:
+    out = []
+    for _, r in tau[tau["experiment"].isin(["E1", "E13"])].drop_duplicates("run_id").iterrows():
+        steps = np.unique(np.geomspace(1, r["steps"], 40).astype(int))
+        log_k = math.log(r["k"])
+        t = r["tau"] if not pd.isna(r["tau"]) else 10 * r["steps"]
+        drop = 1 / (1 + np.exp(-(steps - t) / (0.08 * t)))
+        cand = log_k * (1 - 0.98 * drop) * (1 + 0.3 * np.exp(-steps / 20))
+        dz = 2.0 / (1 + np.exp(-(steps - 0.6 * t) / (0.1 * t)))
+        dz[5] = np.nan  # a NaN value in the middle of a curve
+        out.append(pd.DataFrame(dict(
+            run_id=r["run_id"], step=steps, examples_seen=steps * 128, train_loss=cand,
+            loss=cand, first_target_loss=cand + 1, candidate_loss=cand,
+            candidate_accuracy=drop, shuffled_loss=cand + dz, delta_z=dz, grad_norm=1.0,
+            wall_s=steps * 0.01,
+        )))  # fmt: skip
+    return pd.concat(out, ignore_index=True)
+
+
+def _fits_table() -> pd.DataFrame:
+    rows = []
+    for name, e in ODD.items():
+        x = name.split("_vs_")[1].split("_")[0]
+        rows.append(dict(name=name, x_name=x, exponent=e, ci_low=e - 0.05, ci_high=e + 0.05,
+                         prefactor=0.05 if name == "tau_vs_d" else 1000.0, r2=0.9, n=8,
+                         n_censored=1, method="tobit", ci_level=0.95, n_boot=200))  # fmt: skip
+    rows.append(dict(name="tau_vs_k_at_d20000", x_name="k", exponent=np.nan))  # failed fit
+    return pd.DataFrame(rows, columns=FIT_COLS)
+
+
+def _collective_tables(rng) -> tuple[pd.DataFrame, pd.DataFrame]:
+    fr = (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5)
+    groups, summary = [], []
+    for run_id, k, tau in (("e1_k10", 10, 2000), ("e1_k20", 20, 4500), ("e1_k36", 36, None)):
+        for f in fr:
+            acc = np.clip(rng.normal(1 / k + (1 - 1 / k) * (f >= 1.0), 0.05, 50), 0, 1)
+            acc = np.round(acc * k) / k
+            tf = f if tau else np.nan
+            step = int(f * tau) if tau else int(f * 10000)
+            groups.append(pd.DataFrame(dict(run_id=run_id, k=k, tau=tau, step=step,
+                                            tau_fraction=tf, group=np.arange(50),
+                                            accuracy=acc)))  # fmt: skip
+            summary.append(dict(run_id=run_id, k=k, tau=tau, step=step, tau_fraction=tf,
+                                frac_accurate=float((acc >= 0.8).mean()),
+                                mean_accuracy=float(acc.mean()), accurate_threshold=0.8))  # fmt: skip
+    return pd.concat(groups, ignore_index=True), pd.DataFrame(summary)
+
+
+def _routing_tables(rng) -> tuple[pd.DataFrame, pd.DataFrame]:
+    att, abl = [], []
+    for run_id, k, tau in (("e1_k10", 10, 2000), ("e1_k20", 20, 4500)):
+        for phase, f in (("pre", 0.25), ("mid", 1.0), ("post", 2.0)):
+            for layer in range(2):
+                for head in range(4):
+                    hot = layer == 0 and head == 3
+                    a = 0.6 * f if hot else rng.uniform(0, 0.1)
+                    att.append(dict(run_id=run_id, k=k, tau=tau, phase=phase, step=int(f * tau),
+                                    layer=layer, head=head, attn_to_z=a))  # fmt: skip
+                    for kind in ("zero", "mean", "sufficiency"):
+                        dl = 1.5 if hot else rng.normal(0, 0.05)
+                        abl.append(dict(run_id=run_id, k=k, tau=tau, phase=phase,
+                                        step=int(f * tau), layer=layer, head=head, kind=kind,
+                                        delta_loss=dl, delta_delta_z=-dl))  # fmt: skip
+    att[-1]["attn_to_z"] = np.nan
+    return pd.DataFrame(att), pd.DataFrame(abl)
+
+
+def _hessian_table() -> pd.DataFrame:
+    rows = []
+    for run_id, k, tau in (("e1_k3", 3, 600), ("e1_k10", 10, 2000), ("e1_k20", 20, 4500)):
+        for f in (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0):
+            lmax, lmin = 50.0 / (1 + f), -0.05 * k / (1 + 5 * f)
+            rows.append(dict(run_id=run_id, k=k, tau=tau, step=int(f * tau), tau_fraction=f,
+                             phase="plateau" if f == 0.5 else "other", lambda_max=lmax,
+                             lambda_min=lmin, residual_max=0.01 * lmax,
+                             residual_min=abs(lmin) * (2.0 if f == 0.25 else 0.1),
+                             converged_max=True, converged_min=f != 0.25,
+                             anisotropy=abs(lmax / lmin)))  # fmt: skip
+    rows.append(dict(run_id="e1_k36", k=36, tau=np.nan, step=1000, tau_fraction=np.nan,
+                     phase="other", lambda_max=10.0, lambda_min=np.nan, residual_max=0.1,
+                     residual_min=np.nan, converged_max=True, converged_min=False,
+                     anisotropy=np.nan))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _threshold_table() -> pd.DataFrame:
+    rows = []
+    for thr, e in ((0.3, 1.15), (0.4, 1.19), (0.5, 1.21), (0.6, 1.24), (0.7, np.nan)):
+        rows.append(dict(threshold=thr, name="tau_vs_d", x_name="d", exponent=e,
+                         ci_low=e - 0.06, ci_high=e + 0.08, prefactor=0.05, r2=0.99, n=19,
+                         n_censored=1 if thr == 0.3 else 0, method="ols", ci_level=0.95,
+                         n_boot=200))  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def _all_tables() -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(0)
+    tau = _tau_table()
+    collective, summary = _collective_tables(rng)
+    attention, ablation = _routing_tables(rng)
+    return {
+        "tau": tau,
+        "metrics": _metrics_table(tau),
+        "fits": _fits_table(),
+        "threshold_sensitivity": _threshold_table(),
+        "collective": collective,
+        "collective_summary": summary,
+        "routing_attention": attention,
+        "routing_ablation": ablation,
+        "hessian": _hessian_table(),
+    }
+
+
+def _write(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for name, df in tables.items():
+        paths[name] = str(folder / f"{name}.csv")
+        write_csv_atomic(paths[name], df)
+    return paths
+
+
+def _render_all(
+    table_paths: dict[str, str], out: Path, names: list[str] = NAMES
+) -> dict[str, list[str]]:
+    """Render every figure; return each figure's legend and panel texts."""
+    texts: dict[str, list[str]] = {}
+    original = figures._save
+
+    def capture(fig, out_pdf, out_png):
+        texts[out_pdf.stem] = [t.get_text() for leg in fig.findobj(Legend)
+                               for t in leg.get_texts()]  # fmt: skip
+        texts[out_pdf.stem + ":all"] = [t.get_text() for t in fig.findobj(
+            lambda o: hasattr(o, "get_text") and hasattr(o, "get_position"))]  # fmt: skip
+        original(fig, out_pdf, out_png)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures, "_save", capture)
+        for name in names:
+            figures.render(name, table_paths, out / f"{name}.pdf", out / f"{name}.png")
+    return texts
+
+
+def _check_files(out: Path, name: str, min_png: int = 5000) -> None:
+    pdf, png = out / f"{name}.pdf", out / f"{name}.png"
+    assert pdf.read_bytes()[:4] == b"%PDF", name
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", name
+    assert len(data) > min_png, (name, len(data))
+
+
+@pytest.fixture(scope="module")
+def full(tmp_path_factory):
+    root = tmp_path_factory.mktemp("figs")
+    paths = _write(_all_tables(), root / "tables")
+    out = root / "out"
+    return out, _render_all(paths, out)
+
+
+def test_registry_names_and_tables():
+    assert list(figures.FIGURES) == NAMES
+    assert set(figures.TABLES_NEEDED) == set(NAMES)
+    for name, fn in figures.FIGURES.items():
+        assert fn.__name__ == f"fig_{name}"
+        assert figures.TABLES_NEEDED[name]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_full_tables_render(full, name):
+    out, _ = full
+    _check_files(out, name)
+
+
+def test_no_temp_files_left(full):
+    out, _ = full
+    files = sorted(p.name for p in out.iterdir())  # atomic writes leave no .tmp behind
+    assert files == sorted(f"{n}.{ext}" for n in NAMES for ext in ("pdf", "png"))
+
+
+def test_fit_lines_come_from_the_fits_table(full):
+    _, texts = full
+    expect = {
+        "tau_vs_d": ["tau_vs_d", "tau_vs_k_at_d10000"],
+        "noise": ["tau_vs_lr", "tau_vs_batch_steps_at_k20", "tau_vs_batch_examples_at_k20"],
+        "appendix_sharing": ["tau_vs_sharing"],
+        "hessian": ["anisotropy_vs_k"],
+    }
+    for fig, fit_names in expect.items():
+        legend = " | ".join(texts[fig])
+        for fit in fit_names:
+            assert f"slope {ODD[fit]:.3f}" in legend, (fig, fit, legend)
+        assert "95% CI" in legend
+    assert "D=20000 fit: unavailable" in " | ".join(texts["tau_vs_d"])  # NaN fit: no line
+
+
+def test_censored_runs_are_shown(full):
+    _, texts = full
+    for fig in ("loss_curves", "tau_vs_d", "noise", "appendix_direction",
+                "appendix_label_noise", "appendix_sharing", "appendix_linear"):  # fmt: skip
+        assert figures.CENSORED_LABEL in texts[fig], fig
+    for fig in ("collective", "hessian"):  # no tau to normalise by: listed by run id
+        assert any(figures.CENSORED_LABEL in t and "e1_k36" in t for t in texts[f"{fig}:all"])
+
+
+def test_figures_code_fits_nothing():
+    src = Path(figures.__file__).read_text()
+    for banned in ("polyfit", "linregress", "curve_fit", "lstsq", "mbc.fits", "import scipy"):
+        assert banned not in src, banned
+
+
+def test_empty_and_missing(tmp_path):
+    """Empty tables (0-byte and header-only) and a tau table with only E1: no crash."""
+    tables = _all_tables()
+    empty = {}
+    for i, (name, df) in enumerate(tables.items()):
+        empty[name] = df.iloc[:0] if i % 2 else pd.DataFrame()
+    texts = _render_all(_write(empty, tmp_path / "empty"), tmp_path / "out_empty")
+    for name in NAMES:
+        _check_files(tmp_path / "out_empty", name, min_png=2000)
+        assert any("no data" in t for t in texts[f"{name}:all"]), name
+
+    # Only E1 in the tau table and no fits: the figures that read other experiments.
+    only_e1 = dict(tables, tau=tables["tau"][tables["tau"]["experiment"] == "E1"])
+    only_e1["fits"] = tables["fits"].iloc[:0]
+    names = [n for n in NAMES if "tau" in figures.TABLES_NEEDED[n] and n != "loss_curves"]
+    names.remove("routing")
+    texts = _render_all(_write(only_e1, tmp_path / "e1"), tmp_path / "out_e1", names)
+    for name in names:
+        _check_files(tmp_path / "out_e1", name, min_png=2000)
+    assert any("missing: E2" in t for t in texts["tau_vs_d:all"])
+    assert any("no E6 runs" in t for t in texts["noise:all"])
+
+
+def test_render_rejects_unknown_or_unwired(tmp_path):
+    with pytest.raises(KeyError, match="unknown figure"):
+        figures.render("nope", {}, tmp_path / "a.pdf", tmp_path / "a.png")
+    with pytest.raises(KeyError, match="needs tables"):
+        figures.render("tau_vs_d", {"tau": "x.csv"}, tmp_path / "a.pdf", tmp_path / "a.png")

@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import make_hypotheses
+
+with logged(snakemake.log[0]):
+    make_hypotheses(snakemake.params.hypotheses, snakemake.input[0], snakemake.output[0])

@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import compile_paper
+
+with logged(snakemake.log[0]):
+    compile_paper(snakemake.input.tex, snakemake.params.texinputs, snakemake.output[0])

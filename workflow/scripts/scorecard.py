@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import make_scorecard
+
+with logged(snakemake.log[0]):
+    make_scorecard(snakemake.params.rows, snakemake.input[0], snakemake.output[0])

@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import make_statistics
+
+with logged(snakemake.log[0]):
+    make_statistics(snakemake.params.raw, dict(snakemake.input.items()), snakemake.output[0])
