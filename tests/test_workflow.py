@@ -1,6 +1,9 @@
 """End to end: the smoke preset through Snakemake, checked by assertions on its outputs."""
 
 import math
+import os
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +30,7 @@ def snakemake(*args, check=True):
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     out = tmp_path_factory.mktemp("smoke") / "results"
-    snakemake("all", "--config", "preset=smoke", f"outdir={out}", f"paper_pdf={out}/paper/main.pdf")
+    snakemake("all", *smoke_args(out))
     return out
 
 
@@ -51,8 +54,7 @@ def test_smoke_tau_table(smoke):
 
 
 def test_second_run_has_nothing_to_do(smoke):
-    res = snakemake("all", "-n", "--config", "preset=smoke", f"outdir={smoke}",
-                    f"paper_pdf={smoke}/paper/main.pdf")  # fmt: skip
+    res = snakemake("all", "-n", *smoke_args(smoke))
     assert "Nothing to be done" in res.stdout + res.stderr
 
 
@@ -62,3 +64,52 @@ def test_bad_config_fails_before_any_job(tmp_path):
     assert res.returncode != 0
     assert "config key 'threads' = 0" in res.stdout + res.stderr
     assert not out.exists()
+
+
+def smoke_args(out):
+    return ["--config", "preset=smoke", f"outdir={out}", f"paper_pdf={out}/paper/main.pdf"]
+
+
+def test_smoke_builds_the_whole_paper(smoke):
+    from mbc.figures import FIGURES
+
+    for name in FIGURES:
+        for ext in ("pdf", "png"):
+            f = smoke / "figures" / f"{name}.{ext}"
+            assert f.stat().st_size > 1000, f
+    hyp = pd.read_csv(smoke / "hypotheses.csv")
+    assert set(hyp.id) == {f"H{i}" for i in range(1, 8)}
+    assert set(hyp.verdict) <= {"falsified", "supported", "inconclusive", "not enough data"}
+    card = pd.read_csv(smoke / "scorecard.csv")
+    assert set(card.agreement) <= {"agree", "disagree", "n/a"} and len(card) >= 12
+    fits = pd.read_csv(smoke / "fits.csv")
+    assert "tau_vs_d" in set(fits.name) and (fits.n_censored >= 0).all()
+    numbers = (smoke / "tex" / "numbers.tex").read_text()
+    assert (
+        "\\newcommand{\\VerdictHOne}" in numbers and "\\newcommand{\\FitTauVsDExponent}" in numbers
+    )
+    if shutil.which("latexmk") or os.environ.get("CI"):
+        pdf = smoke / "paper" / "main.pdf"
+        assert pdf.read_bytes()[:4] == b"%PDF"
+
+
+def test_one_figure_rebuilds_alone_without_training(smoke):
+    target = smoke / "figures" / "tau_vs_d.pdf"
+    metrics = sorted((smoke / "runs").glob("*/metrics.csv"))
+    before = {p: p.stat().st_mtime_ns for p in metrics}
+    target.unlink()
+    plan = snakemake(str(target), "-n", *smoke_args(smoke)).stdout
+    jobs = re.findall(r"^(\w+)\s+(\d+)$", plan, flags=re.M)
+    assert dict(jobs) == {"figure": "1", "total": "1"}, plan
+    snakemake(str(target), *smoke_args(smoke))
+    assert target.read_bytes()[:4] == b"%PDF"
+    assert {p: p.stat().st_mtime_ns for p in metrics} == before
+
+
+def test_html_report_registers_figures_and_tables(smoke, tmp_path):
+    report = tmp_path / "report.html"
+    snakemake("--report", str(report), *smoke_args(smoke))
+    html = report.read_text(errors="replace")
+    assert report.stat().st_size > 10_000
+    for name in ("tau_vs_d.png", "hypotheses.csv", "scorecard.csv"):
+        assert name in html, name

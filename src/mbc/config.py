@@ -96,9 +96,29 @@ def _schema_check(cfg: dict, where: str) -> None:
         raise ConfigError(key, value, f"{e.message} ({where})")
 
 
+def _coerce(value: Any) -> Any:
+    """Snakemake hands nested `--config` values over as strings: restore numbers and bools."""
+    if isinstance(value, dict):
+        return {k: _coerce(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_coerce(v) for v in value]
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+        return {"true": True, "false": False}.get(value.lower(), value)
+    return value
+
+
 def resolve(raw: dict, overrides: dict | None = None) -> dict:
     """Apply the preset named by `preset` and then the command-line overrides."""
-    overrides = overrides or {}
+    # Snakemake has already merged `--config` into `raw`, so both need the coercion.
+    raw = {k: _coerce(v) if isinstance(v, dict | list) else v for k, v in raw.items()}
+    overrides = {
+        k: _coerce(v) if isinstance(v, dict | list) else v for k, v in (overrides or {}).items()
+    }
     _schema_check(raw, "config")
     preset = overrides.get("preset", raw.get("preset", "paper"))
     presets = raw.get("presets", {})

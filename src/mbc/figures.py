@@ -35,6 +35,8 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.colors import Normalize, TwoSlopeNorm  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
+from matplotlib.transforms import offset_copy  # noqa: E402
 
 from mbc.io import read_csv_checked, write_bytes_atomic  # noqa: E402
 
@@ -79,6 +81,7 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
             with plt.style.context(STYLE):
                 fig = draw(full)
                 try:
+                    _tidy_log_axes(fig)
                     _save(fig, Path(out_pdf), Path(out_png))
                 finally:
                     plt.close(fig)
@@ -238,9 +241,21 @@ def _censored_handle(color: str = "0.3") -> Line2D:
     return Line2D([], [], marker="^", ls="none", mfc="none", mec=color, ms=5, label=CENSORED_LABEL)
 
 
-def _legend(ax: Axes, *, censored: bool = False, extra: Iterable = (), **kw) -> None:
-    """Legend of the labelled artists, plus the censored proxy when any censored run is drawn."""
+def _legend(
+    ax: Axes,
+    *,
+    censored: bool = False,
+    extra: Iterable = (),
+    below: bool = False,
+    also: Iterable[Axes] = (),
+    **kw,
+) -> None:
+    """Legend of the labelled artists (of `ax` and `also`), plus the censored proxy when any
+    censored run is drawn. `below`: under the axes (clear of the x label), for long labels."""
     handles, labels = ax.get_legend_handles_labels()
+    for other in also:
+        h, lab = other.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab != CENSORED_LABEL]
     handles, labels = [h for h, _ in keep], [lab for _, lab in keep]
     for h in extra:
@@ -250,8 +265,52 @@ def _legend(ax: Axes, *, censored: bool = False, extra: Iterable = (), **kw) -> 
         h = _censored_handle()
         handles.append(h)
         labels.append(h.get_label())
-    if handles:
-        ax.legend(handles, labels, **kw)
+    if not handles:
+        return
+    if below:
+        kw.setdefault("loc", "upper center")
+        kw["bbox_to_anchor"] = (0.5, 0.0)
+        kw["bbox_transform"] = offset_copy(ax.transAxes, fig=ax.figure, y=-30, units="points")
+    ax.legend(handles, labels, **kw)
+
+
+def _log_label(v: float, _pos=None) -> str:
+    """Compact log-axis tick label: plain numbers in [0.01, 10^4), else a x 10^n."""
+    if not (np.isfinite(v) and v > 0):
+        return ""
+    if 1e-2 <= v < 1e4:
+        return f"{v:g}"
+    e = math.floor(math.log10(v) + 1e-9)
+    m = v / 10**e
+    return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
+
+
+def _tidy_log_axes(fig: Figure) -> None:
+    """Readable log axes: a few labelled majors (1-2-5 on short spans), unlabelled minors."""
+    axes = list(fig.axes)
+    axes += [c for a in fig.axes for c in a.child_axes]
+    for a in axes:
+        for axis, lim in ((a.xaxis, a.get_xlim), (a.yaxis, a.get_ylim)):
+            if axis.get_scale() != "log":
+                continue
+            lo, hi = sorted(lim())
+            if not (lo > 0 and np.isfinite(hi)):
+                continue
+            base = getattr(axis.get_transform(), "base", 10)
+            axis.set_minor_formatter(NullFormatter())
+            if base != 10:
+                axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+                continue
+            span = math.log10(hi / lo)
+            plain = 1e-2 <= lo and hi < 1e4  # labels print as plain numbers (narrow)
+            if span < 1.0:
+                subs = (1.0, 2.0, 3.0, 5.0) if plain and span < 0.7 else (1.0, 2.0, 5.0)
+            elif span < 2.5 and plain:
+                subs = (1.0, 2.0, 5.0) if span < 1.5 else (1.0, 3.0)
+            else:
+                subs = (1.0,)
+            axis.set_major_locator(LogLocator(10, subs=subs))
+            axis.set_major_formatter(FuncFormatter(_log_label))
 
 
 def _tau_points(
@@ -296,15 +355,20 @@ def _tau_points(
 
 
 def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
+    """Legend text of a `fits` row: the exponent on line 1, its CI and censoring on line 2."""
     e, lo, hi = row["exponent"], row["ci_low"], row["ci_high"]
     if not np.isfinite(e):
         return f"{prefix}: unavailable"
     level = row["ci_level"]
-    lev = f"{100 * level:.0f}% " if np.isfinite(level) else ""
-    ci = f", {lev}CI [{lo:.3f}, {hi:.3f}]" if np.isfinite(lo) and np.isfinite(hi) else ""
+    details = []
+    if np.isfinite(lo) and np.isfinite(hi):
+        lev = f"{100 * level:.0f}% " if np.isfinite(level) else ""
+        details.append(f"{lev}CI [{lo:.3f}, {hi:.3f}]")
     nc = row["n_censored"]
-    cens = f", {int(nc)} cens." if np.isfinite(nc) and nc > 0 else ""
-    return f"{prefix}: slope {e:.3f}{ci}{cens}"
+    if np.isfinite(nc) and nc > 0:
+        details.append(f"{int(nc)} censored")
+    tail = "\n" + ", ".join(details) if details else ""
+    return f"{prefix}: slope {e:.3f}{tail}"
 
 
 def _fit_line(
@@ -387,6 +451,16 @@ def _run_curves(
     return True
 
 
+def _censored_runs_entry(run_ids: Iterable[str]) -> list[Line2D]:
+    """A legend entry naming censored runs that a step / tau axis cannot place."""
+    ids = sorted({str(r) for r in run_ids})
+    if not ids:
+        return []
+    shown = ", ".join(ids[:4]) + (f" (+{len(ids) - 4})" if len(ids) > 4 else "")
+    label = f"{CENSORED_LABEL}, not shown: {shown}"
+    return [Line2D([], [], marker="^", ls="none", mfc="none", mec="0.3", ms=5, label=label)]
+
+
 def _tau_marker_handle() -> Line2D:
     return Line2D([], [], marker="o", ls="none", color="0.3", mec="white", label="tau")
 
@@ -441,7 +515,7 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame]) -> Figure:
 @_register("tau_vs_d", ["tau", "fits"])
 def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
     """tau vs D (E1 and E2), fitted line from `fits` (tau_vs_d); inset tau vs K at fixed D."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 3.0))
+    fig, ax = plt.subplots(figsize=(ONE_COL, 4.4))
     tau = _tau_rows(tables["tau"], ["E1", "E2"])
     e1, e2 = tau[tau["experiment"] == "E1"], tau[tau["experiment"] == "E2"]
     if tau.empty:
@@ -466,41 +540,45 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
     missing = [e for e, df in (("E1", e1), ("E2", e2)) if df.empty]
     if missing:
         _note(ax, "missing: " + ", ".join(missing))
-    _legend(ax, censored=any_cens, loc="lower right")
 
-    ins = ax.inset_axes([0.13, 0.6, 0.36, 0.36])
-    ins.tick_params(labelsize=5, length=2)
+    # Inset: tau vs K at each fixed D (E2); its entries join the main legend (marked "inset").
+    ins = ax.inset_axes([0.12, 0.62, 0.34, 0.34])
+    ins.tick_params(labelsize=5, length=2, pad=1)
     if e2.empty:
         _no_data(ins, "no E2")
-        return fig
-    dcol = _colors(e2["d"], "cividis")
-    ins_cens = False
-    for d, g in e2.groupby("d"):
-        c = dcol.get(float(d), "0.5")
-        _, nc = _tau_points(
-            ins, *_tau_budget_arrays(g, "k"), color=c, marker="s", size=8, label=f"D={_fmt(d)}"
-        )
-        ins_cens |= nc > 0
-        row = _fit_row(tables["fits"], f"tau_vs_k_at_d{_fmt(d)}")
-        if row is not None:
-            _fit_line(ins, row, g["k"], color=c, prefix=f"D={_fmt(d)} fit")
-    ins.set_xscale("log")
-    ins.set_yscale("log")
-    ins.set_xlabel("K", fontsize=5, labelpad=1)
-    ins.set_ylabel("tau", fontsize=5, labelpad=1)
-    ins.legend(fontsize=4, loc="upper left", bbox_to_anchor=(1.0, 1.0), handlelength=1.2)
-    if ins_cens:
-        _note(ins, "hollow ^: censored", "lower right")
+    else:
+        dcol = _colors(e2["d"], "cividis")
+        for d, g in e2.groupby("d"):
+            c = dcol.get(float(d), "0.5")
+            _, nc = _tau_points(ins, *_tau_budget_arrays(g, "k"), color=c, marker="s", size=8)
+            any_cens |= nc > 0
+            # Direct label at the right-most point of the series (no legend inside the inset).
+            xs = np.where(g["censored"], g["steps"], g["tau"]).astype(float)
+            ok = _finite(g["k"], xs) & (xs > 0)
+            if ok.any():
+                i = int(np.argmax(np.where(ok, g["k"], -np.inf)))
+                ins.annotate(
+                    f"D={_fmt(d)}", (g["k"].iloc[i], xs[i]), xytext=(3, 0),
+                    textcoords="offset points", fontsize=4.5, color=c, va="center",
+                )  # fmt: skip
+            row = _fit_row(tables["fits"], f"tau_vs_k_at_d{_fmt(d)}")
+            if row is not None:
+                _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}")
+        ins.set_xscale("log")
+        ins.set_yscale("log")
+        ins.set_xlabel("K", fontsize=5, labelpad=0)
+        ins.set_ylabel("tau", fontsize=5, labelpad=0)
+    _legend(ax, censored=any_cens, also=[ins], below=True)
     return fig
 
 
 @_register("noise", ["tau", "fits"])
 def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
     """Noise sweeps: tau vs lr (E6); tau vs batch size (E7) in steps and in examples seen."""
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(TWO_COL, 2.5))
-    a.set_title("(a) learning rate (E6)", loc="left")
-    b.set_title("(b) batch size, steps (E7)", loc="left")
-    c.set_title("(c) batch size, examples (E7)", loc="left")
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(TWO_COL, 3.4))
+    a.set_title("(a) learning rate, E6", loc="left")
+    b.set_title("(b) batch size (steps), E7", loc="left")
+    c.set_title("(c) batch size (examples), E7", loc="left")
     fits = tables["fits"]
 
     e6 = _tau_rows(tables["tau"], ["E6"])
@@ -513,7 +591,7 @@ def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
         a.set_yscale("log")
         a.set_xlabel("learning rate")
         a.set_ylabel("tau (steps)")
-        _legend(a, censored=nc > 0, loc="upper left")
+        _legend(a, censored=nc > 0, below=True)
 
     e7 = _tau_rows(tables["tau"], ["E7"])
     if e7.empty:
@@ -533,12 +611,12 @@ def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
         for ax, kind in ((b, "steps"), (c, "examples")):
             row = _fit_row(fits, f"tau_vs_batch_{kind}_at_k{_fmt(k)}")
             _fit_line(ax, row, g["batch_size"], color=col, prefix=f"K={_fmt(k)} fit")
-    for ax, key, ylabel in ((b, "b", "tau (steps)"), (c, "c", "tau x batch (examples)")):
+    for ax, key, ylabel in ((b, "b", "tau (steps)"), (c, "c", "tau x batch size (examples)")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
-        _legend(ax, censored=cens[key], loc="best", fontsize=5)
+        _legend(ax, censored=cens[key], below=True)
     return fig
 
 
@@ -575,10 +653,10 @@ def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
         _no_data(a, "empty collective_summary")
     else:
         s["x"] = _tau_fraction(s)
-        censored_runs = sorted(set(s.loc[s["tau"].isna(), "run_id"]))
         kcol = _colors(s["k"])
         seen_k: set[float] = set()
-        for _, g in s[np.isfinite(s["x"])].groupby("run_id"):
+        runs = s[np.isfinite(s["x"])].groupby("run_id")
+        for _, g in sorted(runs, key=lambda kv: kv[1]["k"].min()):
             g = g.sort_values("x")
             k = float(g["k"].iloc[0])
             col = kcol.get(k, "0.5")
@@ -592,17 +670,21 @@ def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
         thr_txt = "/".join(f"{t:g}" for t in sorted(thr)) if thr.size else "threshold"
         style = [
             Line2D(
-                [], [], color="0.3", marker="o", ms=2.5, label=f"fraction of groups >= {thr_txt}"
+                [],
+                [],
+                color="0.3",
+                marker="o",
+                ms=2.5,
+                label=f"fraction of groups \u2265 {thr_txt}",
             ),
             Line2D([], [], color="0.3", ls="--", label="mean group accuracy"),
         ]
         a.set_xlabel("step / tau")
         a.set_ylabel("fraction / accuracy")
         a.set_ylim(-0.03, 1.03)
+        # Censored runs have no tau to normalise by: named in the legend, not dropped silently.
+        style += _censored_runs_entry(s.loc[~np.isfinite(s["x"]), "run_id"])
         _legend(a, extra=style, loc="upper left")
-        if censored_runs:
-            # No tau to normalise by: listed explicitly rather than dropped silently.
-            _note(a, f"{CENSORED_LABEL}, not shown: " + ", ".join(censored_runs))
         if not np.isfinite(s["x"]).any():
             _no_data(a, "no run with a tau")
 
@@ -695,9 +777,8 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
         _no_data(a, "no mid-phase attention")
     else:
         _heatmap(a, att, "attn_to_z", signed=False, label="attention to z")
-        _note(
-            a, f"mean of {att['run_id'].nunique() if 'run_id' in att else '?'} runs", "upper right"
-        )
+        n_runs = att["run_id"].nunique() if "run_id" in att.columns else 0
+        a.set_title(f"(a) attention to z, mid (mean of {n_runs} runs)", loc="left")
     abl = _numeric(tables["routing_ablation"], (*cols, "delta_loss", "delta_delta_z"))
     keep = (_text_col(abl, "phase") == "mid") & (_text_col(abl, "kind") == "zero")
     abl = abl[keep].dropna(subset=["layer", "head"])
@@ -763,7 +844,7 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
 @_register("hessian", ["hessian", "fits"])
 def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
     """Hessian extremes along training (E10); anisotropy vs K at the plateau phase."""
-    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 2.7))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.2))
     a.set_title(r"(a) $\lambda_\max$ and $|\lambda_\min|$ along training", loc="left")
     b.set_title("(b) anisotropy on the plateau", loc="left")
     h = _numeric(
@@ -792,7 +873,8 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
     kcol = _colors(h["k"])
     seen: set[float] = set()
     any_hollow = False
-    for _, g in h[np.isfinite(h["x"])].groupby("run_id"):
+    runs = sorted(h[np.isfinite(h["x"])].groupby("run_id"), key=lambda kv: kv[1]["k"].min())
+    for _, g in runs:
         g = g.sort_values("x")
         k = float(g["k"].iloc[0])
         col = kcol.get(k, "0.5")
@@ -856,12 +938,10 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
                     label="not converged (hollow)",
                 )
             )
-        _legend(a, extra=extra, loc="best", fontsize=5, ncol=2)
+        extra += _censored_runs_entry(h.loc[~np.isfinite(h["x"]), "run_id"])
+        _legend(a, extra=extra, below=True, ncol=3, columnspacing=1.0)
     else:
         _no_data(a, "no positive eigenvalue estimates")
-    cens = sorted(set(h.loc[~np.isfinite(h["x"]), "run_id"]))
-    if cens:
-        _note(a, f"{CENSORED_LABEL}, not shown: " + ", ".join(cens), "upper right")
 
     p = h[_text_col(h, "phase") == "plateau"]
     p = p[_finite(p["k"], p["anisotropy"]) & (p["k"] > 0) & (p["anisotropy"] > 0)]
@@ -887,7 +967,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
     b.set_yscale("log")
     b.set_xlabel("K")
     b.set_ylabel(r"$|\lambda_\max / \lambda_\min|$")
-    _legend(b, loc="best", fontsize=5)
+    _legend(b, below=True, ncol=2)
     return fig
 
 
@@ -946,7 +1026,7 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
         _no_data(ax, "no E14 runs")
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
-    tasks = (("bz_to_a", "(B,z)->A", "C0", -0.2), ("a_to_b", "A->B", "C1", 0.2))
+    tasks = (("bz_to_a", "(B,z)\u2192A", "C0", -0.2), ("a_to_b", "A\u2192B", "C1", 0.2))
     any_cens = False
     rng = np.random.default_rng(0)  # fixed jitter: reproducible figure bytes
     for task, label, col, off in tasks:
@@ -958,7 +1038,14 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
             heights.append(obs.mean() if len(obs) else np.nan)
             x = np.full(len(gk), i + off) + rng.uniform(-0.05, 0.05, len(gk))
             _, nc = _tau_points(
-                ax, x, gk["tau"], gk["steps"], gk["censored"].to_numpy(bool), color="0.15", size=9
+                ax,
+                x,
+                gk["tau"],
+                gk["steps"],
+                gk["censored"].to_numpy(bool),
+                color="0.15",
+                size=9,
+                positive=False,
             )
             any_cens |= nc > 0
         ax.bar(
@@ -972,7 +1059,10 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
         )
     ax.set_xticks(range(len(ks)), [f"K={_fmt(k)}" for k in ks])
     ax.set_ylabel("tau (steps)")
-    extra = [Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds")]
+    extra = [
+        Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
+        Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
+    ]
     _legend(ax, censored=any_cens, extra=extra, loc="upper left")
     missing = [lab for t, lab, _, _ in tasks if not (e14["task"] == t).any()]
     if missing:
@@ -994,6 +1084,9 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
     _, nc = _tau_points(
         a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label="E12 runs", positive=False
     )
+    ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
+    for axis in (a, b):
+        axis.set_xticks(ps, [f"{v:g}" for v in ps])
     a.set_xlabel("label noise p")
     a.set_ylabel("tau (steps)")
     _legend(a, censored=nc > 0, loc="upper left")
@@ -1075,21 +1168,20 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
     else:
         _no_data(ax, "no fit succeeded")
         return fig
-    ymin = np.nanmin(np.where(ci, lo, e)[ok])
-    for xi, nc in zip(x[ok], t["n_censored"].to_numpy(float)[ok], strict=True):
+    top = np.where(ci, hi, e)
+    for xi, yi, nc in zip(x[ok], top[ok], t["n_censored"].to_numpy(float)[ok], strict=True):
         if np.isfinite(nc) and nc > 0:
             ax.annotate(
-                f"{int(nc)} cens.",
-                (xi, ymin),
-                textcoords="offset points",
-                xytext=(0, -9),
-                ha="center",
-                fontsize=5,
-                color="0.35",
-            )
-    for xi in x[~ok]:
+                f"{int(nc)} censored", (xi, yi), textcoords="offset points", xytext=(0, 3),
+                ha="center", va="bottom", fontsize=6, color="0.35",
+            )  # fmt: skip
+    for xi in x[~ok]:  # a threshold whose fit failed: shown, not dropped
         ax.axvline(xi, color="0.8", lw=0.6)
-        ax.annotate("fit n/a", (xi, np.nanmean(e[ok])), ha="center", fontsize=5, color="0.35")
+        ax.annotate(
+            "fit n/a", (xi, np.nanmean(e[ok])), ha="center", va="center", rotation=90,
+            fontsize=6, color="0.35", backgroundcolor="white",
+        )  # fmt: skip
+    ax.margins(y=0.12)
     ax.set_xlabel("threshold (fraction of log K)")
     ax.set_ylabel("exponent of tau vs D")
     ax.set_xticks(x, [f"{v:g}" for v in x])

@@ -24,7 +24,7 @@ COLUMNS = [
 VERDICTS = ("falsified", "supported", "inconclusive", "not enough data")
 
 
-def test_verdict(value: float, lo: float, hi: float, direction: str, threshold: float) -> str:
+def decide(value: float, lo: float, hi: float, direction: str, threshold: float) -> str:
     if any(v is None or not math.isfinite(v) for v in (value, lo, hi)):
         return "not enough data"
     above, below = lo > threshold, hi < threshold
@@ -57,7 +57,7 @@ def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFr
                 parts.append((t["statistic"], math.nan, math.nan, math.nan, t, "not enough data"))
             for n in names:
                 s = statistics.loc[statistics.name == n].iloc[0]
-                v = test_verdict(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"])
+                v = decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"])
                 verdicts.append(v)
                 parts.append((n, s.value, s.ci_low, s.ci_high, t, v))
         overall = combine(verdicts)

@@ -20,13 +20,21 @@ from typing import Any
 import pandas as pd
 import torch
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 
 
 class CorruptArtifactError(RuntimeError):
-    """An artefact on disk is truncated, unreadable or does not have the expected shape."""
+    """An artefact on disk is truncated, unreadable or does not have the expected shape.
+
+    `path` is the bad file; `invalidate` lists what must be regenerated with it (moved
+    aside by `mbc.logging.logged`, so the next workflow run rebuilds it and nothing is lost).
+    """
+
+    def __init__(self, message: str, path=None, invalidate=()):
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
+        self.invalidate = [Path(p) for p in invalidate] or ([self.path] if path else [])
 
 
 def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
@@ -82,13 +90,13 @@ def torch_load_checked(path: str | os.PathLike, *, sha256: str | None = None) ->
     """Load a torch file; raise CorruptArtifactError on a checksum mismatch or a bad file."""
     path = Path(path)
     if not path.is_file():
-        raise CorruptArtifactError(f"{path}: missing")
+        raise CorruptArtifactError(f"{path}: missing", path)
     if sha256 is not None and sha256_file(path) != sha256:
-        raise CorruptArtifactError(f"{path}: checksum mismatch (truncated or modified)")
+        raise CorruptArtifactError(f"{path}: checksum mismatch (truncated or modified)", path)
     try:
         return torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # torch raises several types for truncated zips
-        raise CorruptArtifactError(f"{path}: unreadable torch file ({exc})") from exc
+        raise CorruptArtifactError(f"{path}: unreadable torch file ({exc})", path) from exc
 
 
 def read_json_checked(path: str | os.PathLike, *, required: Iterable[str] = ()) -> dict:
@@ -96,10 +104,10 @@ def read_json_checked(path: str | os.PathLike, *, required: Iterable[str] = ()) 
     try:
         obj = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as exc:
-        raise CorruptArtifactError(f"{path}: unreadable JSON ({exc})") from exc
+        raise CorruptArtifactError(f"{path}: unreadable JSON ({exc})", path) from exc
     missing = [k for k in required if k not in obj]
     if missing:
-        raise CorruptArtifactError(f"{path}: missing keys {missing}")
+        raise CorruptArtifactError(f"{path}: missing keys {missing}", path)
     return obj
 
 
@@ -109,14 +117,20 @@ def read_csv_checked(
     """Read a CSV table and check its columns and row count."""
     path = Path(path)
     try:
+        with open(path, "rb") as f:  # our writer always ends a table with a newline
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    raise CorruptArtifactError(f"{path}: truncated (no final newline)", path)
         df = pd.read_csv(path)
     except pd.errors.EmptyDataError:
         df = pd.DataFrame()
     except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise CorruptArtifactError(f"{path}: unreadable CSV ({exc})") from exc
+        raise CorruptArtifactError(f"{path}: unreadable CSV ({exc})", path) from exc
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise CorruptArtifactError(f"{path}: missing columns {missing}")
+        raise CorruptArtifactError(f"{path}: missing columns {missing}", path)
     if len(df) < min_rows:
-        raise CorruptArtifactError(f"{path}: {len(df)} rows, expected at least {min_rows}")
+        raise CorruptArtifactError(f"{path}: {len(df)} rows, expected at least {min_rows}", path)
     return df

@@ -28,7 +28,17 @@ def nearest(index: pd.DataFrame, step: float) -> int:
 def load_model(spec: RunSpec, run_dir, index: pd.DataFrame, step: int, device) -> torch.nn.Module:
     """The model of `spec` with the weights saved at `step` (checksum verified), in eval mode."""
     row = index.loc[index["step"] == step].iloc[0]
-    state = torch_load_checked(Path(run_dir) / row["path"], sha256=row["sha256"])
+    run_dir = Path(run_dir)
+    try:
+        state = torch_load_checked(run_dir / row["path"], sha256=row["sha256"])
+    except CorruptArtifactError as exc:
+        # A snapshot cannot be rebuilt alone: retraining the run (deterministic) rebuilds
+        # all of them, so the run's outputs and state are invalidated together.
+        raise CorruptArtifactError(
+            f"{exc} (snapshot of run {run_dir.name}; the run will be retrained)",
+            exc.path,
+            invalidate=[run_dir / "checkpoints.csv", run_dir / "metrics.csv", run_dir / "state"],
+        ) from exc
     model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
     model.load_state_dict(state)
     return model.to(device).eval()

@@ -1,0 +1,103 @@
+"""Synthetic measurements must flip every verdict, by the config's own decision rules."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from mbc.hypotheses import combine, decide, evaluate_hypotheses, verdicts
+from mbc.scorecard import agreement, scorecard
+
+ROOT = Path(__file__).resolve().parents[1]
+CFG = yaml.safe_load((ROOT / "config.yaml").read_text())
+
+
+def stats_for(values: dict[str, tuple]) -> pd.DataFrame:
+    rows = [
+        {"name": n, "value": v, "ci_low": lo, "ci_high": hi, "n": 3, "n_censored": 0, "what": ""}
+        for n, (v, lo, hi) in values.items()
+    ]
+    return pd.DataFrame(
+        rows, columns=["name", "value", "ci_low", "ci_high", "n", "n_censored", "what"]
+    )
+
+
+def side(test, where: str) -> tuple:
+    """A (value, lo, hi) whose CI lies above / below / across the test's threshold."""
+    t = test["threshold"]
+    return {"above": (t + 2, t + 1, t + 3), "below": (t - 2, t - 3, t - 1),
+            "across": (t, t - 1, t + 1)}[where]  # fmt: skip
+
+
+def concrete(pattern: str) -> str:
+    return pattern.replace("*", "k20")
+
+
+@pytest.mark.parametrize("hid", sorted(CFG["hypotheses"]))
+@pytest.mark.parametrize(
+    "where_pred,where_other,expected",
+    [
+        ("pred", "pred", "supported"),
+        ("other", "other", "falsified"),
+        ("across", "across", "inconclusive"),
+    ],  # fmt: skip
+)
+def test_each_verdict_flips(hid, where_pred, where_other, expected):
+    h = CFG["hypotheses"][hid]
+    values = {}
+    for t in h["tests"]:
+        pred = "above" if t["direction"] == "greater" else "below"
+        other = "below" if pred == "above" else "above"
+        where = {"pred": pred, "other": other, "across": "across"}[where_pred]
+        values[concrete(t["statistic"])] = side(t, where)
+    got = verdicts(evaluate_hypotheses({hid: h}, stats_for(values)))[hid]
+    assert got == expected
+
+
+@pytest.mark.parametrize("hid", sorted(CFG["hypotheses"]))
+def test_missing_or_nan_statistic_is_not_enough_data(hid):
+    h = CFG["hypotheses"][hid]
+    assert verdicts(evaluate_hypotheses({hid: h}, stats_for({})))[hid] == "not enough data"
+    nan = {concrete(t["statistic"]): (float("nan"),) * 3 for t in h["tests"]}
+    assert verdicts(evaluate_hypotheses({hid: h}, stats_for(nan)))[hid] == "not enough data"
+
+
+def test_glob_statistic_matches_every_fit_and_one_falsified_test_falsifies():
+    h = {"tests": [{"statistic": "fit:tau_vs_k_at_*", "direction": "greater", "threshold": 0.3}],
+         "mechanism": "m", "prediction": "p"}  # fmt: skip
+    s = stats_for(
+        {"fit:tau_vs_k_at_d10000": (1.0, 0.8, 1.2), "fit:tau_vs_k_at_d20000": (0, -0.1, 0.1)}
+    )
+    table = evaluate_hypotheses({"H5": h}, s)
+    assert len(table) == 2 and set(table.test_verdict) == {"supported", "falsified"}
+    assert verdicts(table)["H5"] == "falsified"
+
+
+def test_rule_primitives():
+    assert decide(1.0, 0.6, 1.4, "greater", 0.5) == "supported"
+    assert decide(1.0, 0.6, 1.4, "less", 0.5) == "falsified"
+    assert decide(1.0, float("nan"), 1.4, "less", 0.5) == "not enough data"
+    assert combine(["supported", "not enough data"]) == "inconclusive"
+    with pytest.raises(ValueError, match="direction"):
+        decide(1, 0, 2, "up", 0)
+
+
+def test_scorecard_agreement_rules_and_references_are_not_measurements():
+    assert agreement(1.05, 1.0, 1.1, {"value": 1.0}, {"abs": 0.1}) == "agree"
+    assert agreement(1.5, 1.4, 1.6, {"value": 1.0}, {"abs": 0.1}) == "disagree"
+    assert (
+        agreement(1.2, 1.1, 1.3, {"value": 1.205, "ci": [1.151, 1.307]}, {"ci_overlap": True})
+        == "agree"
+    )
+    assert (
+        agreement(0.5, 0.4, 0.6, {"value": 1.205, "ci": [1.151, 1.307]}, {"ci_overlap": True})
+        == "disagree"
+    )
+    assert agreement(7.0, 6, 8, {"value": 3.6}, {"factor": 2.0}) == "agree"
+    assert agreement(8.0, 6, 9, {"value": 3.6}, {"factor": 2.0}) == "disagree"
+    assert agreement(800, 700, 900, {"range": [500, 1000]}, {"factor": 1.0}) == "agree"
+    assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "n/a"
+    # every configured row is computed from statistics: no statistic, no measurement
+    card = scorecard(CFG["scorecard"], stats_for({}))
+    assert len(card) == len(CFG["scorecard"]) and set(card.agreement) == {"n/a"}

@@ -1,0 +1,131 @@
+"""Faults a long cluster run meets: kill -9 mid-training, corrupt inputs, censored runs."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+
+from mbc.config import load
+from mbc.data import build_dataset
+from mbc.io import CorruptArtifactError, read_csv_checked, write_csv_atomic
+from mbc.logging import logged
+from mbc.train import train_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
+
+
+def descendants(pid: int) -> list[int]:
+    """All descendant pids of `pid` (from /proc; no psutil needed)."""
+    children: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        for c in children.get(p, []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
+    out = tmp_path / "res"
+    over = {"preset": "smoke", "outdir": str(out), "only": ["E1"],
+            "defaults": {"train": {"max_steps": 1500}, "eval": {"resume_every": 100}}}  # fmt: skip
+    cfg = load(yaml.safe_load((ROOT / "config.yaml").read_text()), over)
+    run_id = cfg.run_ids("E1")[0]
+    spec = cfg.specs[run_id]
+    target = out / "runs" / run_id / "metrics.csv"
+    cmd = [SNAKEMAKE, "--cores", "1", str(target), "--config", "preset=smoke", f"outdir={out}",
+           'only=["E1"]', 'defaults={"train": {"max_steps": 1500}, "eval": {"resume_every": 100}}']  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    resume = out / "runs" / run_id / "state" / "resume.pt"
+    deadline = time.monotonic() + 300
+    while not resume.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert resume.exists(), "training never wrote a resume checkpoint"
+    seed = int.from_bytes(os.urandom(4), "little")
+    time.sleep(random.Random(seed).uniform(0.0, 3.0))  # a random step after the first checkpoint
+    victims = [p for p in descendants(proc.pid) if "train.py" in cmdline(p)]
+    assert victims, "no training process found"
+    for p in victims:
+        os.kill(p, signal.SIGKILL)
+    log, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, log[-2000:]
+    assert not target.exists()
+    # rerun the workflow: the job resumes from its last checkpoint
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    train_log = (out / "logs" / "train" / f"{run_id}.log").read_text()
+    assert f"resuming {run_id} from step" in train_log, f"seed {seed}"
+    torch.set_num_threads(1)
+    ref = train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "ref", torch.device("cpu"),
+                    say=lambda s: None)  # fmt: skip
+    got = pd.read_csv(target).drop(columns=["wall_s"])
+    pd.testing.assert_frame_equal(got, ref.drop(columns=["wall_s"]).reset_index(drop=True))
+
+
+def test_truncated_table_is_detected_and_moved_aside(tmp_path):
+    p = tmp_path / "t.csv"
+    write_csv_atomic(p, pd.DataFrame({"a": range(100), "b": range(100)}))
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 2])  # killed mid-write by something else than us
+    with pytest.raises(CorruptArtifactError, match="truncated"), logged(tmp_path / "log"):
+        read_csv_checked(p, required=["a", "b"])
+    assert not p.exists(), "a corrupt input is moved aside so the next run regenerates it"
+    assert list(tmp_path.glob("t.csv.corrupt-*"))
+    assert "Rerun the workflow to regenerate it" in (tmp_path / "log").read_text()
+
+
+def test_corrupt_snapshot_invalidates_the_run_for_retraining(tmp_path):
+    from helpers import tiny_spec
+
+    from mbc.snapshots import load_model, read_index
+
+    spec = tiny_spec()
+    run = tmp_path / "run"
+    train_run(spec, build_dataset(spec.task, 0), run, torch.device("cpu"), say=lambda s: None)
+    index = read_index(run)
+    snap = run / index.path.iloc[-1]
+    snap.write_bytes(snap.read_bytes()[:100])
+    with pytest.raises(CorruptArtifactError, match="checksum") as exc:
+        load_model(spec, run, index, int(index.step.iloc[-1]), "cpu")
+    assert {p.name for p in exc.value.invalidate} == {"checkpoints.csv", "metrics.csv", "state"}
+
+
+def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
+    p = tmp_path / "x.csv"
+    write_csv_atomic(p, pd.DataFrame({"a": [1]}))
+
+    def boom(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(KeyboardInterrupt):
+        write_csv_atomic(p, pd.DataFrame({"a": [2, 3]}))
+    assert pd.read_csv(p)["a"].tolist() == [1]
+    assert [f.name for f in tmp_path.iterdir()] == ["x.csv"], "no temporary file left behind"

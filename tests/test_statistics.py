@@ -1,0 +1,71 @@
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mbc.statistics import (
+    collective_fraction_at,
+    compute_statistics,
+    direction_ratio,
+    extreme_ratio,
+    routing_head_layer,
+)
+from mbc.summary import TAU_COLUMNS
+
+BOOT = {"n_boot": 200, "ci": 0.95, "seed": 0}
+
+
+def tau_rows(**cols) -> pd.DataFrame:
+    n = len(next(iter(cols.values())))
+    base = {c: [np.nan] * n for c in TAU_COLUMNS}
+    base.update({"model": ["transformer"] * n, "censored": [False] * n, "steps": [1000] * n,
+                 "batch_size": [128] * n, "k": [10] * n})  # fmt: skip
+    base.update(cols)
+    if "run_id" not in cols:
+        base["run_id"] = [f"r{i}" for i in range(n)]
+    return pd.DataFrame(base)
+
+
+def test_direction_ratio_is_the_geometric_mean_of_paired_ratios():
+    t = tau_rows(experiment=["E14"] * 4, task=["a_to_b", "bz_to_a"] * 2, k=[5, 5, 10, 10],
+                 seed=[0] * 4, tau=[400, 100, 900, 100])  # fmt: skip
+    r = direction_ratio(t, BOOT)
+    assert r["value"] == pytest.approx(math.sqrt(4 * 9))
+    assert r["ci_low"] <= r["value"] <= r["ci_high"]
+
+
+def test_extreme_ratio_lr_and_censored_budget_bound():
+    t = tau_rows(experiment=["E6"] * 4, lr=[1e-3, 1e-3, 5e-3, 5e-3], tau=[100, 100, 300, np.nan],
+                 censored=[False, False, False, True], steps=[1000, 1000, 1000, 500])  # fmt: skip
+    r = extreme_ratio(t, "E6", "lr", "tau", BOOT, "lr_tau_ratio", "")
+    assert r["value"] == pytest.approx(
+        (300 + 500) / 2 / 100
+    )  # the censored run counts at its budget
+    assert r["n_censored"] == 1
+
+
+def test_collective_fraction_nearest_checkpoint():
+    s = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 2, "tau_fraction": [0.25, 0.5, 1.0, 0.4, 1.0],
+                      "frac_accurate": [0.0, 0.1, 1.0, 0.3, 1.0]})  # fmt: skip
+    assert collective_fraction_at(s, 0.5).tolist() == [0.1, 0.3]
+
+
+def test_routing_head_layer_mode():
+    abl = pd.DataFrame({"run_id": ["a", "a", "b", "b", "c", "c"], "phase": "mid", "kind": "zero",
+                        "layer": [0, 1, 0, 1, 0, 1], "head": 3,
+                        "delta_delta_z": [-2, -1, -3, 0, 0, -5]})  # fmt: skip
+    assert routing_head_layer(abl) == 0.0
+
+
+def test_statistics_without_data_are_nan_rows_not_dropped():
+    empty = pd.DataFrame(columns=TAU_COLUMNS)
+    fits = pd.DataFrame(
+        columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"]
+    )
+    cols = ["run_id", "tau_fraction", "frac_accurate", "phase", "kind", "layer", "delta_delta_z",
+            "anisotropy", "converged_min"]  # fmt: skip
+    blank = pd.DataFrame(columns=cols)
+    s = compute_statistics(empty, fits, blank, blank, blank, BOOT, {"collective_fraction": 0.5})
+    assert {"plateau_height_over_log_k", "direction_ratio", "lead_fraction_mean"} <= set(s.name)
+    assert s.loc[s.name == "direction_ratio", "value"].isna().all()
