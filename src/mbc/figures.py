@@ -302,7 +302,7 @@ def _tidy_log_axes(fig: Figure) -> None:
                 axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
                 continue
             span = math.log10(hi / lo)
-            plain = 1e-2 <= lo and hi < 1e4  # labels print as plain numbers (narrow)
+            plain = lo >= 1e-2 and hi < 1e4  # labels print as plain numbers (narrow)
             if span < 1.0:
                 subs = (1.0, 2.0, 3.0, 5.0) if plain and span < 0.7 else (1.0, 2.0, 5.0)
             elif span < 2.5 and plain:
@@ -1181,7 +1181,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
             "fit n/a", (xi, np.nanmean(e[ok])), ha="center", va="center", rotation=90,
             fontsize=6, color="0.35", backgroundcolor="white",
         )  # fmt: skip
-    ax.margins(y=0.12)
+    ax.margins(x=0.1, y=0.12)
     ax.set_xlabel("threshold (fraction of log K)")
     ax.set_ylabel("exponent of tau vs D")
     ax.set_xticks(x, [f"{v:g}" for v in x])

@@ -33,7 +33,7 @@ from mbc.report import fits_table, hypotheses_table, numbers, numbers_file, scor
 from mbc.routing import ABLATION_COLUMNS, ATTENTION_COLUMNS, ablations, attention_to_z
 from mbc.scorecard import scorecard
 from mbc.snapshots import load_model, nearest, phase_steps, read_index
-from mbc.spec import RunSpec
+from mbc.spec import RunSpec, TaskSpec
 from mbc.statistics import compute_statistics
 from mbc.summary import summarize_run, tau_table
 from mbc.train import METRIC_COLUMNS, pick_device, train_run
@@ -48,10 +48,11 @@ def load_dataset(path) -> Dataset:
     return Dataset.from_state(torch_load_checked(path))
 
 
-def make_dataset(spec: RunSpec, out_path) -> None:
-    ds = build_dataset(spec.task, spec.seed)
+def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
+    """Only the task and the seed enter: every run sharing them shares this file."""
+    ds = build_dataset(task, seed)
     torch_save_atomic(out_path, ds.to_state())
-    print(f"dataset {spec.dataset_id}: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]}")
+    print(f"dataset: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]} seed={seed}")
 
 
 def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads: int = 1) -> None:

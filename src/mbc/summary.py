@@ -42,14 +42,18 @@ def plateau_height(
     *,
     start_fraction: float,
     onset_fraction: float,
+    z_onset: int | None = None,
 ) -> float:
-    """Mean L_cand over the plateau window [start_fraction * onset, onset).
+    """Mean L_cand over the plateau window [start_fraction * end, end).
 
-    onset: first step with L_cand < onset_fraction * log K (the end of the plateau);
-    for a run that never leaves the plateau the window runs to the last step.
+    end: the first sign of the transition, i.e. the loss onset (first step with
+    L_cand < onset_fraction * log K) or, when given and earlier, the z-usage onset (first
+    step with delta_z above its threshold): once the model reads z it has left the
+    marginal solution. A run that never leaves the plateau uses every step.
     """
     onset = first_step_below(steps, lcand, onset_fraction * log_k)
-    end = onset if onset is not None else steps[-1] + 1
+    ends = [s for s in (onset, z_onset) if s is not None]
+    end = min(ends) if ends else steps[-1] + 1
     start = max(1, start_fraction * end)
     window = (steps >= start) & (steps < end)
     return float(lcand[window].mean()) if window.any() else math.nan
@@ -63,17 +67,18 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
     log_k = spec.task.log_k
     tau = first_step_below(steps, lcand, spec.eval.threshold * log_k)
     plat, lead_cfg = diag["plateau"], diag["lead"]
+    loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
+    dz = m["delta_z"].to_numpy()
+    dz_onset = (
+        first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
+    )
     height = plateau_height(
         steps,
         lcand,
         log_k,
         start_fraction=plat["start_fraction"],
         onset_fraction=plat["onset_fraction"],
-    )
-    loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
-    dz = m["delta_z"].to_numpy()
-    dz_onset = (
-        first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
+        z_onset=dz_onset if plat.get("end_at_z_onset", False) else None,
     )
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
     return {

@@ -6,6 +6,7 @@ rule dataset:
     conda:
         "../../envs/mbc.yaml"
     params:
-        spec=lambda wc: DATASETS[wc.dataset_id].to_dict(),
+        task=lambda wc: DATASETS[wc.dataset_id].to_dict()["task"],
+        seed=lambda wc: DATASETS[wc.dataset_id].seed,
     script:
         "../scripts/dataset.py"

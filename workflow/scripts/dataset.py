@@ -1,6 +1,6 @@
 from mbc.logging import logged
 from mbc.pipeline import make_dataset
-from mbc.spec import RunSpec
+from mbc.spec import TaskSpec
 
 with logged(snakemake.log[0]):
-    make_dataset(RunSpec.from_dict(snakemake.params.spec), snakemake.output[0])
+    make_dataset(TaskSpec(**snakemake.params.task), snakemake.params.seed, snakemake.output[0])
