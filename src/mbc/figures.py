@@ -78,13 +78,15 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
         def fig_fn(tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path) -> None:
             full = {t: tables.get(t, pd.DataFrame()) for t in needs}
             full = {t: (pd.DataFrame() if df is None else df) for t, df in full.items()}
-            with plt.style.context(STYLE):
-                fig = draw(full)
-                try:
+            before = set(plt.get_fignums())
+            try:
+                with plt.style.context(STYLE):
+                    fig = draw(full)
                     _tidy_log_axes(fig)
                     _save(fig, Path(out_pdf), Path(out_png))
-                finally:
-                    plt.close(fig)
+            finally:  # close what this call opened, also when drawing fails
+                for num in set(plt.get_fignums()) - before:
+                    plt.close(num)
 
         fig_fn.__name__ = fig_fn.__qualname__ = draw.__name__
         fig_fn.__doc__ = draw.__doc__

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import torch
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -71,6 +70,8 @@ def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:
 
 def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
     """Save with torch.save atomically; return the sha256 of the bytes written."""
+    import torch  # lazily: table-only jobs (figures, fits) need not pay torch's import
+
     buf = io.BytesIO()
     torch.save(obj, buf)
     data = buf.getvalue()
@@ -88,6 +89,8 @@ def sha256_file(path: str | os.PathLike) -> str:
 
 def torch_load_checked(path: str | os.PathLike, *, sha256: str | None = None) -> Any:
     """Load a torch file; raise CorruptArtifactError on a checksum mismatch or a bad file."""
+    import torch
+
     path = Path(path)
     if not path.is_file():
         raise CorruptArtifactError(f"{path}: missing", path)
