@@ -129,3 +129,20 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
         write_csv_atomic(p, pd.DataFrame({"a": [2, 3]}))
     assert pd.read_csv(p)["a"].tolist() == [1]
     assert [f.name for f in tmp_path.iterdir()] == ["x.csv"], "no temporary file left behind"
+
+
+def test_same_config_and_seed_identical_across_fresh_processes(tmp_path):
+    """Two fresh interpreters, same spec and seed: identical tables (CPU, same threads)."""
+    code = (
+        "import sys, torch; from helpers import tiny_spec; from mbc.data import build_dataset;"
+        "from mbc.train import train_run; torch.set_num_threads(1); s = tiny_spec();"
+        "train_run(s, build_dataset(s.task, s.seed), sys.argv[1], torch.device('cpu'),"
+        " say=lambda m: None)"
+    )
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests"))
+    for name in ("a", "b"):
+        subprocess.run([sys.executable, "-c", code, str(tmp_path / name)], check=True, env=env)
+    a, b = (pd.read_csv(tmp_path / n / "metrics.csv").drop(columns=["wall_s"]) for n in "ab")
+    pd.testing.assert_frame_equal(a, b)
+    ca, cb = (pd.read_csv(tmp_path / n / "checkpoints.csv") for n in "ab")
+    assert ca.sha256.tolist() == cb.sha256.tolist(), "snapshots are bitwise identical"

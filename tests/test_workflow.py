@@ -55,7 +55,7 @@ def test_smoke_tau_table(smoke):
 
 def test_second_run_has_nothing_to_do(smoke):
     res = snakemake("all", "-n", *smoke_args(smoke))
-    assert "Nothing to be done" in res.stdout + res.stderr
+    assert "Nothing to be done" in res.stdout + res.stderr, res.stdout[-3000:]
 
 
 def test_bad_config_fails_before_any_job(tmp_path):
@@ -88,6 +88,13 @@ def test_smoke_builds_the_whole_paper(smoke):
     assert (
         "\\newcommand{\\VerdictHOne}" in numbers and "\\newcommand{\\FitTauVsDExponent}" in numbers
     )
+    # censored end to end: the smoke E13 budget is too short to transition
+    tau = pd.read_csv(smoke / "tau.csv")
+    cens = tau[tau.censored]
+    assert len(cens) >= 1 and cens.tau.isna().all()
+    stats = pd.read_csv(smoke / "statistics.csv").set_index("name")
+    assert stats.loc["linear_transition_fraction", "n_censored"] >= 1
+    assert stats.loc["n_runs", "n_censored"] == tau.drop_duplicates("run_id").censored.sum()
     if shutil.which("latexmk") or os.environ.get("CI"):
         pdf = smoke / "paper" / "main.pdf"
         assert pdf.read_bytes()[:4] == b"%PDF"

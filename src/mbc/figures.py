@@ -525,7 +525,7 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
         return fig
     any_cens = False
     for df, marker, color, label in (
-        (e1, "o", "C0", "E1 (D = 1000 K)"),
+        (e1, "o", "C0", "E1 (n_groups fixed, D ∝ K)"),
         (e2, "s", "C1", "E2 (fixed D)"),
     ):
         if df.empty:

@@ -30,7 +30,14 @@ from mbc.io import (
 )
 from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.report import fits_table, hypotheses_table, numbers, numbers_file, scorecard_table
-from mbc.routing import ABLATION_COLUMNS, ATTENTION_COLUMNS, ablations, attention_to_z
+from mbc.routing import (
+    ABLATION_COLUMNS,
+    ATTENTION_COLUMNS,
+    ROUTING_HEAD_COLUMNS,
+    ablations,
+    attention_to_z,
+    top_head,
+)
 from mbc.scorecard import scorecard
 from mbc.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.spec import RunSpec, TaskSpec
@@ -261,3 +268,16 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
         if "Undefined control sequence" in log:
             raise RuntimeError("main.tex uses a macro that numbers.tex does not define")
         write_bytes_atomic(out_pdf, (Path(tmp) / "main.pdf").read_bytes())
+
+
+def make_routing_heads(attention_path, ablation_path, out_path) -> None:
+    """Per run, the head whose zero-ablation removes most of delta_z at tau (spec E9)."""
+    att, abl = read_csv_checked(attention_path), read_csv_checked(ablation_path)
+    rows = []
+    if not abl.empty:
+        for run_id, a in abl.groupby("run_id"):
+            heads = top_head(a, att[att.run_id == run_id] if not att.empty else att)
+            rows.append({"run_id": run_id, "k": int(a.k.iloc[0]), "tau": a.tau.iloc[0], **heads})
+    df = pd.DataFrame(rows, columns=ROUTING_HEAD_COLUMNS)
+    write_csv_atomic(out_path, df)
+    print(df.to_string(index=False))

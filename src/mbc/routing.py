@@ -18,6 +18,10 @@ ABLATION_COLUMNS = [
     "run_id", "k", "tau", "phase", "step", "layer", "head", "kind", "delta_loss", "delta_delta_z",
 ]  # fmt: skip
 
+ROUTING_HEAD_COLUMNS = [
+    "run_id", "k", "tau", "routing_head", "routing_head_delta_delta_z", "attn_head",
+]  # fmt: skip
+
 
 @torch.no_grad()
 def attention_to_z(model, batch: EvalBatch) -> torch.Tensor:
@@ -75,10 +79,10 @@ def top_head(ablation: pd.DataFrame, attention: pd.DataFrame, phase: str = "mid"
     z = ablation[(ablation.phase == phase) & (ablation.kind == "zero")]
     if not z.empty:
         r = z.loc[z.delta_delta_z.idxmin()]
-        out["routing_head"] = f"L{int(r.layer)}H{int(r.head)}"
+        out["routing_head"] = f"L{int(r['layer'])}H{int(r['head'])}"
         out["routing_head_delta_delta_z"] = float(r.delta_delta_z)
     a = attention[attention.phase == phase]
     if not a.empty:
         r = a.loc[a.attn_to_z.idxmax()]
-        out["attn_head"] = f"L{int(r.layer)}H{int(r.head)}"
+        out["attn_head"] = f"L{int(r['layer'])}H{int(r['head'])}"
     return out

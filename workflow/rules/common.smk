@@ -82,6 +82,7 @@ import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]
 ALL_TARGETS += [
+    f"{OUT}/routing_heads.csv",
     f"{OUT}/statistics.csv",
     f"{OUT}/hypotheses.csv",
     f"{OUT}/scorecard.csv",

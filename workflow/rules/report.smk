@@ -3,6 +3,24 @@
 # while its inputs are up to date).
 
 
+rule routing_heads:
+    input:
+        attention=f"{OUT}/routing_attention.csv",
+        ablation=f"{OUT}/routing_ablation.csv",
+    output:
+        report(
+            f"{OUT}/routing_heads.csv",
+            category="Tables",
+            caption="../report/routing_heads.rst",
+        ),
+    log:
+        f"{OUT}/logs/routing_heads.log",
+    conda:
+        "../../envs/mbc.yaml"
+    script:
+        "../scripts/routing_heads.py"
+
+
 rule statistics:
     input:
         tau=f"{OUT}/tau.csv",

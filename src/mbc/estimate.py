@@ -1,0 +1,316 @@
+"""How long will a preset take here?  `python -m mbc.estimate --preset smoke|quick|paper`
+
+Prints the number of distinct runs, the step budget (sum of max_steps), the expected
+number of steps and the expected wall time on this machine. The assumptions, kept simple:
+
+* Expected steps of a run. A run stops early once it has run `early_stop_tau_factor` x tau
+  steps (3 by default) and converged, else at max_steps. tau comes from, in order:
+  1. a measured tau: `<outdir>/tau.csv` (its `steps` column: steps actually run), or a
+     `tau` event in `<outdir>/runs/<run_id>/state/log.jsonl` of a run in progress;
+  2. a power law tau = c * D^1.2 (spec section 6: tau ~ D^1.2, independent of K), with c
+     the median of tau / D^1.2 over the measured taus, or else calibrated by one short
+     measured run: the preset's smallest-D transformer run, trained (with the
+     `mbc.train` step and evaluations) until its first crossing, at most
+     --calibrate-s seconds. A run that does not cross in time gives only a lower bound
+     on c (said so). lr, batch size, sharing and label noise are ignored by the law.
+  Linear-baseline runs (E13) are assumed never to transition: their full budget.
+* Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
+  sequence layout) shape, with the config's `threads` and device; or --steps-per-s X for
+  every run. Evaluation adds (n_contexts * (K + 1)) sequences forward per evaluation
+  point, counted as one third of a training step per `batch_size` sequences.
+* Wall time with J parallel jobs (default: cores / threads) is max(total / J, longest run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+from mbc import config as mbc_config
+from mbc.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
+from mbc.metrics import evaluate, fixed_contexts, make_eval_batch, training_loss
+from mbc.model import build_model
+from mbc.spec import RunSpec
+from mbc.train import BatchOrder, eval_schedule, make_optimizer, pick_device
+
+D_EXPONENT = 1.2
+
+
+def shape_key(spec: RunSpec) -> tuple:
+    """Runs with equal keys cost the same per step."""
+    t = spec.task
+    return (spec.model, spec.train.batch_size, t.seq_len, t.n_targets)
+
+
+def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
+    """Steps/s of `spec`'s training step (the step of `mbc.train.train_run`)."""
+    ds = build_dataset(spec.task, spec.seed)
+    tokens = ds.tokens.to(device)
+    gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    model = build_model(spec.model, spec.task, gen).to(device).train()
+    opt = make_optimizer(model, spec, device)
+    order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
+
+    def step(s: int) -> None:
+        loss = training_loss(model, tokens[order.indices(s)])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for s in range(1, 3):
+        step(s)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for s in range(3, 3 + steps):
+        step(s)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return steps / (time.perf_counter() - t0)
+
+
+def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
+    """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
+    ds = build_dataset(spec.task, spec.seed)
+    tokens = ds.tokens.to(device)
+    gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    model = build_model(spec.model, spec.task, gen).to(device).train()
+    opt = make_optimizer(model, spec, device)
+    order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
+    batch = make_eval_batch(ds, fixed_contexts(ds, spec.eval.n_contexts, rng), rng).to(device)
+    evals = set(eval_schedule(spec.eval, spec.train.max_steps)[0])
+    limit = spec.eval.threshold * spec.task.log_k
+    t0, step = time.perf_counter(), 0
+    while step < spec.train.max_steps:
+        step += 1
+        loss = training_loss(model, tokens[order.indices(step)])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step in evals:
+            if evaluate(model, batch)["candidate_loss"] < limit:
+                return step, True
+            if time.perf_counter() - t0 > budget_s:
+                break
+    return step, False
+
+
+def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
+    """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress."""
+    out: dict[str, dict] = {}
+    tau_csv = Path(outdir) / "tau.csv"
+    if tau_csv.exists():
+        df = pd.read_csv(tau_csv).drop_duplicates("run_id")
+        for row in df.itertuples():
+            if row.run_id in specs:
+                tau = None if pd.isna(row.tau) else float(row.tau)
+                steps = getattr(row, "steps", float("nan"))
+                out[row.run_id] = {"tau": tau, "steps": None if pd.isna(steps) else int(steps)}
+    for run_id in specs:
+        log = Path(outdir) / "runs" / run_id / "state" / "log.jsonl"
+        if run_id in out or not log.exists():
+            continue
+        for line in log.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                break
+            if r.get("event") == "tau":
+                out[run_id] = {"tau": float(r["tau"]), "steps": None}
+                break
+    return out
+
+
+def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None) -> int:
+    t = spec.train
+    if measured_steps is not None:
+        return measured_steps
+    if tau is None or spec.model.kind == "linear" or t.early_stop_tau_factor <= 0:
+        return t.max_steps
+    return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
+
+
+def eval_step_equivalents(spec: RunSpec, steps: int) -> float:
+    """Evaluation cost of a run of `steps` steps, in training-step equivalents."""
+    n_evals = sum(1 for s in eval_schedule(spec.eval, spec.train.max_steps)[0] if s <= steps)
+    n_ctx = min(spec.eval.n_contexts, spec.task.d)
+    seqs = n_ctx * (spec.task.k + 1)
+    return n_evals * seqs / (3 * spec.train.batch_size)
+
+
+def estimate(
+    preset: str,
+    config_path: str = "config.yaml",
+    outdir: str | None = None,
+    steps_per_s: float | None = None,
+    tau_coef: float | None = None,
+    calibrate_s: float = 60.0,
+    jobs: int | None = None,
+    say=print,
+) -> dict:
+    raw = yaml.safe_load(Path(config_path).read_text())
+    overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})
+    cfg = mbc_config.load(raw, overrides)
+    specs = cfg.specs
+    device = pick_device(str(cfg.raw.get("device", "auto")))
+    threads = int(cfg.raw.get("threads", 1))
+    torch.set_num_threads(threads)
+    jobs = jobs or max(1, (os.cpu_count() or 1) // threads)
+
+    measured = measured_taus(cfg.outdir, specs)
+    # the power law's coefficient
+    law_runs = {
+        i: m
+        for i, m in measured.items()
+        if m["tau"] is not None and specs[i].model.kind == "transformer"
+    }
+    coef_note = ""
+    if tau_coef is None and law_runs:
+        tau_coef = statistics.median(
+            m["tau"] / specs[i].task.d ** D_EXPONENT for i, m in law_runs.items()
+        )
+        coef_note = f"median over {len(law_runs)} measured taus"
+    elif tau_coef is None and len(measured) < len(specs):
+        transformers = [s for s in specs.values() if s.model.kind == "transformer"]
+        if transformers:
+            cal = min(transformers, key=lambda s: (s.task.d, s.train.max_steps))
+            t0 = time.perf_counter()
+            tau, crossed = calibrate_tau(cal, device, calibrate_s)
+            tau_coef = tau / cal.task.d**D_EXPONENT
+            coef_note = (
+                f"calibration run {cal.run_id} (D={cal.task.d}): "
+                + (f"tau={tau}" if crossed else f"no crossing in {tau} steps: LOWER BOUND")
+                + f", {time.perf_counter() - t0:.0f} s"
+            )
+    elif tau_coef is not None:
+        coef_note = "given on the command line"
+
+    # steps/s per shape
+    rates: dict[tuple, float] = {}
+    if steps_per_s is None:
+        for spec in specs.values():
+            key = shape_key(spec)
+            if key not in rates:
+                rates[key] = measure_steps_per_s(spec, device)
+
+    rows = []
+    for run_id, spec in specs.items():
+        m = measured.get(run_id)
+        if m is not None:
+            tau, src = m["tau"], "measured"
+            steps = expected_steps(spec, tau, m["steps"])
+        else:
+            tau = None if tau_coef is None else tau_coef * spec.task.d**D_EXPONENT
+            src = "law"
+            steps = expected_steps(spec, tau, None)
+        rate = steps_per_s if steps_per_s is not None else rates[shape_key(spec)]
+        total_steps = steps + eval_step_equivalents(spec, steps)
+        rows.append(
+            {
+                "run_id": run_id,
+                "experiments": ",".join(
+                    sorted({r.experiment for r in cfg.runs if r.run_id == run_id})
+                ),
+                "d": spec.task.d,
+                "tau": tau,
+                "tau_source": src,
+                "max_steps": spec.train.max_steps,
+                "expected_steps": steps,
+                "steps_per_s": rate,
+                "expected_s": total_steps / rate,
+            }
+        )
+    df = pd.DataFrame(rows)
+    total_s = float(df.expected_s.sum())
+    wall_s = max(total_s / jobs, float(df.expected_s.max()))
+    out = {
+        "preset": cfg.preset,
+        "runs": len(df),
+        "budget_steps": int(df.max_steps.sum()),
+        "expected_steps": int(df.expected_steps.sum()),
+        "measured_taus": int((df.tau_source == "measured").sum()),
+        "tau_coef": tau_coef,
+        "tau_coef_note": coef_note,
+        "steps_per_s": {_shape_name(k): v for k, v in rates.items()} if rates else steps_per_s,
+        "device": str(device),
+        "threads": threads,
+        "jobs": jobs,
+        "cpu_seconds": total_s,
+        "wall_seconds": wall_s,
+        "table": df,
+    }
+    report(out, say)
+    return out
+
+
+def _shape_name(key: tuple) -> str:
+    m, batch, seq_len, _ = key
+    arch = "linear" if m.kind == "linear" else f"L{m.n_layers} d{m.d_model} mlp{m.d_mlp}"
+    return f"{arch}, batch {batch}, T {seq_len}"
+
+
+def _hms(s: float) -> str:
+    h, rem = divmod(int(round(s)), 3600)
+    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+def report(out: dict, say=print) -> None:
+    df = out["table"]
+    say(f"preset {out['preset']}: {out['runs']} distinct runs on {out['device']}")
+    say(f"step budget (sum of max_steps): {out['budget_steps']:,}")
+    say(
+        f"expected steps: {out['expected_steps']:,} ({out['measured_taus']} runs measured in "
+        f"tau.csv or run logs; the rest: tau = c D^{D_EXPONENT}, early stop at factor x tau)"
+    )
+    if out["tau_coef"] is not None:
+        say(f"  c = {out['tau_coef']:.4g} ({out['tau_coef_note']})")
+    else:
+        say("  no tau available: every run assumed to use its full budget")
+    if isinstance(out["steps_per_s"], dict):
+        for k, v in out["steps_per_s"].items():
+            say(f"  measured {v:.1f} steps/s: {k}")
+    else:
+        say(f"  {out['steps_per_s']} steps/s (given) for every run")
+    per_exp = df.assign(experiments=df.experiments.str.split(",")).explode("experiments")
+    g = per_exp.groupby("experiments").agg(
+        runs=("run_id", "size"), budget=("max_steps", "sum"), steps=("expected_steps", "sum"),
+        seconds=("expected_s", "sum"),
+    )  # fmt: skip
+    say(f"{'exp':<6}{'runs':>5}{'budget':>12}{'expected':>12}{'cpu time':>10}")
+    for name, r in g.iterrows():
+        say(
+            f"{name:<6}{int(r.runs):>5}{int(r.budget):>12,}{int(r.steps):>12,}{_hms(r.seconds):>10}"
+        )
+    say(
+        f"expected training time: {_hms(out['cpu_seconds'])} of {out['threads']}-thread jobs; "
+        f"wall ~{_hms(out['wall_seconds'])} with {out['jobs']} parallel jobs "
+        "(evaluation included, diagnostics not)"
+    )
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--preset", default="paper", choices=["smoke", "quick", "paper"])
+    ap.add_argument("--config", default="config.yaml")
+    ap.add_argument("--outdir", default=None, help="override the preset's outdir")
+    ap.add_argument("--steps-per-s", type=float, default=None, help="skip the measurement")
+    ap.add_argument("--tau-coef", type=float, default=None, help="c of tau = c D^1.2")
+    ap.add_argument("--calibrate-s", type=float, default=60.0, help="calibration run time cap")
+    ap.add_argument("--jobs", type=int, default=None, help="parallel jobs (cores / threads)")
+    a = ap.parse_args(argv)
+    return estimate(a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs)
+
+
+if __name__ == "__main__":
+    main()

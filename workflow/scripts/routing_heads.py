@@ -1,0 +1,5 @@
+from mbc.logging import logged
+from mbc.pipeline import make_routing_heads
+
+with logged(snakemake.log[0]):
+    make_routing_heads(snakemake.input.attention, snakemake.input.ablation, snakemake.output[0])
