@@ -2,8 +2,8 @@ import math
 
 import numpy as np
 import pandas as pd
-
 from helpers import tiny_spec
+
 from mbc.summary import first_step_below, plateau_height, summarize_run
 
 DIAG = {
