@@ -5,23 +5,29 @@ corresponding `mbc.metrics` / `mbc.model` call returns, to float32 rounding. The
 weights of an ordinary `Transformer` (same state dict, same optimiser, same checkpoints),
 so they can be wired into `mbc.train` without touching the on-disk formats.
 
-Measured on the 2-core CPU (benchmarks/train_step.py, paper model, batch 128, 1 thread):
+Measured on the shared 2-core CPU (benchmarks/train_step.py, paper model, batch 128,
+1 thread, interleaved repeats, under heavy load from other jobs, so +-10%):
 
-* `training_loss` (this module) vs `mbc.metrics.training_loss`: about 1.25x faster steps.
-  Two changes, both exact in real arithmetic:
-  - manual causal attention on CPU: at T = 15 the CPU flash-attention kernel of
-    `F.scaled_dot_product_attention` costs ~2x the three small batched matmuls of
-    the plain formula (forward + backward). On CUDA we keep SDPA.
+* `training_loss` (this module) vs `mbc.metrics.training_loss`: 1.16-1.34x faster steps
+  (one outlier 1.04 at load average 13). Two changes, both exact in real arithmetic:
   - last-layer pruning: only the 5 target-predicting positions reach the loss, so the
     last block needs keys/values at all 15 positions but queries, the output projection
-    and the MLP only at those 5: ~14% fewer FLOPs per step.
+    and the MLP only at those 5: 14% fewer FLOPs per step (most of the gain);
+  - manual causal attention on CPU: at T = 15 the CPU flash-attention kernel of
+    `F.scaled_dot_product_attention` costs 1.4-2x the plain formula (forward + backward
+    of one layer alone: ~14 ms vs 7-10 ms), but inside the step it adds only ~1.02x on
+    top of the pruning (41 interleaved single steps: ours 351 ms, pruning with SDPA
+    294 ms = 1.19x, pruning + manual attention 290 ms = 1.21x). On CUDA we keep SDPA.
 * `evaluate` (this module) vs `mbc.metrics.evaluate`: the K candidate sequences of a
   context share their first `first_pred_pos + 1` tokens, so the prefix is run once per
-  context and only the answer positions once per candidate (a key/value cache), ~3x
-  cheaper at K >= 10.
-* `compiled_training_loss`: `torch.compile` of the above; works here (gcc), first call
-  ~1.5 min on the loaded 2 cores (seconds once the inductor cache is warm), and adds
-  little on CPU because matmuls dominate. Optional; not recommended for CPU jobs.
+  context and only the answer positions once per candidate (a key/value cache):
+  2.2x faster at K = 5, 2.7-3.8x at K = 20 and 36.
+* `compiled_step` / `compiled_training_loss`: `torch.compile` of the above; works here
+  (gcc), first call 77 s cold on the loaded 2 cores, 4-6 s with a warm inductor cache,
+  then 1.12-1.38x over `mbc.metrics.training_loss` (about 1.1x over the eager engine):
+  it fuses GELU / LayerNorm / softmax, while the matmuls (~65% of the step) stay.
+* AdamW: fused (what `mbc.train.make_optimizer` uses) costs ~2 ms a step, foreach ~6 ms,
+  the for-loop default ~8 ms: keep fused.
 """
 
 from __future__ import annotations
@@ -112,6 +118,12 @@ def compiled_training_loss(model: nn.Module, **compile_kw):
     return torch.compile(lambda seqs: training_loss(model, seqs), **compile_kw)
 
 
+def compiled_step(model: nn.Module, opt: torch.optim.Optimizer, **compile_kw):
+    """A `step(seqs) -> loss` closure: `train_step` with the compiled loss (compiles once)."""
+    loss_fn = compiled_training_loss(model, **compile_kw)
+    return lambda seqs: train_step(model, opt, seqs, loss_fn)
+
+
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, seqs: torch.Tensor, loss_fn=None):
     """One optimiser step exactly as `mbc.train.train_run` does it; returns the detached loss."""
     loss = (loss_fn or (lambda s: training_loss(model, s)))(seqs)
@@ -170,8 +182,13 @@ def _target_logprobs(model: Transformer, seqs: torch.Tensor, chunk: int) -> torc
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, batch: EvalBatch, chunk: int = 512) -> dict[str, float]:
-    """Drop-in for `mbc.metrics.evaluate` with a shared-prefix cache for Transformers."""
+def evaluate(model: nn.Module, batch: EvalBatch, chunk: int = 2048) -> dict[str, float]:
+    """Drop-in for `mbc.metrics.evaluate` with a shared-prefix cache for Transformers.
+
+    chunk: candidate sequences per forward pass. Small on purpose: activations above
+    glibc's mmap threshold (32 MB at most) are mmapped and page-faulted afresh on every
+    call; at mbc.metrics' 8192 sequences that is ~40% of the evaluation's CPU time.
+    """
     from mbc.metrics import evaluate as plain
 
     if not isinstance(model, Transformer):
@@ -183,10 +200,11 @@ def evaluate(model: nn.Module, batch: EvalBatch, chunk: int = 512) -> dict[str, 
         k, n_t, p = task.k, task.n_targets, task.first_pred_pos
         seqs = batch.candidates.view(batch.n_contexts, k, -1)
         ctx, answers = seqs[:, 0, : p + 1], seqs[:, :, -n_t:]
+        n_ctx = max(1, chunk // k)
         lp = torch.cat(
             [
-                _candidate_logprobs(model, ctx[i : i + chunk], answers[i : i + chunk])
-                for i in range(0, batch.n_contexts, chunk)
+                _candidate_logprobs(model, ctx[i : i + n_ctx], answers[i : i + n_ctx])
+                for i in range(0, batch.n_contexts, n_ctx)
             ]
         )
         scores = lp.double().sum(-1)
@@ -200,7 +218,7 @@ def evaluate(model: nn.Module, batch: EvalBatch, chunk: int = 512) -> dict[str, 
             "candidate_accuracy": float(correct.double().mean()),
         }
         if batch.shuffled is not None:
-            shuffled = -_target_logprobs(model, batch.shuffled, chunk * k).double().mean()
+            shuffled = -_target_logprobs(model, batch.shuffled, 512).double().mean()
             out["shuffled_loss"] = float(shuffled)
             out["delta_z"] = float(shuffled - clean)
         else:
