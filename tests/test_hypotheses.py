@@ -97,7 +97,7 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
     assert agreement(7.0, 6, 8, {"value": 3.6}, {"factor": 2.0}) == "agree"
     assert agreement(8.0, 6, 9, {"value": 3.6}, {"factor": 2.0}) == "disagree"
     assert agreement(800, 700, 900, {"range": [500, 1000]}, {"factor": 1.0}) == "agree"
-    assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "n/a"
+    assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "not measured"
     # every configured row is computed from statistics: no statistic, no measurement
     card = scorecard(CFG["scorecard"], stats_for({}))
-    assert len(card) == len(CFG["scorecard"]) and set(card.agreement) == {"n/a"}
+    assert len(card) == len(CFG["scorecard"]) and set(card.agreement) == {"not measured"}

@@ -32,7 +32,7 @@ def _finite(*vs) -> bool:
 def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
     """'agree', 'disagree' or 'n/a' (nothing measured)."""
     if not _finite(measured):
-        return "n/a"
+        return "not measured"
     inside = _finite(lo, hi) and "value" in ref and lo <= ref["value"] <= hi
     if "abs" in rule:
         ok = abs(measured - ref["value"]) <= rule["abs"] or inside
@@ -46,7 +46,7 @@ def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
         ok = max(measured / ref["value"], ref["value"] / measured) <= rule["factor"]
     elif rule.get("ci_overlap"):
         if not _finite(lo, hi):
-            return "n/a"
+            return "not measured"
         plo, phi = ref["ci"]
         ok = lo <= phi and plo <= hi
     elif rule.get("equal"):
