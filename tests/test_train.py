@@ -1,3 +1,5 @@
+import shutil
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -153,3 +155,24 @@ def test_fast_and_plain_engines_train_the_same_run(tmp_path):
         a, b = fast[c].to_numpy(), plain[c].to_numpy()
         assert np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True), (c, a - b)
     assert plain["candidate_loss"].iloc[-1] < 0.5 * plain["candidate_loss"].iloc[0]  # it learnt
+
+
+@pytest.mark.slow  # a cold torch.compile takes 1-2 minutes on a loaded 2-core machine
+@pytest.mark.skipif(
+    not (shutil.which("cc") or shutil.which("gcc")),
+    reason="torch.compile on CPU needs a C compiler",
+)
+def test_compiled_loss_trains_the_same_run_and_resumes_bitwise(tmp_path):
+    """train.compile: true agrees with eager to float32 rounding; resuming is bitwise."""
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    eager = train_run(spec, ds, tmp_path / "eager", CPU, say=lambda m: None)
+    compiled = _with_train(spec, compile=True)
+    full = train_run(compiled, ds, tmp_path / "full", CPU, say=lambda m: None)
+    for c in ["train_loss", "grad_norm", "loss", "candidate_loss", "delta_z"]:
+        a, b = full[c].to_numpy(), eager[c].to_numpy()
+        assert np.allclose(a, b, rtol=1e-4, atol=1e-5, equal_nan=True), (c, a - b)
+    train_run(compiled, ds, tmp_path / "cut", CPU, say=lambda m: None, stop_after=70)
+    torch._dynamo.reset()  # as a fresh process would: compile again
+    train_run(compiled, ds, tmp_path / "cut", CPU, say=lambda m: None)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"))
