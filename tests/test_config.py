@@ -85,6 +85,7 @@ BAD = [
     ),
     (("diagnostics", "collective", "source"), "E99", "diagnostics.collective.source"),
     (("experiments", "E1", "grid", "task.sharing"), ["everyone"], "experiments.E1: task.sharing"),
+    (("defaults", "train", "engine"), "turbo", "defaults.train.engine"),  # unknown engine
 ]
 
 
@@ -118,3 +119,41 @@ def test_unknown_experiment_in_only(raw):
 def test_bad_sharing_enum_is_caught_for_typo_in_task(raw):
     with pytest.raises(ConfigError, match="sharing"):
         load(with_(raw, ("defaults", "task", "sharing"), "everyone"), {"preset": "smoke"})
+
+
+def test_engine_is_an_implementation_choice_outside_the_run_id(raw):
+    """train.engine / train.compile change how a run is computed, not what: run ids (and
+    the Snakemake params of default specs) are exactly what they were before the keys."""
+    import dataclasses
+
+    from mbc.spec import RunSpec
+
+    default = RunSpec()
+    # recorded before train.engine existed: moving it would orphan every finished run
+    assert default.run_id == "bz_to_a-transformer-K10-G1000-z2-shared-p0-lr0.001-B128-s0-133cca04"
+    assert "engine" not in default.to_dict()["train"]
+    assert "compile" not in default.to_dict()["train"]
+    plain = dataclasses.replace(
+        default, train=dataclasses.replace(default.train, engine="plain", compile=True)
+    )
+    assert plain.run_id == default.run_id
+    assert plain.to_dict()["train"]["engine"] == "plain"
+    assert RunSpec.from_dict(plain.to_dict()) == plain
+    assert RunSpec.from_dict(default.to_dict()) == default
+
+    fast = load(raw, {"preset": "smoke"})
+    slow = load(with_(raw, ("defaults", "train", "engine"), "plain"), {"preset": "smoke"})
+    assert [r.run_id for r in slow.runs] == [r.run_id for r in fast.runs]
+    assert {r.spec.train.engine for r in slow.runs} == {"plain"}
+    assert {r.spec.train.engine for r in fast.runs} == {"fast"}
+
+
+def test_shared_run_with_conflicting_engines_is_rejected(raw):
+    # E5's z_length=2 run is E1's K=3 run; asking E1 alone for the plain engine conflicts
+    cfg = with_(raw, ("experiments", "E1", "set", "train.engine"), "plain")
+    with pytest.raises(ConfigError, match="train.engine"):
+        load(cfg, {"preset": "smoke"})
+    # both engines in one grid are one run twice
+    cfg = with_(raw, ("experiments", "E1", "grid", "train.engine"), ["fast", "plain"])
+    with pytest.raises(ConfigError, match="duplicate run id"):
+        load(cfg, {"preset": "smoke"})

@@ -264,8 +264,31 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
     runs: list[Run] = []
     for name in only:
         runs.extend(expand_experiment(name, experiments[name], cfg["defaults"], cfg["seeds"]))
+    _check_same_id_same_spec(runs)
     _check_references(cfg, set(only))
     return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+
+
+def _check_same_id_same_spec(runs: list[Run]) -> None:
+    """A run id names one spec. Implementation fields (train.engine, train.compile) are not
+    part of the id, so two experiments asking for one run with different engines conflict."""
+    seen: dict[str, Run] = {}
+    for r in runs:
+        first = seen.setdefault(r.run_id, r)
+        if first.spec != r.spec:
+            diff = sorted(
+                f"{s}.{k}"
+                for s, v in r.spec.to_dict().items()
+                if isinstance(v, dict)
+                for k in v.keys() | first.spec.to_dict()[s].keys()
+                if v.get(k) != first.spec.to_dict()[s].get(k)
+            )
+            raise ConfigError(
+                f"experiments.{r.experiment}",
+                r.run_id,
+                f"same run as in experiment {first.experiment} but different {', '.join(diff)}"
+                " (implementation settings must agree for a shared run)",
+            )
 
 
 def _check_references(cfg: dict, known: set[str]) -> None:

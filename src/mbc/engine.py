@@ -3,7 +3,8 @@
 Nothing here changes what is computed, only how: every function returns what the
 corresponding `mbc.metrics` / `mbc.model` call returns, to float32 rounding. They read the
 weights of an ordinary `Transformer` (same state dict, same optimiser, same checkpoints),
-so they can be wired into `mbc.train` without touching the on-disk formats.
+so `mbc.train` uses them (`train.engine: fast`, the default) without touching the on-disk
+formats; `train.engine: plain` keeps `mbc.model` + `mbc.metrics`.
 
 Measured on the shared 2-core CPU (benchmarks/train_step.py, paper model, batch 128,
 1 thread, interleaved repeats, under heavy load from other jobs, so +-10%):

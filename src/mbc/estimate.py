@@ -15,9 +15,12 @@ number of steps and the expected wall time on this machine. The assumptions, kep
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
   Linear-baseline runs (E13) are assumed never to transition: their full budget.
 * Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
-  sequence layout) shape, with the config's `threads` and device; or --steps-per-s X for
-  every run. Evaluation adds (n_contexts * (K + 1)) sequences forward per evaluation
-  point, counted as one third of a training step per `batch_size` sequences.
+  sequence layout, train.engine, train.compile) shape, with the config's `threads` and
+  device, through the loss `mbc.train.train_run` uses (`mbc.train.step_functions`); or
+  --steps-per-s X for every run. Evaluation adds (n_contexts * (K + 1)) sequences
+  forward per evaluation point, counted as one third of a training step per `batch_size`
+  sequences (benchmarks/train_step.py: the engine's shared-prefix evaluation costs about
+  half that at K = 36, the plain one about twice; evaluation is a few % of the steps).
 * Wall time with J parallel jobs (default: cores / threads) is max(total / J, longest run).
 """
 
@@ -38,10 +41,10 @@ import yaml
 
 from mbc import config as mbc_config
 from mbc.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
-from mbc.metrics import evaluate, fixed_contexts, make_eval_batch, training_loss
+from mbc.metrics import fixed_contexts, make_eval_batch
 from mbc.model import build_model
 from mbc.spec import RunSpec
-from mbc.train import BatchOrder, eval_schedule, make_optimizer, pick_device
+from mbc.train import BatchOrder, eval_schedule, make_optimizer, pick_device, step_functions
 
 D_EXPONENT = 1.2
 
@@ -49,7 +52,8 @@ D_EXPONENT = 1.2
 def shape_key(spec: RunSpec) -> tuple:
     """Runs with equal keys cost the same per step."""
     t = spec.task
-    return (spec.model, spec.train.batch_size, t.seq_len, t.n_targets)
+    o = spec.train
+    return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile)
 
 
 def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
@@ -59,10 +63,11 @@ def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) ->
     gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
     model = build_model(spec.model, spec.task, gen).to(device).train()
     opt = make_optimizer(model, spec, device)
+    loss_fn = step_functions(spec.train, model)[0]  # train.engine / train.compile as configured
     order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
 
     def step(s: int) -> None:
-        loss = training_loss(model, tokens[order.indices(s)])
+        loss = loss_fn(tokens[order.indices(s)])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -86,6 +91,7 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
     gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
     model = build_model(spec.model, spec.task, gen).to(device).train()
     opt = make_optimizer(model, spec, device)
+    loss_fn, evaluate = step_functions(spec.train, model)
     order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
     batch = make_eval_batch(ds, fixed_contexts(ds, spec.eval.n_contexts, rng), rng).to(device)
@@ -94,12 +100,12 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
     t0, step = time.perf_counter(), 0
     while step < spec.train.max_steps:
         step += 1
-        loss = training_loss(model, tokens[order.indices(step)])
+        loss = loss_fn(tokens[order.indices(step)])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         if step in evals:
-            if evaluate(model, batch)["candidate_loss"] < limit:
+            if evaluate(batch)["candidate_loss"] < limit:
                 return step, True
             if time.perf_counter() - t0 > budget_s:
                 break
@@ -255,9 +261,11 @@ def estimate(
 
 
 def _shape_name(key: tuple) -> str:
-    m, batch, seq_len, _ = key
+    m, batch, seq_len, _, engine, compiled = key
     arch = "linear" if m.kind == "linear" else f"L{m.n_layers} d{m.d_model} mlp{m.d_mlp}"
-    return f"{arch}, batch {batch}, T {seq_len}"
+    return f"{arch}, batch {batch}, T {seq_len}, engine {engine}" + (
+        ", compiled" if compiled else ""
+    )
 
 
 def _hms(s: float) -> str:

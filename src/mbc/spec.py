@@ -109,6 +109,20 @@ class TrainSpec:
     # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
     early_stop_tau_factor: float = 3.0
     early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
+    # How the step and the in-loop evaluation are computed, not what: `fast` is
+    # `mbc.engine` (last layer at the target positions only, shared-prefix evaluation),
+    # `plain` is `mbc.model` + `mbc.metrics`; equal to float32 rounding (tests/test_train.py).
+    # `compile`: torch.compile the training loss (a cold compile costs about a minute).
+    # Both are IMPLEMENTATION_FIELDS: outside the run id (see RunSpec.content_hash).
+    engine: str = "fast"  # fast | plain
+    compile: bool = False
+
+
+# Fields that choose an implementation, not the computation: a numerically equivalent
+# engine must not move a run to a new directory (nor retrain every existing run), so they
+# are left out of the content hash, and out of `to_dict` at their defaults (Snakemake
+# params, whose change would otherwise trigger reruns, stay exactly what they were).
+IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
 
 
 @dataclass(frozen=True)
@@ -133,7 +147,13 @@ class RunSpec:
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every field, except implementation fields at their defaults (see above)."""
+        d = dataclasses.asdict(self)
+        for section, defaults in IMPLEMENTATION_FIELDS.items():
+            for name, default in defaults.items():
+                if d[section][name] == default:
+                    del d[section][name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunSpec:
@@ -147,7 +167,15 @@ class RunSpec:
 
     @property
     def content_hash(self) -> str:
-        blob = json.dumps(self.to_dict(), sort_keys=True).encode()
+        """Hash of what the run computes. Implementation fields are excluded whatever their
+        value: `fast` and `plain` train the same model to float32 rounding, so they are one
+        run (one directory, one resume state) and every run id predating them is unchanged.
+        """
+        d = self.to_dict()
+        for section, defaults in IMPLEMENTATION_FIELDS.items():
+            for name in defaults:
+                d[section].pop(name, None)
+        blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
     @property

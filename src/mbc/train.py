@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mbc import engine, metrics
 from mbc.data import STREAM_EVAL, STREAM_INIT, STREAM_ORDER, Dataset, stream_seed
 from mbc.io import (
     CorruptArtifactError,
@@ -32,9 +33,9 @@ from mbc.io import (
     write_csv_atomic,
     write_text_atomic,
 )
-from mbc.metrics import evaluate, fixed_contexts, make_eval_batch, training_loss
+from mbc.metrics import fixed_contexts, make_eval_batch
 from mbc.model import build_model
-from mbc.spec import EvalSpec, RunSpec
+from mbc.spec import EvalSpec, RunSpec, TrainSpec
 
 METRIC_COLUMNS = [
     "step",
@@ -107,6 +108,32 @@ class BatchOrder:
             out.append(self._perm(e)[o : o + take])
             need, e, o = need - take, e + 1, 0
         return out[0] if len(out) == 1 else torch.cat(out)
+
+
+ENGINES = {
+    # train.engine -> (training loss, in-loop evaluation); equal to float32 rounding
+    "fast": (engine.training_loss, engine.evaluate),
+    "plain": (metrics.training_loss, metrics.evaluate),
+}
+
+
+def step_functions(train: TrainSpec, model: torch.nn.Module):
+    """(loss(seqs), evaluate(batch)) of `model` as `train_run` computes them.
+
+    train.engine picks the implementation (`fast`: mbc.engine, `plain`: mbc.metrics);
+    train.compile wraps the loss in torch.compile (compiled on its first call).
+    """
+    if train.engine not in ENGINES:
+        raise ValueError(f"train.engine = {train.engine!r}: expected one of {sorted(ENGINES)}")
+    loss_of, evaluate_of = ENGINES[train.engine]
+
+    def loss(seqs: torch.Tensor) -> torch.Tensor:
+        return loss_of(model, seqs)
+
+    def evaluate(batch) -> dict[str, float]:
+        return evaluate_of(model, batch)
+
+    return (torch.compile(loss) if train.compile else loss), evaluate
 
 
 def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device):
@@ -189,6 +216,7 @@ def train_run(
     )
     model.to(device).train()
     opt = make_optimizer(model, spec, device)
+    loss_fn, evaluate = step_functions(t, model)
     eval_rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
     batch = make_eval_batch(dataset, fixed_contexts(dataset, ev.n_contexts, eval_rng), eval_rng).to(
         device
@@ -212,11 +240,11 @@ def train_run(
     t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
     with open(log_path, "a") as fh:
         if step == 0:
-            _append(fh, _eval_row(model, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
+            _append(fh, _eval_row(evaluate, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
         while step < t.max_steps:
             step += 1
             idx = order.indices(step)
-            loss = training_loss(model, tokens[idx])
+            loss = loss_fn(tokens[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -229,7 +257,7 @@ def train_run(
                     )
                 )
                 row = _eval_row(
-                    model, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0
+                    evaluate, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0
                 )
                 loss_sum.zero_()
                 n_since = 0
@@ -272,8 +300,8 @@ def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
     )
 
 
-def _eval_row(model, batch, step, batch_size, train_loss, grad_norm, t0) -> dict:
-    m = evaluate(model, batch)
+def _eval_row(evaluate, batch, step, batch_size, train_loss, grad_norm, t0) -> dict:
+    m = evaluate(batch)
     return {
         "step": step,
         "examples_seen": step * batch_size,

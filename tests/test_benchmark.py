@@ -1,0 +1,33 @@
+"""benchmarks/train_step.py --quick runs and reports (never asserts speed: timings on a
+shared machine are not a test; ratios are printed, the numerics check must pass)."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    out_json = tmp_path / "bench.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--quick",
+           "--threads", "1", "--device", "cpu", "--json", str(out_json)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert "ours = train_run's step (train.engine=fast, train.compile=False)" in out
+    for name in ("ours/reference", "ours/roofline", "ours/plain"):
+        assert re.search(rf"^ratio {re.escape(name)}\s+\d+\.\d\d\b", out, re.M), (name, out)
+    for k in (5, 20, 36):
+        assert re.search(rf"^eval fraction K={k}: \d+\.\d\d%", out, re.M), (k, out)
+    assert re.search(r"^numerics: OK$", out, re.M), out
+    res = json.loads(out_json.read_text())
+    assert res["numerics"]["ok"] is True
+    assert res["numerics"]["plain"]["max_rel_diff"] < res["numerics"]["tolerance_rel"]
+    assert set(res["eval"]) == {"5", "20", "36"}
+    assert all(v > 0 for v in res["ratios"].values())
