@@ -1,4 +1,12 @@
-"""Shared test helpers (tiny configs)."""
+"""Shared test helpers: tiny configs; the Slurm tests' "required in CI" checks."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from slurm_cluster import INSTALL_HINT, missing_binaries
 
 from mbc.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
@@ -18,3 +26,37 @@ def tiny_spec(**task) -> RunSpec:
             resume_every=20,
         ),
     )
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def unavailable(reason: str) -> None:
+    """Skip locally; fail in CI, which is expected to install what the test needs."""
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
+    pytest.skip(reason)
+
+
+def require_slurm() -> None:
+    """Slurm + munge binaries, root (local_slurm writes /etc/slurm) and the plugin."""
+    missing = missing_binaries()
+    if missing:
+        unavailable(f"Slurm/munge not installed (missing {', '.join(missing)}); {INSTALL_HINT}")
+    if os.geteuid() != 0:
+        unavailable("local_slurm needs root")
+    require_plugin()
+
+
+def require_plugin() -> None:
+    try:
+        import snakemake_executor_plugin_slurm  # noqa: F401
+    except ImportError:
+        unavailable('snakemake-executor-plugin-slurm not installed (pip install ".[slurm]")')
+
+
+def snakemake_exe() -> str:
+    """The snakemake next to this interpreter (the venv's), else the one on PATH."""
+    exe = Path(sys.executable).with_name("snakemake")
+    return str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake")

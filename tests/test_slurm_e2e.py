@@ -40,17 +40,16 @@ import csv
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster import INSTALL_HINT, local_slurm, missing_binaries
+from helpers import require_plugin, require_slurm, snakemake_exe
+from slurm_cluster import local_slurm
 
 import mbc.config
 
@@ -81,28 +80,6 @@ TIMING_COLUMNS = ("wall_s",)
 SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+?\.log)\)")
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
-    pytest.skip(reason)
-
-
-def _require_plugin() -> None:
-    try:
-        import snakemake_executor_plugin_slurm  # noqa: F401
-    except ImportError:
-        _unavailable('snakemake-executor-plugin-slurm not installed (pip install ".[slurm]")')
-
-
-def _snakemake() -> str:
-    exe = Path(sys.executable).with_name("snakemake")
-    return str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake")
-
-
 def _config_args(out: Path, **overrides) -> list[str]:
     """--config for the smoke preset into `out`; values are YAML to Snakemake (so nested
     dicts work: mbc.config deep-merges them over the preset)."""
@@ -122,7 +99,7 @@ class Run:
         self.t0 = time.monotonic()
         self._fh = open(log, "w")  # noqa: SIM115 - closed by stop()
         self.proc = subprocess.Popen(
-            [_snakemake(), *args],
+            [snakemake_exe(), *args],
             cwd=REPO,
             stdout=self._fh,
             stderr=subprocess.STDOUT,
@@ -234,12 +211,7 @@ def _last_resume_step(log_jsonl: Path) -> int:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    missing = missing_binaries()
-    if missing:
-        _unavailable(f"Slurm/munge not installed (missing {', '.join(missing)}); {INSTALL_HINT}")
-    if os.geteuid() != 0:
-        _unavailable("local_slurm needs root")
-    _require_plugin()
+    require_slurm()
     t0 = time.monotonic()
     with local_slurm(
         tmp_path_factory.mktemp("slurm"), cpus=NODE_CPUS, min_job_age=MIN_JOB_AGE_S
@@ -350,10 +322,10 @@ def preemption(cluster, tmp_path_factory):
 
 def test_test_profile_dag_is_valid(tmp_path):
     """The job groups of profiles/slurm-test fit the workflow (a dry run; no Slurm)."""
-    _require_plugin()
+    require_plugin()
     out = tmp_path / "dry"
     p = subprocess.run(
-        [_snakemake(), "--profile", str(TEST_PROFILE), "-n", "all", *_config_args(out)],
+        [snakemake_exe(), "--profile", str(TEST_PROFILE), "-n", "all", *_config_args(out)],
         cwd=REPO,
         capture_output=True,
         text=True,

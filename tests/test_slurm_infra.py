@@ -21,18 +21,16 @@ set: then the test fails, because CI is expected to install them
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import yaml
-from slurm_cluster import INSTALL_HINT, local_slurm, missing_binaries
+from helpers import require_slurm, snakemake_exe
+from slurm_cluster import local_slurm
 
 pytestmark = pytest.mark.slurm
 
@@ -45,32 +43,9 @@ USER_SETTINGS = ("slurm_account", "slurm_partition")
 STATUS_SETTINGS = ("slurm-status-command", "slurm-init-seconds-before-status-checks")
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-def _unavailable(reason: str) -> None:
-    if _in_ci():
-        pytest.fail(f"{reason} (CI is set, so this is an error, not a skip)")
-    pytest.skip(reason)
-
-
-def _snakemake() -> str:
-    exe = Path(sys.executable).with_name("snakemake")
-    return str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake")
-
-
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    missing = missing_binaries()
-    if missing:
-        _unavailable(f"Slurm/munge not installed (missing {', '.join(missing)}); {INSTALL_HINT}")
-    if os.geteuid() != 0:
-        _unavailable("local_slurm needs root")
-    try:
-        import snakemake_executor_plugin_slurm  # noqa: F401
-    except ImportError:
-        _unavailable('snakemake-executor-plugin-slurm not installed (pip install ".[slurm]")')
+    require_slurm()
     t0 = time.monotonic()
     with local_slurm(tmp_path_factory.mktemp("slurm")) as c:
         print(f"local_slurm up in {time.monotonic() - t0:.1f}s: {c}")
@@ -81,7 +56,7 @@ def cluster(tmp_path_factory):
 def _run_snakemake(args: list[str], cwd: Path, timeout: float) -> tuple[int, str, float]:
     t0 = time.monotonic()
     p = subprocess.run(
-        [_snakemake(), *args],
+        [snakemake_exe(), *args],
         cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
