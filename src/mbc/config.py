@@ -276,12 +276,13 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
     for r in runs:
         first = seen.setdefault(r.run_id, r)
         if first.spec != r.spec:
+            a, b = r.spec.to_dict(), first.spec.to_dict()
             diff = sorted(
                 f"{s}.{k}"
-                for s, v in r.spec.to_dict().items()
+                for s, v in a.items()
                 if isinstance(v, dict)
-                for k in v.keys() | first.spec.to_dict()[s].keys()
-                if v.get(k) != first.spec.to_dict()[s].get(k)
+                for k in v.keys() | b[s].keys()
+                if v.get(k) != b[s].get(k)
             )
             raise ConfigError(
                 f"experiments.{r.experiment}",
