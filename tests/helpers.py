@@ -1,5 +1,6 @@
 """Shared test helpers: tiny configs; the Slurm tests' "required in CI" checks."""
 
+import json
 import os
 import shutil
 import sys
@@ -60,3 +61,21 @@ def snakemake_exe() -> str:
     """The snakemake next to this interpreter (the venv's), else the one on PATH."""
     exe = Path(sys.executable).with_name("snakemake")
     return str(exe) if exe.exists() else (shutil.which("snakemake") or "snakemake")
+
+
+def last_resume_step(log_jsonl: Path) -> int:
+    """Step of the last complete `resume` entry in a run's state/log.jsonl (0: none yet).
+    The entry is written after resume.pt, so a complete one means a usable checkpoint."""
+    try:
+        lines = log_jsonl.read_text().splitlines()
+    except OSError:
+        return 0
+    step = 0
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:  # the line being written
+            continue
+        if row.get("event") == "resume":
+            step = row["step"]
+    return step

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 import yaml
+from helpers import last_resume_step
 
 from mbc.config import load
 from mbc.data import build_dataset
@@ -63,15 +64,20 @@ def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
-    resume = out / "runs" / run_id / "state" / "resume.pt"
-    deadline = time.monotonic() + 300
-    while not resume.exists() and time.monotonic() < deadline and proc.poll() is None:
-        time.sleep(0.2)
-    assert resume.exists(), "training never wrote a resume checkpoint"
+    # Kill at a random step, chosen by progress rather than by wall time (a fast, idle
+    # machine would otherwise finish before a random sleep ends): once the resume point at
+    # step >= `at` is logged (at in 100..700 of 1500), plus a random fraction of a second.
     seed = int.from_bytes(os.urandom(4), "little")
-    time.sleep(random.Random(seed).uniform(0.0, 3.0))  # a random step after the first checkpoint
+    rng = random.Random(seed)
+    at = rng.randrange(100, 800, 100)
+    log_jsonl = out / "runs" / run_id / "state" / "log.jsonl"
+    deadline = time.monotonic() + 300
+    while last_resume_step(log_jsonl) < at and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    assert last_resume_step(log_jsonl) >= at, f"no resume point at step {at} (seed {seed})"
+    time.sleep(rng.uniform(0.0, 0.2))
     victims = [p for p in descendants(proc.pid) if "train.py" in cmdline(p)]
-    assert victims, "no training process found"
+    assert victims, f"no training process found (seed {seed})"
     for p in victims:
         os.kill(p, signal.SIGKILL)
     log, _ = proc.communicate(timeout=120)

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import require_plugin, require_slurm, snakemake_exe
+from helpers import last_resume_step, require_plugin, require_slurm, snakemake_exe
 from slurm_cluster import local_slurm
 
 import mbc.config
@@ -189,23 +189,6 @@ def _files(root: Path, pattern: str) -> set[str]:
     }
 
 
-def _last_resume_step(log_jsonl: Path) -> int:
-    """Step of the last complete `resume` entry in state/log.jsonl (0: none yet)."""
-    try:
-        lines = log_jsonl.read_text().splitlines()
-    except OSError:
-        return 0
-    step = 0
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # the line being written
-            continue
-        if row.get("event") == "resume":
-            step = row["step"]
-    return step
-
-
 # --- fixtures ----------------------------------------------------------------------------
 
 
@@ -280,7 +263,7 @@ class Preemption:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no resume point after {TIMEOUT_S:.0f}s")
             time.sleep(0.2)
-            step = _last_resume_step(self.state / "log.jsonl")
+            step = last_resume_step(self.state / "log.jsonl")
         # The job writing it is the latest submission (a `run` group job, or a plain
         # train job with an ungrouped profile); it must be RUNNING.
         jobid, log = _submissions(self.slurm.text())[-1]
