@@ -54,16 +54,18 @@ def cmdline(pid: int) -> str:
 def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     out = tmp_path / "res"
     over = {"preset": "smoke", "outdir": str(out), "only": ["E1"],
-            "defaults": {"train": {"max_steps": 1500}, "eval": {"resume_every": 100}}}  # fmt: skip
+            "defaults": {"train": {"max_steps": 1500, "early_stop_tau_factor": 0},
+                         "eval": {"resume_every": 100}}}  # fmt: skip
     cfg = load(yaml.safe_load((ROOT / "config.yaml").read_text()), over)
     run_id = cfg.run_ids("E1")[0]
     spec = cfg.specs[run_id]
     target = out / "runs" / run_id / "metrics.csv"
     cmd = [SNAKEMAKE, "--cores", "1", str(target), "--config", "preset=smoke", f"outdir={out}",
-           'only=["E1"]', 'defaults={"train": {"max_steps": 1500}, "eval": {"resume_every": 100}}']  # fmt: skip
+           'only=["E1"]', 'defaults={"train": {"max_steps": 1500, "early_stop_tau_factor": 0}, "eval": {"resume_every": 100}}']  # fmt: skip
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    # Early stopping is off: the smoke run would otherwise end near step 225.
     # Kill at a random step, chosen by progress rather than by wall time (a fast, idle
     # machine would otherwise finish before a random sleep ends): once the resume point at
     # step >= `at` is logged (at in 100..700 of 1500), plus a random fraction of a second.
