@@ -86,6 +86,10 @@ BAD = [
     (("diagnostics", "collective", "source"), "E99", "diagnostics.collective.source"),
     (("experiments", "E1", "grid", "task.sharing"), ["everyone"], "experiments.E1: task.sharing"),
     (("defaults", "train", "engine"), "turbo", "defaults.train.engine"),  # unknown engine
+    (("plateau_sensitivity", "experiments"), ["E99"], "plateau_sensitivity.experiments"),
+    (("threshold_sensitivity", "experiments"), ["E98"], "threshold_sensitivity.experiments"),
+    (("plateau_sensitivity", "band"), [1.1, 0.9], "plateau_sensitivity.band"),  # reversed
+    (("plateau_sensitivity", "delta_z_onsets"), [-0.1], "plateau_sensitivity.delta_z_onsets"),
 ]
 
 

@@ -14,11 +14,12 @@ from matplotlib.legend import Legend
 from mbc import figures
 from mbc.analysis import FIT_COLUMNS
 from mbc.io import write_csv_atomic
-from mbc.summary import TAU_COLUMNS
+from mbc.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
 
 NAMES = [
     "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
     "appendix_direction", "appendix_label_noise", "appendix_sharing", "appendix_threshold",
+    "appendix_plateau",
 ]  # fmt: skip
 
 # Deliberately odd exponents: the legends must show exactly these (read, not re-fitted).
@@ -200,6 +201,20 @@ def _threshold_table() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _plateau_table(tau: pd.DataFrame, rng) -> pd.DataFrame:
+    rows = []
+    for _, r in tau[tau.experiment.isin(["E1", "E2"])].iterrows():
+        for end, thr in (("delta_z > 0.01", 0.01), ("delta_z > 0.1", 0.1), (LOSS_ONSET_ONLY, None)):
+            h = 1.0 + abs(rng.normal(0, 0.08))
+            rows.append(dict(
+                experiment=r.experiment, run_id=r.run_id, k=r.k, d=r.d, seed=r.seed,
+                window_end=end, delta_z_onset=thr, primary=thr == 0.1, window_start=10.0,
+                window_stop=100.0, n_evals=9, height_over_log_k=h, in_band=0.9 <= h <= 1.1,
+                band_low=0.9, band_high=1.1,
+            ))  # fmt: skip
+    return pd.DataFrame(rows, columns=PLATEAU_SENSITIVITY_COLUMNS)
+
+
 def _all_tables() -> dict[str, pd.DataFrame]:
     rng = np.random.default_rng(0)
     tau = _tau_table()
@@ -210,6 +225,7 @@ def _all_tables() -> dict[str, pd.DataFrame]:
         "metrics": _metrics_table(tau),
         "fits": _fits_table(),
         "threshold_sensitivity": _threshold_table(),
+        "plateau_sensitivity": _plateau_table(tau, rng),
         "collective": collective,
         "collective_summary": summary,
         "routing_attention": attention,

@@ -60,6 +60,7 @@ FIGURES = [
     "appendix_label_noise",
     "appendix_sharing",
     "appendix_threshold",
+    "appendix_plateau",
 ]
 TABLES = {"fits": "tab:fits", "hypotheses": "tab:hypotheses", "scorecard": "tab:scorecard"}
 NEWCOMMAND_RE = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")

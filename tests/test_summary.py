@@ -2,9 +2,10 @@ import math
 
 import numpy as np
 import pandas as pd
+import pytest
 from helpers import tiny_spec
 
-from mbc.summary import first_step_below, plateau_height, summarize_run
+from mbc.summary import first_step_below, plateau_height, plateau_sensitivity, summarize_run
 
 DIAG = {
     "plateau": {"start_fraction": 0.2, "onset_fraction": 0.9, "end_at_z_onset": True},
@@ -48,3 +49,64 @@ def test_plateau_height_window_ends_at_the_first_sign_of_transition():
 def test_first_step_below():
     assert first_step_below(np.array([0, 5, 9]), np.array([3.0, 1.0, 0.5]), 1.0) == 9
     assert first_step_below(np.array([0, 5]), np.array([3.0, 2.0]), 1.0) is None
+
+
+def _sensitivity_inputs():
+    """E1 run "a" (K = 5): plateau at log K to step 100, then z starts to be read (delta_z
+    0.02 at step 100, 0.05 at 110, 0.5 from 120) while L_cand rises to 1.4 log K, and the
+    loss falls at 130. A linear run "lin" is listed but must be left out."""
+    lk = math.log(5)
+    lc = np.array([lk] * 10 + [1.4 * lk] * 3 + [0.2 * lk] * 3)
+    dz = np.array([0.0] * 10 + [0.02, 0.05] + [0.5] * 4)
+    m = metrics(lc, dz)
+    m.insert(0, "run_id", "a")
+    lin = m.assign(run_id="lin")
+    tau = pd.DataFrame([
+        {"experiment": "E1", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
+        {"experiment": "E1", "run_id": "lin", "model": "linear", "k": 5, "d": 50, "seed": 0},
+        {"experiment": "E5", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
+    ])  # fmt: skip
+    return tau, pd.concat([m, lin]), lc, dz
+
+
+def test_plateau_sensitivity_moves_only_the_window_end():
+    tau, m, lc, dz = _sensitivity_inputs()
+    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.3, 0.01], "band": [0.9, 1.1]}
+    t = plateau_sensitivity(cfg, DIAG, tau, m).set_index("window_end")
+    # ordered thresholds, the config's own 0.1 added, then the loss onset alone
+    assert list(t.index) == ["delta_z > 0.01", "delta_z > 0.1", "delta_z > 0.3",
+                             "loss onset only"]  # fmt: skip
+    assert set(t.run_id) == {"a"} and set(t.experiment) == {"E1"}
+    assert t.loc["delta_z > 0.01", "window_stop"] == 100
+    assert t.loc["delta_z > 0.01", "height_over_log_k"] == pytest.approx(1.0, abs=1e-12)
+    # 0.1 and 0.3 both end at step 120 (0.05 < threshold): the step-110 bump (1.4) enters
+    assert t.loc["delta_z > 0.1", "window_stop"] == 120
+    h = t.loc["delta_z > 0.1", "height_over_log_k"]
+    steps = np.arange(16) * 10
+    inside = (steps >= 24) & (steps < 120)
+    assert h == pytest.approx(lc[inside].mean() / math.log(5))
+    assert h > 1.0
+    # the loss onset (L_cand < 0.9 log K) is at 130: the whole bump enters
+    assert t.loc["loss onset only", "window_stop"] == 130
+    assert t.loc["loss onset only", "height_over_log_k"] > h
+    # the primary row reproduces the run summary exactly
+    assert list(t.index[t.primary]) == ["delta_z > 0.1"]
+    s = summarize_run(tiny_spec(k=5), m[m.run_id == "a"].drop(columns="run_id"), DIAG)
+    assert t.loc["delta_z > 0.1", "height_over_log_k"] == s["height_over_log_k"]
+    assert t["in_band"].tolist() == [0.9 <= v <= 1.1 for v in t["height_over_log_k"]]
+    assert t.loc["delta_z > 0.01", "in_band"] and not t.loc["loss onset only", "in_band"]
+
+
+def test_plateau_sensitivity_without_z_onset_marks_the_loss_onset_primary():
+    tau, m, _, _ = _sensitivity_inputs()
+    diag = {**DIAG, "plateau": {**DIAG["plateau"], "end_at_z_onset": False}}
+    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    t = plateau_sensitivity(cfg, diag, tau, m)
+    assert t.loc[t.primary, "window_end"].tolist() == ["loss onset only"]
+
+
+def test_plateau_sensitivity_names_a_run_without_metrics():
+    tau, m, _, _ = _sensitivity_inputs()
+    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    with pytest.raises(ValueError, match="no rows for run a"):
+        plateau_sensitivity(cfg, DIAG, tau, m[m.run_id != "a"])

@@ -302,3 +302,10 @@ def _check_references(cfg: dict, known: set[str]) -> None:
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
+    for section in ("threshold_sensitivity", "plateau_sensitivity"):
+        for exp in cfg.get(section, {}).get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"{section}.experiments", exp, "unknown experiment")
+    band = cfg.get("plateau_sensitivity", {}).get("band")
+    if band is not None and not band[0] < 1 < band[1]:
+        raise ConfigError("plateau_sensitivity.band", band, "need low < 1 < high")

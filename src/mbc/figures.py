@@ -1189,3 +1189,45 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
     ax.set_xticks(x, [f"{v:g}" for v in x])
     _legend(ax, loc="best")
     return fig
+
+
+@_register("appendix_plateau", ["plateau_sensitivity"])
+def fig_appendix_plateau(tables: dict[str, pd.DataFrame]) -> Figure:
+    """Plateau height / log K of each E1/E2 run under each window end, with the band."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low",
+                                                  "band_high"))  # fmt: skip
+    if t.empty:
+        _no_data(ax, "empty plateau_sensitivity")
+        return fig
+    t["primary"] = _as_bool(t["primary"]) if "primary" in t else False
+    ends = list(dict.fromkeys(_text_col(t, "window_end")))  # table order: thresholds, loss onset
+    lo, hi = t["band_low"].iloc[0], t["band_high"].iloc[0]
+    if np.isfinite(lo) and np.isfinite(hi):
+        ax.axhspan(lo, hi, color="0.92", zorder=0, label=f"band {lo:g}-{hi:g}")
+    ax.axhline(1.0, color="0.5", lw=0.6, ls="--", zorder=1)
+    colors = _colors(sorted(t["k"].dropna().unique()))
+    rng = np.random.default_rng(0)  # fixed jitter: the figure is reproducible
+    for i, end in enumerate(ends):
+        g = t[_text_col(t, "window_end") == end]
+        for k, gk in g.groupby("k"):
+            y = gk["height_over_log_k"].to_numpy(float)
+            x = i + rng.uniform(-0.18, 0.18, y.size)
+            ax.scatter(x, y, s=9, color=colors[k], label=f"K={k:g}" if i == 0 else None,
+                       zorder=3)  # fmt: skip
+        y = g["height_over_log_k"].to_numpy(float)
+        ok = np.isfinite(y)
+        n_in = int(((y >= lo) & (y <= hi))[ok].sum())
+        ax.annotate(f"{n_in}/{ok.sum()}", (i, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=6, color="0.35")  # fmt: skip
+    primary = set(_text_col(t[t["primary"]], "window_end"))
+    labels = [f"{e}\n(used)" if e in primary else e for e in ends]
+    ax.set_xticks(range(len(ends)), [lab.replace("delta_z > ", "dz>") for lab in labels],
+                  fontsize=6)  # fmt: skip
+    ax.set_xlim(-0.6, len(ends) - 0.4)
+    ax.set_xlabel("plateau window ends at (dz: z-shuffle gap)")
+    ax.set_ylabel("plateau height / log K")
+    _note(ax, "above: runs in band / runs", loc="lower left")
+    _legend(ax, loc="upper left", fontsize=5)
+    return fig

@@ -42,7 +42,7 @@ from mbc.scorecard import scorecard
 from mbc.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.spec import RunSpec, TaskSpec
 from mbc.statistics import compute_statistics
-from mbc.summary import summarize_run, tau_table
+from mbc.summary import plateau_sensitivity, summarize_run, tau_table
 from mbc.train import METRIC_COLUMNS, pick_device, train_run
 
 HESSIAN_COLUMNS = [
@@ -91,6 +91,18 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
 
 
 # ---- post-hoc diagnostics over saved snapshots (no retraining) --------------------------
+
+
+def make_plateau_sensitivity(cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path):
+    """results/plateau_sensitivity.csv: plateau height / log K under other window ends."""
+    tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])
+    metrics = read_csv_checked(
+        metrics_path, required=["run_id", "step", "candidate_loss", "delta_z"]
+    )
+    table = plateau_sensitivity(cfg, diagnostics, tau, metrics)
+    write_csv_atomic(out_path, table)
+    summary = table.groupby("window_end", sort=False)["in_band"].agg(["sum", "size"])
+    print(summary.rename(columns={"sum": "in_band", "size": "runs"}).to_string())
 
 
 def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str):

@@ -35,6 +35,29 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int
     return int(steps[hit[0]]) if hit.size else None
 
 
+def plateau_window(
+    steps: np.ndarray,
+    lcand: np.ndarray,
+    log_k: float,
+    *,
+    start_fraction: float,
+    onset_fraction: float,
+    z_onset: int | None = None,
+) -> tuple[float, float]:
+    """The plateau window [start, end) in steps.
+
+    end: the first sign of the transition, i.e. the loss onset (first step with
+    L_cand < onset_fraction * log K) or, when given and earlier, the z-usage onset (first
+    step with delta_z above its threshold): once the model reads z it has left the
+    marginal solution. A run that never leaves the plateau uses every step.
+    start: start_fraction * end (at least step 1), past the first updates.
+    """
+    onset = first_step_below(steps, lcand, onset_fraction * log_k)
+    ends = [s for s in (onset, z_onset) if s is not None]
+    end = min(ends) if ends else steps[-1] + 1
+    return max(1, start_fraction * end), end
+
+
 def plateau_height(
     steps: np.ndarray,
     lcand: np.ndarray,
@@ -44,17 +67,11 @@ def plateau_height(
     onset_fraction: float,
     z_onset: int | None = None,
 ) -> float:
-    """Mean L_cand over the plateau window [start_fraction * end, end).
-
-    end: the first sign of the transition, i.e. the loss onset (first step with
-    L_cand < onset_fraction * log K) or, when given and earlier, the z-usage onset (first
-    step with delta_z above its threshold): once the model reads z it has left the
-    marginal solution. A run that never leaves the plateau uses every step.
-    """
-    onset = first_step_below(steps, lcand, onset_fraction * log_k)
-    ends = [s for s in (onset, z_onset) if s is not None]
-    end = min(ends) if ends else steps[-1] + 1
-    start = max(1, start_fraction * end)
+    """Mean L_cand over `plateau_window` (NaN when no evaluation falls inside it)."""
+    start, end = plateau_window(
+        steps, lcand, log_k, start_fraction=start_fraction, onset_fraction=onset_fraction,
+        z_onset=z_onset,
+    )  # fmt: skip
     window = (steps >= start) & (steps < end)
     return float(lcand[window].mean()) if window.any() else math.nan
 
@@ -118,3 +135,62 @@ def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     for c in ("loss_onset", "delta_z_onset", "lead"):
         df[c] = df[c].astype("Int64")
     return df
+
+
+PLATEAU_SENSITIVITY_COLUMNS = [
+    "experiment", "run_id", "k", "d", "seed", "window_end", "delta_z_onset", "primary",
+    "window_start", "window_stop", "n_evals", "height_over_log_k", "in_band", "band_low",
+    "band_high",
+]  # fmt: skip
+LOSS_ONSET_ONLY = "loss onset only"
+
+
+def plateau_sensitivity(
+    cfg: dict, diag: dict, tau: pd.DataFrame, metrics: pd.DataFrame
+) -> pd.DataFrame:
+    """Plateau height / log K of every run of `cfg["experiments"]` under other window ends.
+
+    The run summaries end the window where `diagnostics.plateau` says (by default the
+    z-usage onset at delta_z > `diagnostics.lead.delta_z_onset`). A model that starts to
+    read z can rank the candidates worse than uniform for a while (L_cand above log K)
+    before the loss falls, so where the window ends decides how much of that enters the
+    height. This table repeats the measurement with the window ended by the z-usage onset
+    at each threshold of `cfg["delta_z_onsets"]`, and by the loss onset alone; the row
+    that reproduces the summaries is marked `primary`. `in_band`: height / log K within
+    `cfg["band"]`.
+    """
+    plat = diag["plateau"]
+    primary = diag["lead"]["delta_z_onset"] if plat.get("end_at_z_onset", False) else None
+    thresholds = {float(t) for t in cfg["delta_z_onsets"]} | ({primary} if primary else set())
+    ends = [(f"delta_z > {t:g}", t) for t in sorted(thresholds)]
+    ends.append((LOSS_ONSET_ONLY, None))
+    lo, hi = cfg["band"]
+    rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
+    out = []
+    for _, r in rows.iterrows():
+        m = by_run.get(r.run_id)
+        if m is None:
+            raise ValueError(f"metrics.csv has no rows for run {r.run_id} (listed in tau.csv)")
+        steps, lcand = m["step"].to_numpy(), m["candidate_loss"].to_numpy()
+        dz = m["delta_z"].to_numpy()
+        log_k = math.log(int(r.k))
+        for label, thr in ends:
+            z_onset = None if thr is None or not np.isfinite(dz).any() else (
+                first_step_above(steps, dz, thr)
+            )  # fmt: skip
+            start, stop = plateau_window(
+                steps, lcand, log_k, start_fraction=plat["start_fraction"],
+                onset_fraction=plat["onset_fraction"], z_onset=z_onset,
+            )  # fmt: skip
+            inside = (steps >= start) & (steps < stop)
+            h = float(lcand[inside].mean()) / log_k if inside.any() else math.nan
+            out.append({
+                "experiment": r.experiment, "run_id": r.run_id, "k": int(r.k), "d": int(r.d),
+                "seed": int(r.seed), "window_end": label, "delta_z_onset": thr,
+                "primary": thr == primary, "window_start": float(start),
+                "window_stop": float(stop), "n_evals": int(inside.sum()),
+                "height_over_log_k": h, "in_band": bool(lo <= h <= hi), "band_low": lo,
+                "band_high": hi,
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=PLATEAU_SENSITIVITY_COLUMNS)

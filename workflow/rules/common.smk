@@ -73,6 +73,7 @@ ALL_TARGETS = [
     *(f"{OUT}/{t}.csv" for t in TABLES),
     f"{OUT}/fits.csv",
     f"{OUT}/threshold_sensitivity.csv",
+    f"{OUT}/plateau_sensitivity.csv",
 ]
 
 

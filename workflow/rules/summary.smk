@@ -27,3 +27,20 @@ rule tau_table:
         runs=[(r.experiment, r.spec.to_dict()) for r in CFG.runs],
     script:
         "../scripts/tau_table.py"
+
+
+rule plateau_sensitivity:
+    input:
+        tau=f"{OUT}/tau.csv",
+        metrics=f"{OUT}/metrics.csv",
+    output:
+        f"{OUT}/plateau_sensitivity.csv",
+    log:
+        f"{OUT}/logs/plateau_sensitivity.log",
+    conda:
+        "../../envs/mbc.yaml"
+    params:
+        cfg=CFG.raw["plateau_sensitivity"],
+        diagnostics=CFG.raw["diagnostics"],
+    script:
+        "../scripts/plateau_sensitivity.py"

@@ -1,0 +1,11 @@
+from mbc.logging import logged
+from mbc.pipeline import make_plateau_sensitivity
+
+with logged(snakemake.log[0]):
+    make_plateau_sensitivity(
+        snakemake.params.cfg,
+        snakemake.params.diagnostics,
+        snakemake.input.tau,
+        snakemake.input.metrics,
+        snakemake.output[0],
+    )
