@@ -7,26 +7,26 @@ so `mbc.train` uses them (`train.engine: fast`, the default) without touching th
 formats; `train.engine: plain` keeps `mbc.model` + `mbc.metrics`.
 
 Measured on the shared 2-core CPU (benchmarks/train_step.py, paper model, batch 128,
-1 thread, interleaved repeats, under heavy load from other jobs, so +-10%):
+1 thread, CPU time, medians of interleaved repeats; three runs, +-5% between runs):
 
-* `training_loss` (this module) vs `mbc.metrics.training_loss`: 1.16-1.34x faster steps
-  (one outlier 1.04 at load average 13). Two changes, both exact in real arithmetic:
+* `training_loss` (this module): 1.23-1.33x the eager reference of the benchmark and
+  1.07-1.11x `mbc.metrics.training_loss`, at 0.64-0.67 of the step's matmul-only time.
+  Two changes, both exact in real arithmetic:
   - last-layer pruning: only the 5 target-predicting positions reach the loss, so the
     last block needs keys/values at all 15 positions but queries, the output projection
-    and the MLP only at those 5: 14% fewer FLOPs per step (most of the gain);
-  - manual causal attention on CPU: at T = 15 the CPU flash-attention kernel of
-    `F.scaled_dot_product_attention` costs 1.4-2x the plain formula (forward + backward
-    of one layer alone: ~14 ms vs 7-10 ms), but inside the step it adds only ~1.02x on
-    top of the pruning (41 interleaved single steps: ours 351 ms, pruning with SDPA
-    294 ms = 1.19x, pruning + manual attention 290 ms = 1.21x). On CUDA we keep SDPA.
+    and the MLP only at those 5: 14% fewer FLOPs per step;
+  - manual causal attention on CPU, scores laid out keys-first so the softmax runs over
+    an inner dimension: at T = 15 one layer's attention takes 3.0-3.3 ms forward +
+    backward against 5.6-5.8 ms with the softmax over the last dimension, and the CPU
+    kernels of `F.scaled_dot_product_attention` are slower still. On CUDA we keep SDPA.
 * `evaluate` (this module) vs `mbc.metrics.evaluate`: the K candidate sequences of a
   context share their first `first_pred_pos + 1` tokens, so the prefix is run once per
   context and only the answer positions once per candidate (a key/value cache):
-  2.2x faster at K = 5, 2.7-3.8x at K = 20 and 36.
-* `compiled_step` / `compiled_training_loss`: `torch.compile` of the above; works here
-  (gcc), first call 77 s cold on the loaded 2 cores, 4-6 s with a warm inductor cache,
-  then 1.12-1.38x over `mbc.metrics.training_loss` (about 1.1x over the eager engine):
-  it fuses GELU / LayerNorm / softmax, while the matmuls (~65% of the step) stay.
+  2-4x faster; evaluation is 0.6 / 1.3-1.8 / 2.5-2.7% of training at K = 5 / 20 / 36.
+* `compiled_step` / `compiled_training_loss`: `torch.compile` of the above (gcc on the
+  CPU): 1.48-1.52x the eager reference, 0.74-0.77 of the matmul-only time, 1.11-1.21x
+  the eager engine; first call 35 s cold, 3-4 s with a warm inductor cache. It fuses
+  GELU / LayerNorm / softmax; the matmuls stay.
 * AdamW: fused (what `mbc.train.make_optimizer` uses) costs ~2 ms a step, foreach ~6 ms,
   the for-loop default ~8 ms: keep fused.
 """
@@ -68,8 +68,12 @@ def _attend(
     keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(offset)
     if sdpa:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
-    att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    return att.masked_fill(~keep, float("-inf")).softmax(dim=-1) @ v
+    # Scores laid out keys-first, (.., tk, tq), so the softmax runs over dim -2: at T = 15
+    # torch's CPU softmax over the last dim is ~2.5x slower than over an inner one, and
+    # the transposes are free strides in the matmuls (attention 5.6 -> 3.0 ms fwd+bwd).
+    att_t = (k @ q.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
+    att_t = att_t.masked_fill(~keep.T, float("-inf")).softmax(dim=-2)
+    return att_t.transpose(-2, -1) @ v
 
 
 def _mlp(block: nn.Module, x: torch.Tensor) -> torch.Tensor:
