@@ -130,7 +130,7 @@ def compiled_step(model: nn.Module, opt: torch.optim.Optimizer, **compile_kw):
 
 
 def train_step(model: nn.Module, opt: torch.optim.Optimizer, seqs: torch.Tensor, loss_fn=None):
-    """One optimiser step exactly as `mbc.train.train_run` does it; returns the detached loss."""
+    """One optimiser step of `mbc.train.train_run` (which calls this); returns the detached loss."""
     loss = (loss_fn or (lambda s: training_loss(model, s)))(seqs)
     opt.zero_grad(set_to_none=True)
     loss.backward()

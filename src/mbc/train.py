@@ -243,12 +243,7 @@ def train_run(
             _append(fh, _eval_row(evaluate, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
         while step < t.max_steps:
             step += 1
-            idx = order.indices(step)
-            loss = loss_fn(tokens[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_sum += loss.detach()
+            loss_sum += engine.train_step(model, opt, tokens[order.indices(step)], loss_fn)
             n_since += 1
             if step in eval_set:
                 gnorm = float(
