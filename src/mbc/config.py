@@ -293,7 +293,8 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
 
 
 def _check_references(cfg: dict, known: set[str]) -> None:
-    """Diagnostics and fits may only name experiments that are declared (and selected)."""
+    """Diagnostics, fits and the sensitivity tables may only name declared experiments;
+    the plateau band must contain 1 (height = log K)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:

@@ -90,9 +90,6 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
     print(f"{len(df)} rows, {int(df.censored.sum())} censored")
 
 
-# ---- post-hoc diagnostics over saved snapshots (no retraining) --------------------------
-
-
 def make_plateau_sensitivity(cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path):
     """results/plateau_sensitivity.csv: plateau height / log K under other window ends."""
     tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])
@@ -103,6 +100,9 @@ def make_plateau_sensitivity(cfg: dict, diagnostics: dict, tau_path, metrics_pat
     write_csv_atomic(out_path, table)
     summary = table.groupby("window_end", sort=False)["in_band"].agg(["sum", "size"])
     print(summary.rename(columns={"sum": "in_band", "size": "runs"}).to_string())
+
+
+# ---- post-hoc diagnostics over saved snapshots (no retraining) --------------------------
 
 
 def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str):

@@ -8,6 +8,7 @@ survived, which is what a censored fit needs.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -35,7 +36,19 @@ def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int
     return int(steps[hit[0]]) if hit.size else None
 
 
-def plateau_window(
+def z_usage_onset(steps: np.ndarray, delta_z: np.ndarray, threshold: float) -> int | None:
+    """First step with delta_z above `threshold`; None also when delta_z was never measured."""
+    return first_step_above(steps, delta_z, threshold) if np.isfinite(delta_z).any() else None
+
+
+class Plateau(NamedTuple):
+    start: float  # the window is [start, end) in steps
+    end: float
+    n_evals: int  # evaluations inside the window
+    height: float  # mean L_cand over them (NaN when there are none)
+
+
+def plateau(
     steps: np.ndarray,
     lcand: np.ndarray,
     log_k: float,
@@ -43,8 +56,8 @@ def plateau_window(
     start_fraction: float,
     onset_fraction: float,
     z_onset: int | None = None,
-) -> tuple[float, float]:
-    """The plateau window [start, end) in steps.
+) -> Plateau:
+    """The plateau window [start_fraction * end, end) and the mean L_cand over it.
 
     end: the first sign of the transition, i.e. the loss onset (first step with
     L_cand < onset_fraction * log K) or, when given and earlier, the z-usage onset (first
@@ -55,25 +68,15 @@ def plateau_window(
     onset = first_step_below(steps, lcand, onset_fraction * log_k)
     ends = [s for s in (onset, z_onset) if s is not None]
     end = min(ends) if ends else steps[-1] + 1
-    return max(1, start_fraction * end), end
-
-
-def plateau_height(
-    steps: np.ndarray,
-    lcand: np.ndarray,
-    log_k: float,
-    *,
-    start_fraction: float,
-    onset_fraction: float,
-    z_onset: int | None = None,
-) -> float:
-    """Mean L_cand over `plateau_window` (NaN when no evaluation falls inside it)."""
-    start, end = plateau_window(
-        steps, lcand, log_k, start_fraction=start_fraction, onset_fraction=onset_fraction,
-        z_onset=z_onset,
-    )  # fmt: skip
+    start = max(1, start_fraction * end)
     window = (steps >= start) & (steps < end)
-    return float(lcand[window].mean()) if window.any() else math.nan
+    height = float(lcand[window].mean()) if window.any() else math.nan
+    return Plateau(float(start), float(end), int(window.sum()), height)
+
+
+def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window) -> float:
+    """Mean L_cand over the plateau window (see `plateau` for the window's keywords)."""
+    return plateau(steps, lcand, log_k, **window).height
 
 
 def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
@@ -86,9 +89,7 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
     plat, lead_cfg = diag["plateau"], diag["lead"]
     loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
     dz = m["delta_z"].to_numpy()
-    dz_onset = (
-        first_step_above(steps, dz, lead_cfg["delta_z_onset"]) if np.isfinite(dz).any() else None
-    )
+    dz_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
     height = plateau_height(
         steps,
         lcand,
@@ -176,21 +177,17 @@ def plateau_sensitivity(
         dz = m["delta_z"].to_numpy()
         log_k = math.log(int(r.k))
         for label, thr in ends:
-            z_onset = None if thr is None or not np.isfinite(dz).any() else (
-                first_step_above(steps, dz, thr)
-            )  # fmt: skip
-            start, stop = plateau_window(
+            pl = plateau(
                 steps, lcand, log_k, start_fraction=plat["start_fraction"],
-                onset_fraction=plat["onset_fraction"], z_onset=z_onset,
+                onset_fraction=plat["onset_fraction"],
+                z_onset=None if thr is None else z_usage_onset(steps, dz, thr),
             )  # fmt: skip
-            inside = (steps >= start) & (steps < stop)
-            h = float(lcand[inside].mean()) / log_k if inside.any() else math.nan
+            h = pl.height / log_k
             out.append({
                 "experiment": r.experiment, "run_id": r.run_id, "k": int(r.k), "d": int(r.d),
                 "seed": int(r.seed), "window_end": label, "delta_z_onset": thr,
-                "primary": thr == primary, "window_start": float(start),
-                "window_stop": float(stop), "n_evals": int(inside.sum()),
-                "height_over_log_k": h, "in_band": bool(lo <= h <= hi), "band_low": lo,
-                "band_high": hi,
+                "primary": thr == primary, "window_start": pl.start, "window_stop": pl.end,
+                "n_evals": pl.n_evals, "height_over_log_k": h, "in_band": bool(lo <= h <= hi),
+                "band_low": lo, "band_high": hi,
             })  # fmt: skip
     return pd.DataFrame(out, columns=PLATEAU_SENSITIVITY_COLUMNS)
