@@ -34,18 +34,14 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import torch
 import yaml
 
 from mbc import config as mbc_config
-from mbc.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
-from mbc.engine import train_step
-from mbc.metrics import fixed_contexts, make_eval_batch
-from mbc.model import build_model
+from mbc.data import build_dataset
 from mbc.spec import RunSpec
-from mbc.train import BatchOrder, eval_schedule, make_optimizer, pick_device, step_functions
+from mbc.train import eval_schedule, fresh_run, pick_device
 
 D_EXPONENT = 1.2
 
@@ -57,26 +53,9 @@ def shape_key(spec: RunSpec) -> tuple:
     return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile)
 
 
-def _fresh_run(spec: RunSpec, device: torch.device):
-    """(dataset, step(s), evaluate()) of a new run, built as `train_run` builds it;
-    step(s) is `train_run`'s optimiser step on the batch of 1-based step s."""
-    ds = build_dataset(spec.task, spec.seed)
-    tokens = ds.tokens.to(device)
-    gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
-    model = build_model(spec.model, spec.task, gen).to(device).train()
-    opt = make_optimizer(model, spec, device)
-    loss_fn, evaluate = step_functions(spec.train, model)  # train.engine / train.compile
-    order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
-
-    def step(s: int) -> torch.Tensor:
-        return train_step(model, opt, tokens[order.indices(s)], loss_fn)
-
-    return ds, step, evaluate
-
-
 def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
     """Steps/s of `spec`'s training step (the step of `mbc.train.train_run`)."""
-    _, step, _ = _fresh_run(spec, device)
+    step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
     for s in range(1, 3):
         step(s)
     if device.type == "cuda":
@@ -91,17 +70,15 @@ def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) ->
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
     """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
-    ds, step_fn, evaluate = _fresh_run(spec, device)
-    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
-    batch = make_eval_batch(ds, fixed_contexts(ds, spec.eval.n_contexts, rng), rng).to(device)
+    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
     evals = set(eval_schedule(spec.eval, spec.train.max_steps)[0])
     limit = spec.eval.threshold * spec.task.log_k
     t0, step = time.perf_counter(), 0
     while step < spec.train.max_steps:
         step += 1
-        step_fn(step)
+        run.step(step)
         if step in evals:
-            if evaluate(batch)["candidate_loss"] < limit:
+            if run.evaluate(run.eval_batch)["candidate_loss"] < limit:
                 return step, True
             if time.perf_counter() - t0 > budget_s:
                 break

@@ -19,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,7 @@ from mbc.io import (
     write_csv_atomic,
     write_text_atomic,
 )
-from mbc.metrics import fixed_contexts, make_eval_batch
+from mbc.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.model import build_model
 from mbc.spec import EvalSpec, RunSpec, TrainSpec
 
@@ -149,6 +150,39 @@ def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device):
     )
 
 
+class FreshRun(NamedTuple):
+    """A run as `train_run` starts it: its data on the device, model at the run's initial
+    weights, optimiser, step functions (`step_functions`), batch order and the fixed
+    evaluation batch of its in-loop evaluation."""
+
+    tokens: torch.Tensor
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor], torch.Tensor]
+    evaluate: Callable[..., dict[str, float]]
+    order: BatchOrder
+    eval_batch: EvalBatch
+
+    def step(self, s: int) -> torch.Tensor:
+        """The optimiser step on the batch of 1-based step s; returns the detached loss."""
+        seqs = self.tokens[self.order.indices(s)]
+        return engine.train_step(self.model, self.opt, seqs, self.loss_fn)
+
+
+def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun:
+    """Build what `train_run` trains (also what `mbc.estimate` times and calibrates)."""
+    tokens = dataset.tokens.to(device)
+    gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    model = build_model(spec.model, spec.task, gen).to(device).train()
+    opt = make_optimizer(model, spec, device)
+    loss_fn, evaluate = step_functions(spec.train, model)
+    order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
+    contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
+    eval_batch = make_eval_batch(dataset, contexts, rng).to(device)
+    return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch)
+
+
 def _read_log(path: Path) -> list[dict]:
     """Parse the append-only log; a torn last line (killed mid-write) is dropped."""
     if not path.exists():
@@ -209,19 +243,8 @@ def train_run(
     log_path = state_dir / "log.jsonl"
 
     t, ev, task = spec.train, spec.eval, spec.task
-    tokens = dataset.tokens.to(device)
-    d = tokens.shape[0]
-    model = build_model(
-        spec.model, task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
-    )
-    model.to(device).train()
-    opt = make_optimizer(model, spec, device)
-    loss_fn, evaluate = step_functions(t, model)
-    eval_rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
-    batch = make_eval_batch(dataset, fixed_contexts(dataset, ev.n_contexts, eval_rng), eval_rng).to(
-        device
-    )
-    order = BatchOrder(d, t.batch_size, spec.seed, device)
+    run = fresh_run(spec, dataset, device)
+    model, opt, evaluate, batch = run.model, run.opt, run.evaluate, run.eval_batch
     evals, snaps = eval_schedule(ev, t.max_steps)
     eval_set, snap_set = set(evals), set(snaps)
 
@@ -243,7 +266,7 @@ def train_run(
             _append(fh, _eval_row(evaluate, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
         while step < t.max_steps:
             step += 1
-            loss_sum += engine.train_step(model, opt, tokens[order.indices(step)], loss_fn)
+            loss_sum += run.step(step)
             n_since += 1
             if step in eval_set:
                 gnorm = float(
