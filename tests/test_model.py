@@ -76,3 +76,59 @@ def test_linear_baseline_shapes():
     task = TaskSpec(k=4, n_groups=10)
     m = LinearBaseline(ModelSpec(linear_hidden=16), task)
     assert m(build_dataset(task, 0).tokens[:3]).shape == (3, 5, VOCAB)
+
+
+def _weights_and_biases(model):
+    mats = {n: p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2}
+    biases = {n: p for n, p in model.named_parameters() if n.endswith("bias") and "ln" not in n}
+    norms = {n: p for n, p in model.named_parameters() if "ln" in n}
+    return mats, biases, norms
+
+
+def test_paper_model_init_is_the_authors_transformer_lens_rule():
+    """Every weight matrix N(0, 0.8 / sqrt(d_model)) = 0.0707 at d_model 128, embeddings and
+    unembedding included; biases 0; LayerNorm weight 1, bias 0 (spec section 2)."""
+    task = TaskSpec(k=10, n_groups=1000)
+    model = build_model(ModelSpec(), task, torch.Generator().manual_seed(0))
+    mats, biases, norms = _weights_and_biases(model)
+    want = 0.8 / 128**0.5
+    names = {"tok_emb.weight", "pos_emb.weight", "unembed.weight", "blocks.0.attn.qkv.weight",
+             "blocks.3.attn.out.weight", "blocks.0.mlp.0.weight", "blocks.3.mlp.2.weight"}  # fmt: skip
+    assert names <= set(mats)
+    assert len(mats) == 2 + 1 + 4 * 4  # embeddings, unembedding, 4 matrices per block
+    for name, w in mats.items():
+        # the sample std of n >= 5120 normal draws is within 4% of sigma (> 6 standard errors)
+        assert abs(float(w.std()) / want - 1) < 0.04, name
+        assert abs(float(w.mean())) < 4 * want / w.numel() ** 0.5, name
+    # W_Q, W_K, W_V alike (fused qkv: thirds of one matrix)
+    for third in model.blocks[0].attn.qkv.weight.chunk(3):
+        assert abs(float(third.std()) / want - 1) < 0.04
+    assert all(float(b.abs().max()) == 0 for b in biases.values())
+    assert len(biases) == 4 * 4 + 1  # qkv, out, mlp in/out per block; unembedding
+    for name, p in norms.items():
+        assert torch.equal(
+            p, torch.ones_like(p) if name.endswith("weight") else torch.zeros_like(p)
+        )
+
+
+def test_quick_model_init_std_is_0_1_and_normal_scheme_is_0_02():
+    task = TaskSpec(k=5, n_groups=100)
+    quick = ModelSpec(n_layers=2, d_model=64, d_mlp=256)
+    assert quick.weight_std == 0.1
+    model = build_model(quick, task, torch.Generator().manual_seed(1))
+    w = model.blocks[1].mlp[0].weight
+    assert abs(float(w.std()) / 0.1 - 1) < 0.04
+    old = ModelSpec(init="normal")
+    assert old.weight_std == 0.02
+    w = build_model(old, task, torch.Generator().manual_seed(1)).unembed.weight
+    assert abs(float(w.std()) / 0.02 - 1) < 0.1  # 40 x 128 draws
+    assert ModelSpec(init_std=0.05).weight_std == 0.05
+
+
+def test_linear_baseline_init_uses_its_hidden_width():
+    task = TaskSpec(k=5, n_groups=100)
+    spec = ModelSpec(kind="linear", linear_hidden=256)
+    model = build_model(spec, task, torch.Generator().manual_seed(0))
+    for lin in (model.w1, model.w2):
+        assert abs(float(lin.weight.std()) / (0.8 / 16) - 1) < 0.04
+        assert float(lin.bias.abs().max()) == 0

@@ -82,9 +82,8 @@ def test_plateau_sensitivity_moves_only_the_window_end():
     # 0.1 and 0.3 both end at step 120 (0.05 < threshold): the step-110 bump (1.4) enters
     assert t.loc["delta_z > 0.1", "window_stop"] == 120
     h = t.loc["delta_z > 0.1", "height_over_log_k"]
-    steps = np.arange(16) * 10
-    inside = (steps >= 24) & (steps < 120)
-    assert h == pytest.approx(lc[inside].mean() / math.log(5))
+    # time mean over steps 30..110 (trapezoid): 60 steps at 1.0, 10 rising to 1.4, 10 at 1.4
+    assert h == pytest.approx((60 * 1.0 + 10 * 1.2 + 10 * 1.4) / 80)
     assert h > 1.0
     # the loss onset (L_cand < 0.9 log K) is at 130: the whole bump enters
     assert t.loc["loss onset only", "window_stop"] == 130
@@ -110,3 +109,19 @@ def test_plateau_sensitivity_names_a_run_without_metrics():
     cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
     with pytest.raises(ValueError, match="no rows for run a"):
         plateau_sensitivity(cfg, DIAG, tau, m[m.run_id != "a"])
+
+
+def test_plateau_height_is_a_time_mean_unmoved_by_dense_evaluations():
+    """Evaluations packed every 5 steps near the window's end (eval.dense_every) must not
+    outweigh the coarse ones: the height is the mean over steps, not over rows."""
+    lk = math.log(4)
+    coarse = np.arange(0, 201, 50)  # 0..200 every 50
+    dense = np.arange(205, 250, 5)  # 205..245
+    steps = np.concatenate([coarse, dense, [250, 300]])
+    lc = np.where(steps <= 200, lk, 1.2 * lk)  # 1.2 log K on (200, 300]
+    lc[-1] = 0.1 * lk  # the loss falls at 300
+    h = plateau_height(steps, lc, lk, start_fraction=0.0, onset_fraction=0.9)
+    # window [1, 300): rows 50..250; curve: 1.0 on [50, 200], linear to 1.2 at 205, then 1.2
+    assert h / lk == pytest.approx((150 * 1.0 + 5 * 1.1 + 45 * 1.2) / 200)
+    # the row mean would have counted the 10 rows at 1.2 against 4 at 1.0
+    assert lc[(steps >= 1) & (steps < 300)].mean() / lk > h / lk + 0.05

@@ -176,3 +176,105 @@ def test_compiled_loss_trains_the_same_run_and_resumes_bitwise(tmp_path):
     torch._dynamo.reset()  # as a fresh process would: compile again
     train_run(compiled, ds, tmp_path / "cut", CPU, say=lambda m: None)
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"))
+
+
+def _with_eval(spec, **kw):
+    import dataclasses
+
+    return dataclasses.replace(spec, eval=dataclasses.replace(spec.eval, **kw))
+
+
+def test_learning_rate_schedules_match_their_closed_form():
+    import math
+
+    from mbc.train import learning_rate
+
+    const = tiny_spec().train
+    assert [learning_rate(const, s) for s in (1, 50, 120)] == [const.lr] * 3
+    t = _with_train(tiny_spec(), schedule="warmup_cosine", warmup_steps=500, max_steps=30_000).train
+    lr = t.lr
+    # HF get_cosine_schedule_with_warmup: factor at count c = step - 1
+    assert learning_rate(t, 1) == 0.0
+    assert learning_rate(t, 251) == pytest.approx(lr * 250 / 500)
+    assert learning_rate(t, 501) == pytest.approx(lr)  # warmup done, cosine at 0
+    mid = 500 + (30_000 - 500) // 2
+    assert learning_rate(t, mid + 1) == pytest.approx(lr * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert learning_rate(t, 30_001) == pytest.approx(0.0, abs=1e-15)
+    c = 10_000
+    want = lr * 0.5 * (1 + math.cos(math.pi * (c - 500) / 29_500))
+    assert learning_rate(t, c + 1) == pytest.approx(want, rel=1e-12)
+
+
+def test_clipping_bounds_the_gradient_norm_of_the_update():
+    from mbc.engine import train_step
+
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, 0)
+    seqs = ds.tokens[:16]
+    norms = {}
+    for clip in (0.0, 1e-3):
+        model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad: its norm is the clip
+        before = [p.detach().clone() for p in model.parameters()]
+        train_step(model, opt, seqs, clip_norm=clip)
+        delta = torch.cat(
+            [(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)]
+        )
+        norms[clip] = float(delta.norm())
+    assert norms[0.0] > 0.01  # the raw gradient is far larger than the clip
+    assert norms[1e-3] == pytest.approx(1e-3, rel=1e-4)
+
+
+def test_crosses_mark_compares_sides_of_each_threshold():
+    import math
+
+    from mbc.train import crosses_mark
+
+    lk = math.log(5)
+    a = {"candidate_loss": 1.0 * lk, "first_target_loss": 2 * lk, "delta_z": 0.0}
+    assert not crosses_mark(a, {**a, "candidate_loss": 0.97 * lk}, lk)
+    assert crosses_mark(a, {**a, "candidate_loss": 0.92 * lk}, lk)  # 0.95
+    assert crosses_mark(a, {**a, "delta_z": 0.02}, lk)  # 0.01 nats
+    assert crosses_mark(a, {**a, "first_target_loss": 0.8 * lk}, lk)
+    assert not crosses_mark(a, {**a, "delta_z_first": math.nan}, lk)
+    assert crosses_mark(None, a, lk)
+
+
+def test_dense_evaluation_equals_evaluating_every_dense_step(tmp_path):
+    """Weights kept every dense_every steps and evaluated only around threshold crossings
+    give exactly the rows an every-dense_every run logs there, and the same tau."""
+    base = _with_train(tiny_spec(), max_steps=160)
+    dense = _with_eval(base, every=40, dense_every=5, n_log=0, checkpoint_every=40,
+                       checkpoint_n_log=0, resume_every=40)  # fmt: skip
+    fine = _with_eval(dense, every=5, dense_every=0)
+    ds = build_dataset(base.task, base.seed)
+    a = train_run(dense, ds, tmp_path / "dense", CPU, say=lambda s: None)
+    b = train_run(fine, ds, tmp_path / "fine", CPU, say=lambda s: None)
+    cols = [c for c in a.columns if c not in ("run_id", "train_loss", "wall_s")]
+    joined = a[cols].merge(b[cols], on="step", suffixes=("", "_fine"))
+    assert len(joined) == len(a), "every dense-run row is a step of the fine run"
+    for c in cols[1:]:
+        assert np.array_equal(
+            joined[c].to_numpy(), joined[c + "_fine"].to_numpy(), equal_nan=True
+        ), c
+    assert len(b) > len(a) > 160 // 40 + 1  # some intervals densified, not all
+    lk = base.task.log_k
+    tau = lambda m: m.step[m.candidate_loss < 0.5 * lk].min()  # noqa: E731
+    assert tau(a) == tau(b)
+    # the intervals left coarse are those without a crossing
+    from mbc.train import crosses_mark
+
+    rows = b.set_index("step").to_dict("index")
+    for s0 in range(0, 160, 40):
+        inside = set(range(s0 + 5, s0 + 40, 5))
+        densified = inside <= set(a.step)
+        assert densified == crosses_mark(rows[s0], rows[s0 + 40], lk), s0
+
+
+def test_dense_evaluation_resumes_bitwise(tmp_path):
+    spec = _with_eval(tiny_spec(), every=20, dense_every=5)
+    ds = build_dataset(spec.task, spec.seed)
+    train_run(spec, ds, tmp_path / "full", CPU, say=lambda s: None)
+    train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None, stop_after=73)
+    train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None)
+    pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"))

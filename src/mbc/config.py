@@ -249,6 +249,8 @@ def check_spec(spec: RunSpec, where: str) -> None:
         bad("train.lr", o.lr, "learning rate must be positive")
     if o.batch_size > t.d:
         bad("train.batch_size", o.batch_size, f"larger than the dataset D={t.d}")
+    if e.dense_every and (e.every <= 0 or e.every % e.dense_every):
+        bad("eval.dense_every", e.dense_every, f"must divide eval.every = {e.every}")
     if not 0 < e.threshold < 1:
         bad("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")
 

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mbc.metrics import EvalBatch, candidate_loss_from_scores
+from mbc.metrics import EvalBatch, candidate_loss_from_scores, z_shuffle_gaps
 from mbc.model import Transformer
 
 
@@ -129,11 +129,28 @@ def compiled_step(model: nn.Module, opt: torch.optim.Optimizer, **compile_kw):
     return lambda seqs: train_step(model, opt, seqs, loss_fn)
 
 
-def train_step(model: nn.Module, opt: torch.optim.Optimizer, seqs: torch.Tensor, loss_fn=None):
-    """One optimiser step of `mbc.train.train_run` (which calls this); returns the detached loss."""
+def train_step(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    seqs: torch.Tensor,
+    loss_fn=None,
+    *,
+    lr: float | None = None,
+    clip_norm: float = 0.0,
+):
+    """One optimiser step of `mbc.train.train_run` (which calls this); returns the detached loss.
+
+    lr: this step's learning rate (None keeps the optimiser's); clip_norm > 0 clips the
+    gradient's global L2 norm before the update (`torch.nn.utils.clip_grad_norm_`).
+    """
     loss = (loss_fn or (lambda s: training_loss(model, s)))(seqs)
     opt.zero_grad(set_to_none=True)
     loss.backward()
+    if clip_norm > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if lr is not None:
+        for group in opt.param_groups:
+            group["lr"] = lr
     opt.step()
     return loss.detach()
 
@@ -222,13 +239,8 @@ def evaluate(model: nn.Module, batch: EvalBatch, chunk: int = 2048) -> dict[str,
             "candidate_loss": float(lcand.mean()),
             "candidate_accuracy": float(correct.double().mean()),
         }
-        if batch.shuffled is not None:
-            shuffled = -_target_logprobs(model, batch.shuffled, 512).double().mean()
-            out["shuffled_loss"] = float(shuffled)
-            out["delta_z"] = float(shuffled - clean)
-        else:
-            out["shuffled_loss"] = float("nan")
-            out["delta_z"] = float("nan")
+        shuffled = None if batch.shuffled is None else _target_logprobs(model, batch.shuffled, 512)
+        out.update(z_shuffle_gaps(shuffled, true_lp, batch))
         return out
     finally:
         model.train(was_training)

@@ -10,6 +10,7 @@ of values: example j gets selector (j + r) mod K, r in 1..K-1, so none keeps its
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,16 +128,31 @@ def evaluate(model: nn.Module, batch: EvalBatch) -> dict[str, float]:
             "candidate_loss": float(lcand.mean()),
             "candidate_accuracy": float(correct.double().mean()),
         }
-        if batch.shuffled is not None:
-            shuffled = token_loss(model, batch.shuffled)
-            out["shuffled_loss"] = float(shuffled)
-            out["delta_z"] = float(shuffled - clean)
-        else:
-            out["shuffled_loss"] = float("nan")
-            out["delta_z"] = float("nan")
+        shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled)
+        out.update(z_shuffle_gaps(shuffled, true_lp, batch))
         return out
     finally:
         model.train(was_training)
+
+
+def z_shuffle_gaps(
+    shuffled_lp: torch.Tensor | None, true_lp: torch.Tensor, batch: EvalBatch
+) -> dict[str, float]:
+    """Delta_z on the whole answer and on its first token (the author's lead statistic:
+    L1(z deranged) - L1(clean)), from target log-probs (n_ctx, n_t) of the z-shuffled and
+    the clean sequences of the same contexts. NaN where the task has no selector."""
+    if batch.shuffled is None:
+        return dict.fromkeys(
+            ["shuffled_loss", "delta_z", "first_target_shuffled_loss", "delta_z_first"], math.nan
+        )
+    shuffled, clean = -shuffled_lp.double().mean(), -true_lp.double().mean()
+    first_shuffled = -shuffled_lp[:, 0].double().mean()
+    return {
+        "shuffled_loss": float(shuffled),
+        "delta_z": float(shuffled - clean),
+        "first_target_shuffled_loss": float(first_shuffled),
+        "delta_z_first": float(first_shuffled + true_lp[:, 0].double().mean()),
+    }
 
 
 def training_loss(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:

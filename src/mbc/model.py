@@ -17,6 +17,22 @@ from torch import nn
 from mbc.spec import A_LEN, B_LEN, VOCAB, ModelSpec, TaskSpec
 
 
+def init_weights(model: nn.Module, std: float) -> None:
+    """ModelSpec.init: every Linear/Embedding weight ~ N(0, std), every bias 0, LayerNorm 1/0.
+
+    The author's TransformerLens model draws W_E, W_pos, W_Q, W_K, W_V, W_O, W_in, W_out and
+    W_U alike (no residual-branch rescaling); our fused qkv holds W_Q, W_K, W_V side by side.
+    """
+    for m in model.modules():
+        if isinstance(m, nn.Linear | nn.Embedding):
+            nn.init.normal_(m.weight, std=std)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, spec: ModelSpec):
         super().__init__()
@@ -83,15 +99,7 @@ class Transformer(nn.Module):
         self.blocks = nn.ModuleList(Block(spec) for _ in range(spec.n_layers))
         self.ln_f = nn.LayerNorm(spec.d_model)
         self.unembed = nn.Linear(spec.d_model, VOCAB)
-        self.apply(self._init)
-
-    @staticmethod
-    def _init(m: nn.Module) -> None:
-        # GPT-2 style: N(0, 0.02) weights, zero biases.
-        if isinstance(m, nn.Linear | nn.Embedding):
-            nn.init.normal_(m.weight, std=0.02)
-        if isinstance(m, nn.Linear) and m.bias is not None:
-            nn.init.zeros_(m.bias)
+        init_weights(self, spec.weight_std)
 
     def residual(self, tokens, head_scale=None, head_replace=None, want_pattern=False):
         """Run the blocks on tokens[:, :-1]; returns final residual (n, t, d) and patterns."""
@@ -163,6 +171,9 @@ class LinearBaseline(nn.Module):
         self.w1 = nn.Linear(self.n_in * VOCAB, spec.linear_hidden)
         self.w2 = nn.Linear(spec.linear_hidden, task.n_targets * VOCAB)
         assert task.n_targets == A_LEN + 1
+        # the transformer's rule with the hidden width as the residual width:
+        # N(0, 0.8 / sqrt(linear_hidden)) under transformer_lens, biases 0
+        init_weights(self, spec.weight_std)
 
     def forward(self, tokens: torch.Tensor, **_: object) -> torch.Tensor:
         b = tokens[:, 1 : 1 + B_LEN]

@@ -90,10 +90,34 @@ class ModelSpec:
     d_mlp: int = 512
     n_positions: int = 32
     linear_hidden: int = 512
+    # Every weight matrix (embeddings and unembedding included) ~ N(0, std), biases 0,
+    # LayerNorm 1/0. `transformer_lens`: the author's model (HookedTransformer,
+    # init_mode="gpt2", default initializer_range), std = 0.8 / sqrt(width); `normal`:
+    # std = 0.02 (Hugging Face GPT-2's constant, without its residual rescaling).
+    # `init_std` overrides the scheme's std (E15's init-scale sweep).
+    init: str = "transformer_lens"  # transformer_lens | normal
+    init_std: float | None = None
 
     @property
     def d_head(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def width(self) -> int:
+        """The residual width the init rule scales with: d_model, or the linear baseline's
+        hidden width (its analogue of the residual stream)."""
+        return self.linear_hidden if self.kind == "linear" else self.d_model
+
+    @property
+    def weight_std(self) -> float:
+        """Standard deviation of every weight matrix at initialisation."""
+        if self.init_std is not None:
+            return float(self.init_std)
+        if self.init == "transformer_lens":
+            return 0.8 / math.sqrt(self.width)
+        if self.init == "normal":
+            return 0.02
+        raise ValueError(f"model.init = {self.init!r}: expected transformer_lens or normal")
 
 
 @dataclass(frozen=True)
@@ -104,7 +128,13 @@ class TrainSpec:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    max_steps: int = 100_000
+    max_steps: int = 300_000
+    # Learning-rate schedule (`mbc.train.learning_rate`): `constant` (the paper's main runs)
+    # or `warmup_cosine` (the author's base regime, used for his batch-size and z-sharing
+    # runs: linear warmup over warmup_steps, then cosine decay to 0 at max_steps).
+    schedule: str = "constant"  # constant | warmup_cosine
+    warmup_steps: int = 0
+    clip_norm: float = 0.0  # clip the gradient's global L2 norm to this; 0: no clipping
     # Stop once converged and at least `early_stop_tau_factor` * tau steps have run
     # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
     early_stop_tau_factor: float = 3.0
@@ -127,15 +157,22 @@ IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
 
 @dataclass(frozen=True)
 class EvalSpec:
-    """In-loop evaluation: denser early (log-spaced) plus uniform, on fixed contexts."""
+    """In-loop evaluation on fixed contexts: log-spaced early, every `every` steps, and
+    every `dense_every` steps wherever the run crosses a transition mark (mbc.train)."""
 
     every: int = 500
     n_log: int = 40
     n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
     threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
-    checkpoint_every: int = 2000  # model snapshots for post-hoc diagnostics
+    # The author evaluated every 50 steps. Between two evaluations whose metrics lie on
+    # different sides of a transition mark (`mbc.train.TRANSITION_MARKS`), the weights
+    # kept every `dense_every` steps are evaluated too: each crossing is then located to
+    # dense_every steps, at the cost of evaluating densely only around the transition.
+    # 0: off. Must divide `every`.
+    dense_every: int = 0
+    checkpoint_every: int = 2500  # model snapshots for post-hoc diagnostics
     checkpoint_n_log: int = 16
-    resume_every: int = 1000  # full optimiser state for resuming an interrupted run
+    resume_every: int = 2500  # full optimiser state for resuming an interrupted run
 
 
 @dataclass(frozen=True)

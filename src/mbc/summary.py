@@ -64,14 +64,27 @@ def plateau(
     step with delta_z above its threshold): once the model reads z it has left the
     marginal solution. A run that never leaves the plateau uses every step.
     start: start_fraction * end (at least step 1), past the first updates.
+    height: the time mean of L_cand over the evaluations inside the window (`time_mean`).
     """
     onset = first_step_below(steps, lcand, onset_fraction * log_k)
     ends = [s for s in (onset, z_onset) if s is not None]
     end = min(ends) if ends else steps[-1] + 1
     start = max(1, start_fraction * end)
     window = (steps >= start) & (steps < end)
-    height = float(lcand[window].mean()) if window.any() else math.nan
-    return Plateau(float(start), float(end), int(window.sum()), height)
+    return Plateau(
+        float(start), float(end), int(window.sum()), time_mean(steps[window], lcand[window])
+    )
+
+
+def time_mean(steps: np.ndarray, values: np.ndarray) -> float:
+    """Mean of a curve over the steps it spans (trapezoid rule), so that evaluations packed
+    densely near the transition (eval.dense_every) weigh only the steps they cover."""
+    if steps.size == 0:
+        return math.nan
+    if steps.size == 1 or steps[-1] == steps[0]:
+        return float(values.mean())
+    v, s = values.astype(float), steps.astype(float)
+    return float(((v[1:] + v[:-1]) / 2 * np.diff(s)).sum() / (s[-1] - s[0]))
 
 
 def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window) -> float:

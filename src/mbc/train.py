@@ -48,6 +48,8 @@ METRIC_COLUMNS = [
     "candidate_accuracy",
     "shuffled_loss",
     "delta_z",
+    "first_target_shuffled_loss",
+    "delta_z_first",
     "grad_norm",
     "wall_s",
 ]
@@ -137,6 +139,25 @@ def step_functions(train: TrainSpec, model: torch.nn.Module):
     return (torch.compile(loss) if train.compile else loss), evaluate
 
 
+def learning_rate(train: TrainSpec, step: int) -> float:
+    """The learning rate of 1-based optimiser step `step` under `train.schedule`.
+
+    warmup_cosine follows the usual LambdaLR convention (Hugging Face's
+    `get_cosine_schedule_with_warmup`), whose factor at scheduler count c = step - 1 is
+    c / warmup during warmup, then 0.5 (1 + cos(pi (c - warmup) / (max_steps - warmup))).
+    A pure function of the step, so a resumed run takes the same rates.
+    """
+    if train.schedule == "constant":
+        return train.lr
+    if train.schedule != "warmup_cosine":
+        raise ValueError(f"train.schedule = {train.schedule!r}: expected constant or warmup_cosine")
+    c, w = step - 1, train.warmup_steps
+    if c < w:
+        return train.lr * c / w
+    progress = (c - w) / max(1, train.max_steps - w)
+    return train.lr * max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
 def make_optimizer(model: torch.nn.Module, spec: RunSpec, device: torch.device):
     t = spec.train
     return torch.optim.AdamW(
@@ -163,10 +184,19 @@ class FreshRun(NamedTuple):
     order: BatchOrder
     eval_batch: EvalBatch
 
+    train: TrainSpec
+
     def step(self, s: int) -> torch.Tensor:
         """The optimiser step on the batch of 1-based step s; returns the detached loss."""
         seqs = self.tokens[self.order.indices(s)]
-        return engine.train_step(self.model, self.opt, seqs, self.loss_fn)
+        return engine.train_step(
+            self.model,
+            self.opt,
+            seqs,
+            self.loss_fn,
+            lr=learning_rate(self.train, s),
+            clip_norm=self.train.clip_norm,
+        )
 
 
 def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun:
@@ -180,7 +210,7 @@ def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
     contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
     eval_batch = make_eval_batch(dataset, contexts, rng).to(device)
-    return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch)
+    return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch, spec.train)
 
 
 def _read_log(path: Path) -> list[dict]:
@@ -258,31 +288,41 @@ def train_run(
     write_text_atomic(log_path, "".join(json.dumps(r) + "\n" for r in rows))
     tau = next((r["tau"] for r in rows if r.get("event") == "tau"), None)
 
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-    n_since = 0
+    losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last logged row
+    pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
+    prev_row = next((r for r in reversed(rows) if "event" not in r), None)
     t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
     with open(log_path, "a") as fh:
+
+        def log(row: dict) -> None:
+            nonlocal tau
+            _append(fh, row)
+            if tau is None and row["candidate_loss"] < ev.threshold * task.log_k:
+                tau = row["step"]
+                _append(fh, {"event": "tau", "step": tau, "tau": tau})
+
         if step == 0:
-            _append(fh, _eval_row(evaluate, batch, 0, t.batch_size, float("nan"), float("nan"), t0))
+            prev_row = _eval_row(evaluate, batch, 0, t.batch_size, math.nan, math.nan, t0)
+            log(prev_row)
         while step < t.max_steps:
             step += 1
-            loss_sum += run.step(step)
-            n_since += 1
+            losses.append((step, run.step(step)))
+            if ev.dense_every and step % ev.dense_every == 0 and step not in eval_set:
+                pending.append(
+                    _Kept(step, _clone(model), _grad_norm(model), time.perf_counter() - t0)
+                )
             if step in eval_set:
-                gnorm = float(
-                    torch.linalg.vector_norm(
-                        torch.stack([torch.linalg.vector_norm(p.grad) for p in model.parameters()])
-                    )
-                )
                 row = _eval_row(
-                    evaluate, batch, step, t.batch_size, float(loss_sum) / n_since, gnorm, t0
+                    evaluate, batch, step, t.batch_size, math.nan, _grad_norm(model), t0
                 )
-                loss_sum.zero_()
-                n_since = 0
-                _append(fh, row)
-                if tau is None and row["candidate_loss"] < ev.threshold * task.log_k:
-                    tau = step
-                    _append(fh, {"event": "tau", "step": step, "tau": step})
+                if pending and crosses_mark(prev_row, row, task.log_k):
+                    for kept_row in _evaluate_kept(model, pending, evaluate, batch, t.batch_size):
+                        kept_row["train_loss"] = _mean_loss(losses, kept_row["step"])
+                        log(kept_row)
+                pending = []
+                row["train_loss"] = _mean_loss(losses, step)
+                log(row)
+                prev_row = row
                 if step in snap_set:
                     path = snap_dir / f"step_{step:09d}.pt"
                     sha = torch_save_atomic(
@@ -307,6 +347,75 @@ def train_run(
             if stop_after is not None and step >= stop_after:
                 return pd.DataFrame()
     return finalize_run(spec, run_dir)
+
+
+# Thresholds some statistic of `mbc.summary` reads (config.yaml: eval.threshold,
+# threshold_sensitivity, diagnostics.plateau/lead, plateau_sensitivity, and the author's
+# transition window 0.95 -> 0.05 log K). L_cand and the first-target loss are in units of
+# log K, the z-shuffle gaps in nats. tests/test_train.py checks config.yaml against them.
+TRANSITION_MARKS = {
+    "candidate_loss": (0.05, 0.3, 0.4, 0.5, 0.6, 0.7, 0.9, 0.95),
+    "first_target_loss": (0.5, 0.9),
+    "delta_z": (0.01, 0.03, 0.1, 0.3),
+    "delta_z_first": (0.01, 0.03, 0.1, 0.3),
+}
+_PER_LOG_K = {"candidate_loss", "first_target_loss"}
+
+
+def crosses_mark(a: dict | None, b: dict, log_k: float) -> bool:
+    """Whether some metric lies on different sides of one of its TRANSITION_MARKS in two
+    evaluation rows: then a first-crossing step falls between them."""
+    if a is None:
+        return True
+    for name, marks in TRANSITION_MARKS.items():
+        unit = log_k if name in _PER_LOG_K else 1.0
+        va, vb = a.get(name, math.nan), b.get(name, math.nan)
+        if not (math.isfinite(va) and math.isfinite(vb)):
+            continue
+        if any((va < m * unit) != (vb < m * unit) for m in marks):
+            return True
+    return False
+
+
+class _Kept(NamedTuple):
+    """Weights kept at a dense_every step, evaluated only if a mark is crossed."""
+
+    step: int
+    weights: dict[str, torch.Tensor]
+    grad_norm: float
+    wall_s: float
+
+
+def _clone(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _grad_norm(model: torch.nn.Module) -> float:
+    norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
+    return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else math.nan
+
+
+def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:
+    """Mean training loss of the steps up to `upto` not yet reported; drops them."""
+    taken = [loss for s, loss in losses if s <= upto]
+    losses[:] = [(s, loss) for s, loss in losses if s > upto]
+    return float(torch.stack(taken).double().mean()) if taken else math.nan
+
+
+def _evaluate_kept(model, kept: list[_Kept], evaluate, batch, batch_size: int) -> list[dict]:
+    """Evaluation rows of kept weights, in step order; the model's own weights are copied
+    back exactly afterwards (in place, so the optimiser's references stay valid)."""
+    current = _clone(model)
+    rows = []
+    try:
+        for k in kept:
+            model.load_state_dict(k.weights)
+            row = _eval_row(evaluate, batch, k.step, batch_size, math.nan, k.grad_norm, 0.0)
+            row["wall_s"] = k.wall_s
+            rows.append(row)
+    finally:
+        model.load_state_dict(current)
+    return rows
 
 
 def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
