@@ -24,7 +24,11 @@ positions, 5 target positions; 807,720 parameters):
                --quick also `mbc.metrics.evaluate`) on the evaluation batch `mbc.train`
                builds (n_contexts x K candidates + the z-shuffle batch), as a fraction of
                the training time between two uniform evaluations:
-               eval_time / (eval_every * ours_step_time).
+               eval_time / (eval_every * ours_step_time), at --eval-every (500, the
+               coarse grid) and at 50 steps (the author's cadence); with
+               --schedule-from, also at the evaluations-per-step ratio of finished runs
+               (their metrics.csv: coarse grid + log-spaced start + the 50-step
+               evaluations around threshold crossings, `eval.dense_every`).
 Plus a numerics check (same weights, same batches: plain and reference losses versus ours
 over a few steps, relative tolerance 1e-4; ours' evaluation versus `mbc.metrics.evaluate`,
 absolute 1e-5) and, with --packed R, R runs trained as one stacked model (`mbc.packed`)
@@ -318,6 +322,27 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
     }
 
 
+def schedule_ratios(paths: list[str]) -> dict:
+    """{K: (evaluations per training step, source)} of finished runs' metrics.csv files,
+    plus "pooled" over all of them (used for a K with no run of its own)."""
+    import re
+
+    import pandas as pd
+
+    per_k: dict = {}
+    for p in paths:
+        m = pd.read_csv(p)
+        for run_id, g in m.groupby("run_id"):
+            k = int(re.search(r"-K(\d+)-", run_id).group(1))
+            rows, steps = per_k.get(k, (0, 0))
+            per_k[k] = (rows + len(g), steps + int(g.step.max()))
+    out = {k: (r / s, f"from the K={k} runs") for k, (r, s) in per_k.items() if s}
+    if per_k:
+        r, s = (sum(v[i] for v in per_k.values()) for i in (0, 1))
+        out["pooled"] = (r / s, "pooled over all runs given")
+    return out
+
+
 def med(xs: list[float]) -> float:
     return float(statistics.median(xs))
 
@@ -336,6 +361,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--n-contexts", type=int, default=256)
     ap.add_argument("--eval-every", type=int, default=500)
     ap.add_argument("--eval-repeats", type=int, default=1)
+    ap.add_argument(
+        "--schedule-from",
+        nargs="*",
+        default=[],
+        help="metrics.csv files of finished runs: evaluations per step under their schedule",
+    )
     ap.add_argument("--numerics-steps", type=int, default=None, help="default 3 (quick: 2)")
     ap.add_argument("--packed", type=int, default=0, help="also time R runs packed vs sequential")
     ap.add_argument("--compile", action="store_true", help="also time train.compile: true")
@@ -494,6 +525,13 @@ def main(argv: list[str] | None = None) -> dict:
         if "plain" in tt:
             ev[k]["plain_eval_s"] = med(tt["plain"])
             ev[k]["plain_fraction"] = med(tt["plain"]) / (args.eval_every * st)
+    sched = schedule_ratios(args.schedule_from)
+    for k, v in ev.items():
+        v["fraction_every_50"] = v["eval_s"] / (50 * v["step_s"])
+        ratio, source = sched.get(k, sched.get("pooled", (None, None)))
+        if ratio is not None:
+            v["evals_per_step"], v["schedule_source"] = ratio, source
+            v["fraction_schedule"] = v["eval_s"] * ratio / v["step_s"]
     res["eval"] = ev
     numerics["eval_max_abs_diff"] = max(eval_diffs, default=0.0)
     numerics["ok"] = all(numerics[k]["max_rel_diff"] < tol for k in ("plain", "reference")) and (
@@ -587,6 +625,14 @@ def report(res: dict) -> None:
         print(f"{k:>4}{v['sequences']:>7}{v['eval_s']:>9.2f}{v['fraction']:>10.2%}{plain}")
     for k, v in res["eval"].items():
         print(f"eval fraction K={k}: {v['fraction']:.2%} (ours' evaluation / 500 steps)")
+        print(
+            f"eval fraction K={k} every 50 steps (the author's cadence): {v['fraction_every_50']:.2%}"
+        )
+        if "fraction_schedule" in v:
+            print(
+                f"eval fraction K={k} under eval.dense_every: {v['fraction_schedule']:.2%}"
+                f" ({v['evals_per_step'] * 1000:.1f} evaluations per 1000 steps, {v['schedule_source']})"
+            )
     n = res["numerics"]
     print(
         f"numerics ({n['steps']} steps, same weights and batches, tol rel {n['tolerance_rel']:g}):"

@@ -81,3 +81,20 @@ def test_a_to_b_direction_candidates_hold_truth():
     # candidates of a group are distinct bases
     for g in range(10):
         assert len(set(strings(ds.candidates[g]))) == 4
+
+
+def test_az_to_b_is_the_authors_reverse_task():
+    """[BOS] A [SEP] z [SEP] B [EOS]: A and z in, B out; z is the selector of (g, k)."""
+    task = TaskSpec(k=4, n_groups=10, direction="az_to_b")
+    ds = build_dataset(task, 0)
+    fwd = build_dataset(TaskSpec(k=4, n_groups=10), 0)
+    assert ds.tokens.shape == (40, 16) and task.n_targets == 7 and task.first_pred_pos == 8
+    assert task.z_positions == (6, 7)
+    t = ds.tokens
+    assert (t[:, 0] == BOS).all() and (t[:, 5] == SEP).all() and (t[:, 8] == SEP).all()
+    assert (t[:, -1] == EOS).all()
+    # same draw as the forward task: A, z and B of each example swap places
+    assert torch.equal(t[:, 1:5], fwd.tokens[:, 11:15])  # A
+    assert torch.equal(t[:, 6:8], fwd.tokens[:, 8:10])  # z
+    assert torch.equal(t[:, 9:15], fwd.tokens[:, 1:7])  # B
+    assert torch.equal(ds.candidates[ds.group, ds.target_index], t[:, -7:])

@@ -101,3 +101,40 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
     # every configured row is computed from statistics: no statistic, no measurement
     card = scorecard(CFG["scorecard"], stats_for({}))
     assert len(card) == len(CFG["scorecard"]) and set(card.agreement) == {"not measured"}
+
+
+def test_ours_statistic_gets_its_own_verdict_beside_the_authors():
+    h = {"H2": {"mechanism": "m", "prediction": "p", "tests": [
+        {"statistic": "fit:duration_vs_lr", "ours": "fit:tau_vs_lr", "direction": "less",
+         "threshold": 0.0, "why": "author: transition window"}]}}  # fmt: skip
+    stats = stats_for({"fit:duration_vs_lr": (0.5, 0.2, 0.8), "fit:tau_vs_lr": (-0.5, -0.8, -0.2)})
+    row = evaluate_hypotheses(h, stats).iloc[0]
+    assert row.verdict == "falsified" and row.ours_verdict == "supported"
+    assert not row.robust_to_definition and row.why == "author: transition window"
+    assert "fit:tau_vs_lr = -0.5" in row.ours
+    same = evaluate_hypotheses(h, stats_for({"fit:duration_vs_lr": (0.5, 0.2, 0.8),
+                                             "fit:tau_vs_lr": (0.4, 0.1, 0.9)})).iloc[0]  # fmt: skip
+    assert same.ours_verdict == "falsified" and same.robust_to_definition
+
+
+def test_scorecard_shows_ours_beside_the_authors_and_the_reference_provenance():
+    rows = [
+        r for r in CFG["scorecard"] if r["statistic"] in ("lr_duration_ratio", "direction_ratio")
+    ]
+    card = scorecard(rows, stats_for({"lr_duration_ratio": (3.0, 2.0, 4.0),
+                                      "lr_tau_ratio": (20.0, 10.0, 30.0),
+                                      "direction_ratio": (2.0, 1.5, 2.5)})).set_index("statistic")  # fmt: skip
+    lr = card.loc["lr_duration_ratio"]
+    assert (lr.agreement, lr.ours_statistic, lr.ours_agreement) == (
+        "agree",
+        "lr_tau_ratio",
+        "disagree",
+    )
+    assert not lr.robust_to_definition and lr.reference_traced == "author_run"
+    d = card.loc["direction_ratio"]
+    assert d.reference_traced == "paper_text" and d.ours_statistic == "direction_ratio"
+    assert d.robust_to_definition and "no run" in d.note
+    # every row says how the author computed it, and the batch row flags the wording
+    assert all(r.get("why") for r in CFG["scorecard"])
+    batch = next(r for r in CFG["scorecard"] if r["statistic"] == "batch_steps_ratio")
+    assert "examples" in batch["paper_reference"]["note"]

@@ -79,9 +79,10 @@ def test_linear_baseline_shapes():
 
 
 def _weights_and_biases(model):
-    mats = {n: p for n, p in model.named_parameters() if n.endswith("weight") and p.dim() == 2}
-    biases = {n: p for n, p in model.named_parameters() if n.endswith("bias") and "ln" not in n}
-    norms = {n: p for n, p in model.named_parameters() if "ln" in n}
+    params = {n: p.detach() for n, p in model.named_parameters()}
+    mats = {n: p for n, p in params.items() if n.endswith("weight") and p.dim() == 2}
+    biases = {n: p for n, p in params.items() if n.endswith("bias") and "ln" not in n}
+    norms = {n: p for n, p in params.items() if "ln" in n}
     return mats, biases, norms
 
 
@@ -101,7 +102,7 @@ def test_paper_model_init_is_the_authors_transformer_lens_rule():
         assert abs(float(w.std()) / want - 1) < 0.04, name
         assert abs(float(w.mean())) < 4 * want / w.numel() ** 0.5, name
     # W_Q, W_K, W_V alike (fused qkv: thirds of one matrix)
-    for third in model.blocks[0].attn.qkv.weight.chunk(3):
+    for third in model.blocks[0].attn.qkv.weight.detach().chunk(3):
         assert abs(float(third.std()) / want - 1) < 0.04
     assert all(float(b.abs().max()) == 0 for b in biases.values())
     assert len(biases) == 4 * 4 + 1  # qkv, out, mlp in/out per block; unembedding
@@ -116,11 +117,11 @@ def test_quick_model_init_std_is_0_1_and_normal_scheme_is_0_02():
     quick = ModelSpec(n_layers=2, d_model=64, d_mlp=256)
     assert quick.weight_std == 0.1
     model = build_model(quick, task, torch.Generator().manual_seed(1))
-    w = model.blocks[1].mlp[0].weight
+    w = model.blocks[1].mlp[0].weight.detach()
     assert abs(float(w.std()) / 0.1 - 1) < 0.04
     old = ModelSpec(init="normal")
     assert old.weight_std == 0.02
-    w = build_model(old, task, torch.Generator().manual_seed(1)).unembed.weight
+    w = build_model(old, task, torch.Generator().manual_seed(1)).unembed.weight.detach()
     assert abs(float(w.std()) / 0.02 - 1) < 0.1  # 40 x 128 draws
     assert ModelSpec(init_std=0.05).weight_std == 0.05
 
@@ -130,5 +131,5 @@ def test_linear_baseline_init_uses_its_hidden_width():
     spec = ModelSpec(kind="linear", linear_hidden=256)
     model = build_model(spec, task, torch.Generator().manual_seed(0))
     for lin in (model.w1, model.w2):
-        assert abs(float(lin.weight.std()) / (0.8 / 16) - 1) < 0.04
-        assert float(lin.bias.abs().max()) == 0
+        assert abs(float(lin.weight.detach().std()) / (0.8 / 16) - 1) < 0.04
+        assert float(lin.bias.detach().abs().max()) == 0

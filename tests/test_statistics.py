@@ -69,3 +69,38 @@ def test_statistics_without_data_are_nan_rows_not_dropped():
     s = compute_statistics(empty, fits, blank, blank, blank, BOOT, {"collective_fraction": 0.5})
     assert {"plateau_height_over_log_k", "direction_ratio", "lead_fraction_mean"} <= set(s.name)
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()
+
+
+def test_lr_duration_ratio_uses_largest_lr_that_always_transitioned():
+    """The author's E6 statistic: transition-window duration at the largest lr whose runs
+    all transitioned over that at the smallest lr (a censored lr is skipped, not bounded)."""
+    from mbc.statistics import lr_duration_ratio
+
+    t = tau_rows(experiment=["E6"] * 6, lr=[3e-4, 3e-4, 2e-3, 2e-3, 5e-3, 5e-3],
+                 transition_duration=[100, 300, 700, 900, np.nan, 50],
+                 transition_censored=[False, False, False, False, True, False])  # fmt: skip
+    r = lr_duration_ratio(t, BOOT)
+    assert r["value"] == pytest.approx(800 / 200)
+    assert r["ci_low"] <= r["value"] <= r["ci_high"]
+    assert "lr 0.002 / lr 0.0003" in r["what"] and r["n_censored"] == 1
+
+
+def test_batch_pair_ratios_in_steps_and_examples():
+    from mbc.statistics import batch_pair_ratios
+
+    t = tau_rows(experiment=["E7"] * 6, k=[20, 20, 20, 20, 36, 36],
+                 batch_size=[128, 128, 256, 256, 128, 256],
+                 first_target_tau=[1800, 1800, 1000, 1000, 10, 10],
+                 first_target_censored=[False] * 6)  # fmt: skip
+    steps, examples = batch_pair_ratios(t, {"batches": [128, 256], "k": 20}, BOOT)
+    assert steps["name"] == "batch_steps_ratio" and steps["value"] == pytest.approx(1.8)
+    assert examples["value"] == pytest.approx(1.8 * 128 / 256)
+    # K unset: the smallest K of E7
+    assert batch_pair_ratios(t, {"batches": [128, 256]}, BOOT)[0]["value"] == pytest.approx(1.8)
+    assert math.isnan(batch_pair_ratios(t, {}, BOOT)[0]["value"])
+
+
+def test_direction_ratio_prefers_the_authors_az_to_b():
+    t = tau_rows(experiment=["E14"] * 3, task=["az_to_b", "bz_to_a", "a_to_b"], k=[5] * 3,
+                 seed=[0] * 3, tau=[300, 100, 900])  # fmt: skip
+    assert direction_ratio(t, BOOT)["value"] == pytest.approx(3.0)

@@ -5,18 +5,27 @@ import pandas as pd
 import pytest
 from helpers import tiny_spec
 
-from mbc.summary import first_step_below, plateau_height, plateau_sensitivity, summarize_run
+from mbc.summary import (
+    author_statistics,
+    first_step_below,
+    plateau_height,
+    plateau_sensitivity,
+    summarize_run,
+)
 
 DIAG = {
     "plateau": {"start_fraction": 0.2, "onset_fraction": 0.9, "end_at_z_onset": True},
     "lead": {"delta_z_onset": 0.1, "loss_onset_fraction": 0.9},
+    "first_target": {"threshold": 0.5},
+    "transition": {"start_fraction": 0.95, "end_fraction": 0.05},
 }
 
 
 def metrics(lcand, dz):
     steps = np.arange(len(lcand)) * 10
     return pd.DataFrame({"step": steps, "candidate_loss": lcand, "delta_z": dz,
-                         "candidate_accuracy": np.zeros(len(lcand))})  # fmt: skip
+                         "candidate_accuracy": np.zeros(len(lcand)),
+                         "first_target_loss": lcand, "delta_z_first": dz})  # fmt: skip
 
 
 def test_tau_strictly_below_threshold_and_censoring():
@@ -125,3 +134,32 @@ def test_plateau_height_is_a_time_mean_unmoved_by_dense_evaluations():
     assert h / lk == pytest.approx((150 * 1.0 + 5 * 1.1 + 45 * 1.2) / 200)
     # the row mean would have counted the 10 rows at 1.2 against 4 at 1.0
     assert lc[(steps >= 1) & (steps < 300)].mean() / lk > h / lk + 0.05
+
+
+def test_author_statistics_first_target_tau_window_and_lead():
+    """L1 (first-target loss) and L_cand on a planted run with known crossings."""
+    lk = math.log(10)
+    steps = np.arange(0, 1001, 50)
+    # L_cand: log K to step 400, 0.96 at 450, 0.5 at 500, 0.2 at 550, 0.04 from 600
+    lc = np.full(steps.size, lk)
+    lc[steps == 450], lc[steps == 500], lc[steps == 550] = 0.96 * lk, 0.5 * lk, 0.2 * lk
+    lc[steps >= 600] = 0.04 * lk
+    # L1: log 36 until 300, 0.85 log K at 300 (onset), 0.45 log K from 500 (first-target tau)
+    l1 = np.full(steps.size, math.log(36))
+    l1[(steps >= 300) & (steps < 500)] = 0.85 * lk
+    l1[steps >= 500] = 0.45 * lk
+    dz1 = np.where(steps >= 150, 0.2, 0.0)  # first-target delta_z onset at 150
+    m = pd.DataFrame({"step": steps, "candidate_loss": lc, "first_target_loss": l1,
+                      "delta_z_first": dz1})  # fmt: skip
+    diag = DIAG
+    a = author_statistics(steps, m, lk, diag)
+    assert a["first_target_tau"] == 500 and not a["first_target_censored"]
+    assert (a["transition_start"], a["transition_end"], a["transition_duration"]) == (450, 600, 150)
+    assert a["first_target_loss_onset"] == 300 and a["delta_z_first_onset"] == 150
+    assert a["lead_first"] == 150 and a["lead_fraction_first"] == pytest.approx(0.5)
+    # a run that never reaches 0.05 log K has no window; one never above 0.95 opens at step 0
+    never = author_statistics(steps, m.assign(candidate_loss=0.5 * lk), lk, diag)
+    assert never["transition_censored"] and never["transition_duration"] is None
+    low = author_statistics(steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk),
+                            lk, diag)  # fmt: skip
+    assert (low["transition_start"], low["transition_end"]) == (0, 600)

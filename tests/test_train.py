@@ -278,3 +278,26 @@ def test_dense_evaluation_resumes_bitwise(tmp_path):
     train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None, stop_after=73)
     train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None)
     pd.testing.assert_frame_equal(_metrics(tmp_path / "full"), _metrics(tmp_path / "cut"))
+
+
+def test_transition_marks_cover_every_threshold_the_config_reads():
+    """eval.dense_every locates crossings of TRANSITION_MARKS only: every threshold a
+    statistic of config.yaml reads must be one of them."""
+    from pathlib import Path
+
+    import yaml
+
+    from mbc.train import TRANSITION_MARKS
+
+    cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    d = cfg["diagnostics"]
+    lcand = {cfg["defaults"]["eval"]["threshold"], d["plateau"]["onset_fraction"],
+             d["lead"]["loss_onset_fraction"], d["transition"]["start_fraction"],
+             d["transition"]["end_fraction"], *cfg["threshold_sensitivity"]["thresholds"]}  # fmt: skip
+    assert lcand <= set(TRANSITION_MARKS["candidate_loss"])
+    first = {d["first_target"]["threshold"], d["lead"]["loss_onset_fraction"]}
+    assert first <= set(TRANSITION_MARKS["first_target_loss"])
+    gaps = {d["lead"]["delta_z_onset"], *cfg["plateau_sensitivity"]["delta_z_onsets"]}
+    assert gaps <= set(TRANSITION_MARKS["delta_z"]) and gaps <= set(
+        TRANSITION_MARKS["delta_z_first"]
+    )

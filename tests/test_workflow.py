@@ -49,8 +49,9 @@ def test_smoke_tau_table(smoke):
         m = pd.read_csv(smoke / "runs" / run_id / "metrics.csv")
         assert m.step.is_monotonic_increasing and m.step.iloc[0] == 0
         k = int(tau.loc[tau.run_id == run_id, "k"].iloc[0])
-        # an untrained model does not separate the candidates: L_cand ~ log K at step 0
-        assert abs(m.candidate_loss.iloc[0] - math.log(k)) < 0.35 * math.log(k)
+        # an untrained model does not separate the candidates: for random scores the mean
+        # L_cand is at least log K (Jensen; the author's init scores at ~1-1.7 log K)
+        assert m.candidate_loss.iloc[0] > 0.8 * math.log(k)
 
 
 def test_second_run_has_nothing_to_do(smoke):

@@ -21,15 +21,27 @@ FIT_COLUMNS = [
 ]  # fmt: skip
 
 
+# fit y -> (tau.csv column, its censoring column, counted in examples seen)
+WAITING_TIMES = {
+    "tau": ("tau", "censored", False),
+    "examples": ("tau", "censored", True),
+    "first_target_tau": ("first_target_tau", "first_target_censored", False),
+    "first_target_examples": ("first_target_tau", "first_target_censored", True),
+    "transition_duration": ("transition_duration", "transition_censored", False),
+}
+
+
 def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawFit:
     rows = rows.drop_duplicates("run_id")
-    censored = rows["censored"].astype(bool).to_numpy() if "censored" in rows else None
-    if y == "anisotropy":
-        yv = rows["anisotropy"].to_numpy(float)
+    censored = None
+    if y.startswith("anisotropy"):
+        yv = rows[y].to_numpy(float)
     else:
+        col, cens_col, per_example = WAITING_TIMES[y]
+        censored = rows[cens_col].astype(bool).to_numpy()
         # a censored run is known only to exceed its budget: that bound is its y
-        tau = rows["tau"].astype("Float64").fillna(rows["steps"]).to_numpy(float)
-        yv = tau * rows["batch_size"].to_numpy(float) if y == "examples" else tau
+        t = rows[col].astype("Float64").fillna(rows["steps"]).to_numpy(float)
+        yv = t * rows["batch_size"].to_numpy(float) if per_example else t
     keep = np.isfinite(yv) & (yv > 0)
     return fit_power_law(
         rows[x].to_numpy(float)[keep],

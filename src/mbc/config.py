@@ -234,11 +234,15 @@ def check_spec(spec: RunSpec, where: str) -> None:
         bad("task.n_supergroups", t.n_supergroups, f"must be in [1, n_groups={t.n_groups}]")
     if not 0 <= t.label_noise < 1:
         bad("task.label_noise", t.label_noise, "must be in [0, 1)")
-    if t.direction == "a_to_b":
+    if t.reverse:
         if t.label_noise > 0:
             bad("task.label_noise", t.label_noise, "label noise is defined for bz_to_a only")
         if t.n_groups < t.k:
-            bad("task.n_groups", t.n_groups, f"a_to_b needs n_groups >= K={t.k} for candidates")
+            bad(
+                "task.n_groups",
+                t.n_groups,
+                f"{t.direction} needs n_groups >= K={t.k} for candidates",
+            )
         if m.kind == "linear":
             bad("model.kind", m.kind, "the linear baseline is defined for bz_to_a only")
     if m.d_model % m.n_heads:

@@ -132,12 +132,19 @@ def build_dataset(task: TaskSpec, seed: int) -> Dataset:
         train = np.concatenate([prefix, answer, col(EOS)], axis=1)
         candidates = np.concatenate([answers, np.full((g, k, 1), EOS)], axis=2)
         group, target_index = gi, ki
-    else:  # a_to_b: input A, target B; candidates are the bases of a block of K groups
+    else:  # a_to_b / az_to_b: input A (and z), target B; candidates: bases of K groups
         if g < k:
-            raise ValueError(f"a_to_b needs n_groups >= K to form candidate blocks (got {g} < {k})")
+            raise ValueError(
+                f"{task.direction} needs n_groups >= K to form candidate blocks (got {g} < {k})"
+            )
         gi, ki = np.divmod(np.arange(g * k), k)
         col = lambda v: np.full((g * k, 1), v)  # noqa: E731
-        clean = np.concatenate([col(BOS), answers[gi, ki], col(SEP), bases[gi], col(EOS)], axis=1)
+        if task.direction == "az_to_b":  # [BOS] A [SEP] z [SEP] B [EOS]
+            z = selectors[selector_set[gi], ki]
+            parts = [col(BOS), answers[gi, ki], col(SEP), z, col(SEP), bases[gi], col(EOS)]
+        else:  # [BOS] A [SEP] B [EOS]
+            parts = [col(BOS), answers[gi, ki], col(SEP), bases[gi], col(EOS)]
+        clean = np.concatenate(parts, axis=1)
         train = clean
         perm = rng.permutation(g)
         pos = np.empty(g, dtype=np.int64)

@@ -120,9 +120,17 @@ def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None)
     return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
 
 
-def eval_step_equivalents(spec: RunSpec, steps: int) -> float:
-    """Evaluation cost of a run of `steps` steps, in training-step equivalents."""
-    n_evals = sum(1 for s in eval_schedule(spec.eval, spec.train.max_steps)[0] if s <= steps)
+def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -> float:
+    """Evaluation cost of a run of `steps` steps, in training-step equivalents.
+
+    With eval.dense_every, the kept weights are evaluated where a threshold is crossed:
+    counted as one tau's worth of steps at the dense spacing (the transition runs from
+    the z-usage onset, ~tau/2, to convergence, ~1.5 tau), or none for a run without tau.
+    """
+    e = spec.eval
+    n_evals = sum(1 for s in eval_schedule(e, spec.train.max_steps)[0] if s <= steps)
+    if e.dense_every and tau is not None:
+        n_evals += min(tau, steps) / e.dense_every * (1 - e.dense_every / e.every)
     n_ctx = min(spec.eval.n_contexts, spec.task.d)
     seqs = n_ctx * (spec.task.k + 1)
     return n_evals * seqs / (3 * spec.train.batch_size)
@@ -194,7 +202,7 @@ def estimate(
             src = "law"
             steps = expected_steps(spec, tau, None)
         rate = steps_per_s if steps_per_s is not None else rates[shape_key(spec)]
-        total_steps = steps + eval_step_equivalents(spec, steps)
+        total_steps = steps + eval_step_equivalents(spec, steps, tau)
         rows.append(
             {
                 "run_id": run_id,

@@ -39,6 +39,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 from matplotlib.transforms import offset_copy  # noqa: E402
 
 from mbc.io import read_csv_checked, write_bytes_atomic  # noqa: E402
+from mbc.spec import REVERSE_DIRECTIONS  # noqa: E402
 
 __all__ = ["CENSORED_LABEL", "DPI", "FIGURES", "STYLE", "TABLES_NEEDED", "render"]
 
@@ -861,6 +862,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
             "residual_max",
             "residual_min",
             "anisotropy",
+            "anisotropy_power",
         ),
     )
     h["run_id"] = _text_col(h, "run_id")
@@ -965,6 +967,18 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
             zorder=3,
         )
     _fit_line(b, _fit_row(tables["fits"], "anisotropy_vs_k"), p["k"])
+    # the author's estimator on the same checkpoints: power iteration
+    pw = p[_finite(p["anisotropy_power"]) & (p["anisotropy_power"] > 0)]
+    if not pw.empty:
+        b.scatter(pw["k"], pw["anisotropy_power"], s=16, marker="^", color="C1",
+                  label="power iteration (author's)", zorder=3)  # fmt: skip
+        _fit_line(
+            b,
+            _fit_row(tables["fits"], "anisotropy_power_vs_k"),
+            pw["k"],
+            color="C1",
+            prefix="power fit",
+        )
     b.set_xscale("log")
     b.set_yscale("log")
     b.set_xlabel("K")
@@ -1028,7 +1042,9 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
         _no_data(ax, "no E14 runs")
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
-    tasks = (("bz_to_a", "(B,z)\u2192A", "C0", -0.2), ("a_to_b", "A\u2192B", "C1", 0.2))
+    reverse = next((d for d in REVERSE_DIRECTIONS if (e14["task"] == d).any()), "az_to_b")
+    rev_label = "(A,z)\u2192B" if reverse == "az_to_b" else "A\u2192B"
+    tasks = (("bz_to_a", "(B,z)\u2192A", "C0", -0.2), (reverse, rev_label, "C1", 0.2))
     any_cens = False
     rng = np.random.default_rng(0)  # fixed jitter: reproducible figure bytes
     for task, label, col, off in tasks:

@@ -9,6 +9,11 @@ a threshold. One test on a statistic with CI [lo, hi]:
   not enough data  no value, or no CI (fewer than two independent runs)
 A hypothesis is falsified if any of its tests is, supported if all are, not enough data
 if all are, and inconclusive otherwise.
+
+A test reads the statistic its claim was made with (the author's definition, spec
+section 7); `ours` names our uniform candidate-tau version of it, decided by the same rule
+and combined into `ours_verdict`: where the two verdicts differ, the verdict depends on
+the definition.
 """
 
 from __future__ import annotations
@@ -45,31 +50,46 @@ def combine(verdicts: list[str]) -> str:
     return "inconclusive"
 
 
+def _decide_pattern(pattern: str, t: dict, statistics: pd.DataFrame) -> list[tuple]:
+    """(name, value, lo, hi, verdict) of every statistic matching `pattern` under test t."""
+    names = [n for n in statistics["name"] if fnmatch.fnmatchcase(n, pattern)]
+    if not names:
+        return [(pattern, math.nan, math.nan, math.nan, "not enough data")]
+    out = []
+    for n in names:
+        s = statistics.loc[statistics.name == n].iloc[0]
+        out.append((n, s.value, s.ci_low, s.ci_high,
+                    decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"])))  # fmt: skip
+    return out
+
+
+def _describe(parts: list[tuple]) -> str:
+    return "; ".join(f"{n} = {v:.3g} [{lo:.3g}, {hi:.3g}]: {d}" for n, v, lo, hi, d in parts)
+
+
 def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFrame:
-    """hypotheses.csv: one row per (hypothesis, matched statistic) plus the combined verdict."""
+    """hypotheses.csv: one row per (hypothesis, matched statistic) plus the combined verdict
+    and, beside it, the verdict of our uniform-definition statistics (`ours`)."""
     rows = []
     for hid, h in hypotheses.items():
-        verdicts, parts = [], []
+        parts, ours = [], []
         for t in h["tests"]:
-            names = [n for n in statistics["name"] if fnmatch.fnmatchcase(n, t["statistic"])]
-            if not names:
-                verdicts.append("not enough data")
-                parts.append((t["statistic"], math.nan, math.nan, math.nan, t, "not enough data"))
-            for n in names:
-                s = statistics.loc[statistics.name == n].iloc[0]
-                v = decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"])
-                verdicts.append(v)
-                parts.append((n, s.value, s.ci_low, s.ci_high, t, v))
-        overall = combine(verdicts)
-        for n, value, lo, hi, t, v in parts:
+            parts += [(*p, t) for p in _decide_pattern(t["statistic"], t, statistics)]
+            ours += _decide_pattern(t.get("ours", t["statistic"]), t, statistics)
+        overall = combine([p[4] for p in parts])
+        ours_verdict = combine([p[4] for p in ours])
+        for n, value, lo, hi, v, t in parts:
             sign = ">" if t["direction"] == "greater" else "<"
             rows.append({
                 "id": hid, "mechanism": h["mechanism"], "prediction": h["prediction"],
                 "statistic": n, "value": value, "ci_low": lo, "ci_high": hi,
                 "rule": f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side",
-                "verdict": overall, "test_verdict": v,
+                "verdict": overall, "test_verdict": v, "why": t.get("why", ""),
+                "ours_verdict": ours_verdict, "ours": _describe(ours),
+                "robust_to_definition": ours_verdict == overall,
             })  # fmt: skip
-    return pd.DataFrame(rows, columns=[*COLUMNS, "test_verdict"])
+    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition"]
+    return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
 
 
 def verdicts(table: pd.DataFrame) -> dict[str, str]:

@@ -48,6 +48,10 @@ from mbc.train import METRIC_COLUMNS, pick_device, train_run
 HESSIAN_COLUMNS = [
     "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
     "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
+    # the author's estimator on the same checkpoint and subsample: power iteration for
+    # lambda_max, then on H - lambda_max I for lambda_min (hessian.power_n_iter steps each)
+    "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
+    "converged_max_power", "converged_min_power", "anisotropy_power",
 ]  # fmt: skip
 
 
@@ -170,9 +174,12 @@ def diagnose_hessian(
     for f, step in phase_steps(index, tau, fractions):
         model = load_model(spec, run_dir, index, step, dev)
         params = [p for p in model.parameters() if p.requires_grad]
-        est = hessian_extremes(
-            lambda m=model: training_loss(m, tokens), params, n_iter=cfg["n_iter"],
-            seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"],
+        est, power = (
+            hessian_extremes(
+                lambda m=model: training_loss(m, tokens), params, n_iter=n_iter,
+                seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"], method=method,
+            )
+            for method, n_iter in (("lanczos", cfg["n_iter"]), ("power", cfg["power_n_iter"]))
         )  # fmt: skip
         rows.append({
             "run_id": spec.run_id, "k": spec.task.k, "tau": tau, "step": step, "tau_fraction": f,
@@ -181,9 +188,14 @@ def diagnose_hessian(
             "residual_max": est.residual_max, "residual_min": est.residual_min,
             "converged_max": est.converged_max, "converged_min": est.converged_min,
             "anisotropy": est.anisotropy,
+            "lambda_max_power": power.lambda_max, "lambda_min_power": power.lambda_min,
+            "residual_max_power": power.residual_max, "residual_min_power": power.residual_min,
+            "converged_max_power": power.converged_max,
+            "converged_min_power": power.converged_min, "anisotropy_power": power.anisotropy,
         })  # fmt: skip
         print(
-            f"step {step} ({f:g} tau): lambda_max={est.lambda_max:.4g} lambda_min={est.lambda_min:.4g}"
+            f"step {step} ({f:g} tau): Lanczos lambda_max={est.lambda_max:.4g} "
+            f"lambda_min={est.lambda_min:.4g}; power {power.lambda_max:.4g} {power.lambda_min:.4g}"
         )
     write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
 

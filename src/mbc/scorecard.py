@@ -10,6 +10,13 @@ Agreement rules (one per row):
                 (f = `factor`, default 1)
   ci_overlap    our CI overlaps the paper's CI
   equal         measured == reference (categorical, e.g. the routing head's layer)
+
+Each row's `statistic` is computed the way the author computed the claim (spec section 7,
+`why` says how); `ours` is our uniform candidate-tau version, shown beside it with its own
+agreement, so a row that agrees under one definition only says so (`robust_to_definition`).
+`paper_reference.traced` says whether the paper's number is traced to a run of the
+author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where
+the paper's wording and the author's numbers disagree.
 """
 
 from __future__ import annotations
@@ -21,7 +28,8 @@ import pandas as pd
 
 COLUMNS = [
     "claim", "statistic", "measured", "ci_low", "ci_high", "n", "paper_reference",
-    "tolerance", "agreement",
+    "tolerance", "agreement", "ours_statistic", "ours_measured", "ours_ci_low", "ours_ci_high",
+    "ours_agreement", "robust_to_definition", "reference_traced", "why", "note",
 ]  # fmt: skip
 
 
@@ -77,20 +85,36 @@ def _tolerance(rule: dict) -> str:
     return "inside range"
 
 
+def _matches(statistics: pd.DataFrame, pattern: str) -> list[str]:
+    return [n for n in statistics.name if fnmatch.fnmatchcase(n, pattern)] or [pattern]
+
+
+def _measured(statistics: pd.DataFrame, name: str) -> tuple[float, float, float, int]:
+    s = statistics.loc[statistics.name == name]
+    if not len(s):
+        return math.nan, math.nan, math.nan, 0
+    return s.value.iloc[0], s.ci_low.iloc[0], s.ci_high.iloc[0], int(s.n.iloc[0])
+
+
 def scorecard(rows_cfg: list[dict], statistics: pd.DataFrame) -> pd.DataFrame:
     out = []
     for row in rows_cfg:
-        names = [n for n in statistics.name if fnmatch.fnmatchcase(n, row["statistic"])]
-        for n in names or [row["statistic"]]:
-            s = statistics.loc[statistics.name == n]
-            m, lo, hi, cnt = (
-                (s.value.iloc[0], s.ci_low.iloc[0], s.ci_high.iloc[0], int(s.n.iloc[0]))
-                if len(s) else (math.nan, math.nan, math.nan, 0)
-            )  # fmt: skip
+        ref, rule = row["paper_reference"], row["agree"]
+        names = _matches(statistics, row["statistic"])
+        ours = _matches(statistics, row.get("ours", row["statistic"]))
+        if len(ours) != len(names):  # a glob on one side only: compare against the first
+            ours = [ours[0]] * len(names)
+        for n, o in zip(names, ours, strict=True):
+            m, lo, hi, cnt = _measured(statistics, n)
+            om, olo, ohi, _ = _measured(statistics, o)
+            agree, ours_agree = agreement(m, lo, hi, ref, rule), agreement(om, olo, ohi, ref, rule)
             out.append({
                 "claim": row["claim"], "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
-                "n": cnt, "paper_reference": _describe(row["paper_reference"]),
-                "tolerance": _tolerance(row["agree"]),
-                "agreement": agreement(m, lo, hi, row["paper_reference"], row["agree"]),
+                "n": cnt, "paper_reference": _describe(ref), "tolerance": _tolerance(rule),
+                "agreement": agree, "ours_statistic": o, "ours_measured": om,
+                "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
+                "robust_to_definition": agree == ours_agree,
+                "reference_traced": ref["traced"], "why": row.get("why", ""),
+                "note": ref.get("note", ""),
             })  # fmt: skip
     return pd.DataFrame(out, columns=COLUMNS)

@@ -20,11 +20,14 @@ CHAR0 = 4  # characters take ids 4..39
 VOCAB = CHAR0 + len(ALPHABET)
 B_LEN = 6  # base string length
 A_LEN = 4  # target string length
+REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's reverse task
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Spec section 1. `direction`: bz_to_a (main task) or a_to_b (the reverse mapping)."""
+    """Spec section 1. `direction`: bz_to_a (the main task, B and z in, A out) or a reverse
+    task, B out: az_to_b (A and z in, the author's reverse task; z is redundant since every
+    A is unique) or a_to_b (A alone in)."""
 
     k: int = 10
     n_groups: int = 1000
@@ -53,15 +56,22 @@ class TaskSpec:
         return self.n_groups / self.n_selector_sets
 
     @property
+    def reverse(self) -> bool:
+        """B is the answer (a_to_b, az_to_b)."""
+        return self.direction in REVERSE_DIRECTIONS
+
+    @property
     def seq_len(self) -> int:
         if self.direction == "a_to_b":
             return 1 + A_LEN + 1 + B_LEN + 1
+        if self.direction == "az_to_b":
+            return 1 + A_LEN + 1 + self.z_length + 1 + B_LEN + 1
         return 1 + B_LEN + 1 + self.z_length + 1 + A_LEN + 1
 
     @property
     def n_targets(self) -> int:
         """Target tokens scored by the loss: the answer's characters plus EOS."""
-        return (B_LEN if self.direction == "a_to_b" else A_LEN) + 1
+        return (B_LEN if self.reverse else A_LEN) + 1
 
     @property
     def first_pred_pos(self) -> int:
@@ -72,7 +82,8 @@ class TaskSpec:
     def z_positions(self) -> tuple[int, ...]:
         if self.direction == "a_to_b":
             return ()
-        return tuple(range(1 + B_LEN + 1, 1 + B_LEN + 1 + self.z_length))
+        start = 1 + (A_LEN if self.direction == "az_to_b" else B_LEN) + 1
+        return tuple(range(start, start + self.z_length))
 
     @property
     def log_k(self) -> float:

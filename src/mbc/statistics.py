@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from mbc.spec import REVERSE_DIRECTIONS
+
 COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "what"]
 NAN = float("nan")
 
@@ -44,9 +46,10 @@ def _row(name, vci, n, n_cens, what) -> dict:
     )
 
 
-def _tau_or_bound(df: pd.DataFrame) -> np.ndarray:
-    """tau, or the step budget for a censored run (a lower bound on its tau)."""
-    return df["tau"].astype("Float64").fillna(df["steps"]).to_numpy(float)
+def _tau_or_bound(df: pd.DataFrame, column: str = "tau") -> np.ndarray:
+    """tau (or another waiting time), or the step budget for a censored run (a lower
+    bound on it)."""
+    return df[column].astype("Float64").fillna(df["steps"]).to_numpy(float)
 
 
 def _spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -81,18 +84,29 @@ def compute_statistics(
 
     lead = e1.lead_fraction.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_mean", _boot(lead, np.mean, boot), lead.size, int(e1.censored.sum()),
-                     "mean (loss onset - delta_z onset) / loss onset over E1 runs"))  # fmt: skip
+                     "mean (loss onset - delta_z onset) / loss onset over E1 runs (L_cand, delta_z)"))  # fmt: skip
+    lead1 = e1.lead_fraction_first.dropna().to_numpy(float)
+    rows.append(_row("lead_fraction_first_mean", _boot(lead1, np.mean, boot), lead1.size,
+                     int(e1.first_target_censored.sum()),
+                     "mean lead fraction over E1 runs on the first-target loss L1 and its delta_z"))  # fmt: skip
 
     frac = collective_fraction_at(collective, cfg["collective_fraction"])
     rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
                      f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
 
     e12 = tau[tau.experiment == "E12"].drop_duplicates("run_id")
-    x, y = e12.label_noise.to_numpy(float), _tau_or_bound(e12)
-    pairs = np.column_stack([x, y]) if len(e12) else np.empty((0, 2))
-    rho = _boot(pairs, lambda p: abs(_spearman(p[:, 0], p[:, 1])), boot) if len(e12) else (NAN,) * 3
-    rows.append(_row("label_noise_spearman_abs", rho, len(e12), int(e12.censored.sum()),
-                     "|Spearman rho| of tau (censored: budget) with label noise p, E12"))  # fmt: skip
+    for name, col, cens in (("label_noise_spearman_abs", "tau", "censored"),
+                            ("label_noise_spearman_abs_first", "first_target_tau",
+                             "first_target_censored")):  # fmt: skip
+        x, y = e12.label_noise.to_numpy(float), _tau_or_bound(e12, col)
+        pairs = np.column_stack([x, y]) if len(e12) else np.empty((0, 2))
+        rho = (
+            _boot(pairs, lambda p: abs(_spearman(p[:, 0], p[:, 1])), boot)
+            if len(e12)
+            else (NAN,) * 3
+        )
+        rows.append(_row(name, rho, len(e12), int(e12[cens].sum()) if len(e12) else 0,
+                         f"|Spearman rho| of {col} (censored: budget) with label noise p, E12"))  # fmt: skip
 
     e13 = tau[(tau.experiment == "E13") & (tau.model == "linear")].drop_duplicates("run_id")
     trans = (~e13.censored.astype(bool)).to_numpy(float)
@@ -107,12 +121,18 @@ def compute_statistics(
                               "tau at the largest lr / tau at the smallest lr (E6)"))  # fmt: skip
     rows.append(extreme_ratio(tau, "E7", "batch_size", "examples", boot, "batch_examples_ratio",
                               "examples to tau at the smallest batch / at the largest (E7)", invert=True))  # fmt: skip
+    rows.append(lr_duration_ratio(tau, boot))
+    rows.extend(batch_pair_ratios(tau, cfg.get("batch_pair", {}), boot))
 
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
     an = plat.anisotropy.to_numpy(float) if not plat.empty else np.array([])
     an = an[np.isfinite(an)]
     rows.append(_row("anisotropy_plateau_median", _boot(an, np.median, boot), an.size, 0,
-                     "median |lambda_max / lambda_min| at the plateau phase (E10)"))  # fmt: skip
+                     "median |lambda_max / lambda_min| at the plateau phase, Lanczos (E10)"))  # fmt: skip
+    anp = plat.anisotropy_power.to_numpy(float) if "anisotropy_power" in plat else np.array([])
+    anp = anp[np.isfinite(anp)]
+    rows.append(_row("anisotropy_plateau_median_power", _boot(anp, np.median, boot), anp.size, 0,
+                     "median |lambda_max / lambda_min| at the plateau phase, power iteration (E10)"))  # fmt: skip
     conv = plat.converged_min.astype(bool).to_numpy(float) if not plat.empty else np.array([])
     rows.append(_row("lambda_min_converged_fraction", (float(conv.mean()) if conv.size else NAN, NAN, NAN),
                      conv.size, 0, "fraction of plateau lambda_min estimates that converged"))  # fmt: skip
@@ -138,18 +158,85 @@ def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray
 
 
 def direction_ratio(tau: pd.DataFrame, boot: dict) -> dict:
-    """Geometric mean over (K, seed) of tau(a_to_b) / tau(bz_to_a), E14 (censored: bound)."""
+    """Geometric mean over (K, seed) of tau(reverse) / tau(bz_to_a), E14 (censored: bound);
+    the reverse task is az_to_b (the author's) or, failing that, a_to_b."""
     e14 = tau[tau.experiment == "E14"].drop_duplicates("run_id")
     if e14.empty:
         return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
     e14 = e14.assign(t=_tau_or_bound(e14))
     piv = e14.pivot_table(index=["k", "seed"], columns="task", values="t", aggfunc="first")
-    if not {"a_to_b", "bz_to_a"} <= set(piv.columns):
+    reverse = next((d for d in REVERSE_DIRECTIONS if d in piv.columns), None)
+    if reverse is None or "bz_to_a" not in piv.columns:
         return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
-    logr = np.log(piv["a_to_b"] / piv["bz_to_a"]).dropna().to_numpy()
+    logr = np.log(piv[reverse] / piv["bz_to_a"]).dropna().to_numpy()
     v, lo, hi = _boot(logr, np.mean, boot)
     return _row("direction_ratio", (math.exp(v), math.exp(lo), math.exp(hi)), logr.size,
                 int(e14.censored.sum()), "geometric mean tau(A->B) / tau((B,z)->A) over K, seeds (E14)")  # fmt: skip
+
+
+def _ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
+    """mean(a) / mean(b) with a bootstrap CI resampling the two groups of runs apart."""
+    if a.size == 0 or b.size == 0:
+        return NAN, NAN, NAN
+    rng = np.random.default_rng(boot["seed"])
+    reps = [
+        rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
+    ]
+    q = (1 - boot["ci"]) / 2
+    ci = (
+        (float(np.quantile(reps, q)), float(np.quantile(reps, 1 - q)))
+        if a.size + b.size > 2
+        else (NAN, NAN)
+    )
+    return float(a.mean() / b.mean()), *ci
+
+
+def lr_duration_ratio(tau: pd.DataFrame, boot: dict) -> dict:
+    """The author's learning-rate statistic (E6): mean transition-window duration at the
+    largest lr whose runs all transitioned over that at the smallest lr (his 3.6 = lr 2e-3
+    over lr 3e-4; lr 5e-3 never transitioned)."""
+    name, what = (
+        "lr_duration_ratio",
+        (
+            "transition-window duration (0.95 -> 0.05 log K) at the largest lr whose runs all "
+            "transitioned / at the smallest lr (E6)"
+        ),
+    )
+    e = tau[tau.experiment == "E6"].drop_duplicates("run_id")
+    done = e.groupby("lr")["transition_censored"].apply(lambda c: not c.astype(bool).any())
+    ok = sorted(done[done].index)
+    if len(ok) < 2:
+        return _row(
+            name, (NAN,) * 3, len(e), int(e.transition_censored.sum()) if len(e) else 0, what
+        )
+    dur = lambda lr: e.loc[e.lr == lr, "transition_duration"].to_numpy(float)  # noqa: E731
+    vci = _ratio_of_means(dur(ok[-1]), dur(ok[0]), boot)
+    return _row(name, vci, len(e), int(e.transition_censored.sum()),
+                f"{what}: lr {ok[-1]:g} / lr {ok[0]:g}")  # fmt: skip
+
+
+def batch_pair_ratios(tau: pd.DataFrame, cfg: dict, boot: dict) -> list[dict]:
+    """The author's batch statistic (E7): first-target tau at batch `batches[0]` over batch
+    `batches[1]` at K = `k` (smallest K of E7 when unset), in steps (his 1.8 = 128 over 256
+    at K = 20) and in examples seen (batch x tau)."""
+    e = tau[tau.experiment == "E7"].drop_duplicates("run_id")
+    names = ("batch_steps_ratio", "batch_examples_ratio_first")
+    if e.empty or not cfg.get("batches"):
+        return [_row(n, (NAN,) * 3, 0, 0, "E7 first-target tau ratio") for n in names]
+    b0, b1 = cfg["batches"]
+    k = cfg.get("k", e.k.min())
+    e = e[e.k == k]
+    out = []
+    for name, per_example in zip(names, (False, True), strict=True):
+        vals = {}
+        for b in (b0, b1):
+            g = e[e.batch_size == b]
+            vals[b] = _tau_or_bound(g, "first_target_tau") * (b if per_example else 1.0)
+        unit = "examples seen" if per_example else "steps"
+        out.append(_row(name, _ratio_of_means(vals[b0], vals[b1], boot), len(e),
+                        int(e.first_target_censored.sum()),
+                        f"first-target tau in {unit}, batch {b0} / batch {b1} at K={k:g} (E7)"))  # fmt: skip
+    return out
 
 
 def extreme_ratio(tau, experiment, x, y, boot, name, what, invert=False) -> dict:
@@ -164,18 +251,7 @@ def extreme_ratio(tau, experiment, x, y, boot, name, what, invert=False) -> dict
     b = e.loc[e[x] == lo_x, "v"].to_numpy(float)
     if invert:
         a, b = b, a
-    # bootstrap the two groups independently (they are different runs)
-    rng = np.random.default_rng(boot["seed"])
-    reps = [
-        rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
-    ]
-    q = (1 - boot["ci"]) / 2
-    ci = (
-        (float(np.quantile(reps, q)), float(np.quantile(reps, 1 - q)))
-        if a.size + b.size > 2
-        else (NAN, NAN)
-    )
-    return _row(name, (float(a.mean() / b.mean()), *ci), len(e), int(e.censored.sum()), what)
+    return _row(name, _ratio_of_means(a, b, boot), len(e), int(e.censored.sum()), what)
 
 
 def routing_head_layer(ablation: pd.DataFrame) -> float:

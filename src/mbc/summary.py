@@ -22,6 +22,16 @@ TAU_COLUMNS = [
     "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
+    # the author's statistics (spec section 7): first-target tau, the transition window
+    # (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead on the first-target loss
+    "first_target_tau", "first_target_censored", "transition_start", "transition_end",
+    "transition_duration", "transition_censored", "first_target_loss_onset",
+    "delta_z_first_onset", "lead_first", "lead_fraction_first",
+]  # fmt: skip
+INT_COLUMNS = [
+    "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
+    "transition_end", "transition_duration", "first_target_loss_onset", "delta_z_first_onset",
+    "lead_first",
 ]  # fmt: skip
 
 
@@ -34,6 +44,26 @@ def first_step_below(steps: np.ndarray, values: np.ndarray, bound: float) -> int
 def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int | None:
     hit = np.flatnonzero(values > bound)
     return int(steps[hit[0]]) if hit.size else None
+
+
+def last_step_above_before(
+    steps: np.ndarray, values: np.ndarray, bound: float, before: int
+) -> int | None:
+    """Last step < `before` whose value is strictly above `bound`; None when none is."""
+    hit = np.flatnonzero((values > bound) & (steps < before))
+    return int(steps[hit[-1]]) if hit.size else None
+
+
+def transition_window(
+    steps: np.ndarray, lcand: np.ndarray, log_k: float, start_fraction: float, end_fraction: float
+) -> tuple[int | None, int | None]:
+    """The author's transition window (t_start, t_end): t_end is the first evaluation with
+    L_cand < end_fraction * log K, t_start the last evaluation before it with
+    L_cand > start_fraction * log K. (None, None) when the run never reaches t_end."""
+    t_end = first_step_below(steps, lcand, end_fraction * log_k)
+    if t_end is None:
+        return None, None
+    return last_step_above_before(steps, lcand, start_fraction * log_k, t_end), t_end
 
 
 def z_usage_onset(steps: np.ndarray, delta_z: np.ndarray, threshold: float) -> int | None:
@@ -112,6 +142,7 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
         z_onset=dz_onset if plat.get("end_at_z_onset", False) else None,
     )
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
+    author = author_statistics(steps, m, log_k, diag)
     return {
         "run_id": spec.run_id,
         "tau": tau,
@@ -126,6 +157,39 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
         "delta_z_onset": dz_onset,
         "lead": lead,
         "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
+        **author,
+    }
+
+
+def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
+    """The per-run quantities the author's headline numbers were computed from (spec
+    section 7), beside our uniform candidate-tau ones: first-target tau (L1 < threshold *
+    log K), the transition window and its duration, and the lead on the first-target loss
+    (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
+    lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
+    ft = diag["first_target"]["threshold"]
+    first_tau = first_step_below(steps, l1, ft * log_k)
+    win = diag["transition"]
+    t_start, t_end = transition_window(steps, lcand, log_k, win["start_fraction"],
+                                       win["end_fraction"])  # fmt: skip
+    if t_end is not None and t_start is None:
+        t_start = int(steps[0])  # never above the start mark: the window opens at the start
+    lead_cfg = diag["lead"]
+    l1_onset = first_step_below(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
+    dz1 = m["delta_z_first"].to_numpy(float) if "delta_z_first" in m else np.full(len(m), np.nan)
+    dz1_onset = z_usage_onset(steps, dz1, lead_cfg["delta_z_onset"])
+    lead = None if l1_onset is None or dz1_onset is None else l1_onset - dz1_onset
+    return {
+        "first_target_tau": first_tau,
+        "first_target_censored": first_tau is None,
+        "transition_start": t_start,
+        "transition_end": t_end,
+        "transition_duration": None if t_end is None else t_end - t_start,
+        "transition_censored": t_end is None,
+        "first_target_loss_onset": l1_onset,
+        "delta_z_first_onset": dz1_onset,
+        "lead_first": lead,
+        "lead_fraction_first": None if lead is None or not l1_onset else lead / l1_onset,
     }
 
 
@@ -145,8 +209,7 @@ def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     """One row per (experiment, run): results/tau.csv."""
     rows = [{**run_columns(r), **summaries[r.run_id]} for r in runs]
     df = pd.DataFrame(rows, columns=TAU_COLUMNS)
-    df["tau"] = df["tau"].astype("Int64")  # nullable: censored runs have no tau
-    for c in ("loss_onset", "delta_z_onset", "lead"):
+    for c in INT_COLUMNS:  # nullable: censored runs have no tau
         df[c] = df[c].astype("Int64")
     return df
 
