@@ -301,3 +301,19 @@ def test_transition_marks_cover_every_threshold_the_config_reads():
     assert gaps <= set(TRANSITION_MARKS["delta_z"]) and gaps <= set(
         TRANSITION_MARKS["delta_z_first"]
     )
+
+
+def test_training_says_progress_and_writes_strict_json(tmp_path):
+    import json
+
+    spec = _with_train(tiny_spec(), early_stop_tau_factor=2.0)
+    ds = build_dataset(spec.task, spec.seed)
+    said = []
+    train_run(spec, ds, tmp_path, CPU, say=said.append, progress_every_s=0.0)
+    lines = [m for m in said if m.startswith("step ")]
+    assert lines and all("L_cand/logK" in m and "steps/s" in m and "ETA" in m for m in lines)
+    assert any(f"/{spec.train.max_steps:,}" in m for m in lines)
+    assert any("tau = " in m for m in said)
+    # every line of the live log is strict JSON (no bare NaN)
+    for line in (tmp_path / "state" / "log.jsonl").read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))

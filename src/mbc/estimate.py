@@ -290,7 +290,7 @@ def report(out: dict, say=print) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--preset", default="paper", choices=["smoke", "quick", "paper"])
+    ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
     ap.add_argument("--config", default="config.yaml")
     ap.add_argument("--outdir", default=None, help="override the preset's outdir")
     ap.add_argument("--steps-per-s", type=float, default=None, help="skip the measurement")

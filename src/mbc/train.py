@@ -226,8 +226,16 @@ def _read_log(path: Path) -> list[dict]:
     return rows
 
 
+def _json_line(row: dict) -> str:
+    """One strict-JSON line: NaN and infinities (no value yet) are written as null."""
+    clean = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+    }
+    return json.dumps(clean, allow_nan=False) + "\n"
+
+
 def _append(fh, row: dict) -> None:
-    fh.write(json.dumps(row) + "\n")
+    fh.write(_json_line(row))
     fh.flush()
     os.fsync(fh.fileno())
 
@@ -261,10 +269,13 @@ def train_run(
     *,
     say: Callable[[str], None] = print,
     stop_after: int | None = None,
+    progress_every_s: float = 30.0,
 ) -> pd.DataFrame:
     """Train one run to its budget (or early stop); write metrics.csv and checkpoints.csv.
 
     stop_after: testing hook, return after that many steps as if interrupted.
+    progress_every_s: at the first evaluation this long after the last progress line,
+    `say` one (`Progress`); the crossing of tau is always said.
     """
     run_dir = Path(run_dir)
     state_dir = run_dir / "state"
@@ -285,9 +296,10 @@ def train_run(
         opt.load_state_dict(state["optimizer"])
         step = last_resume = state["step"]
         say(f"resuming {spec.run_id} from step {step}")
-    write_text_atomic(log_path, "".join(json.dumps(r) + "\n" for r in rows))
+    write_text_atomic(log_path, "".join(_json_line(r) for r in rows))
     tau = next((r["tau"] for r in rows if r.get("event") == "tau"), None)
 
+    progress = Progress(spec, step, say, progress_every_s)
     losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last logged row
     pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
     prev_row = next((r for r in reversed(rows) if "event" not in r), None)
@@ -300,6 +312,7 @@ def train_run(
             if tau is None and row["candidate_loss"] < ev.threshold * task.log_k:
                 tau = row["step"]
                 _append(fh, {"event": "tau", "step": tau, "tau": tau})
+                say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
 
         if step == 0:
             prev_row = _eval_row(evaluate, batch, 0, t.batch_size, math.nan, math.nan, t0)
@@ -323,6 +336,7 @@ def train_run(
                 row["train_loss"] = _mean_loss(losses, step)
                 log(row)
                 prev_row = row
+                progress.report(step, row, tau)
                 if step in snap_set:
                     path = snap_dir / f"step_{step:09d}.pt"
                     sha = torch_save_atomic(
@@ -349,6 +363,41 @@ def train_run(
     return finalize_run(spec, run_dir)
 
 
+class Progress:
+    """One line at most every `every_s` seconds of a running job: step / budget,
+    L_cand / log K, delta_z, tau, steps/s and the time left (to the early stop once tau
+    is known, else to the budget)."""
+
+    def __init__(self, spec: RunSpec, step: int, say: Callable[[str], None], every_s: float):
+        self.spec, self.say, self.every_s = spec, say, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.step0 = step
+
+    def report(self, step: int, row: dict, tau: int | None) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every_s or step == self.step0:
+            return
+        self.last = now
+        t, log_k = self.spec.train, self.spec.task.log_k
+        rate = (step - self.step0) / max(now - self.t0, 1e-9)
+        end = t.max_steps
+        if tau is not None and t.early_stop_tau_factor > 0:
+            end = min(end, max(step, math.ceil(t.early_stop_tau_factor * tau)))
+        dz = row.get("delta_z")
+        dz_text = "-" if dz is None or not math.isfinite(dz) else f"{dz:.3f}"
+        self.say(
+            f"step {step:,}/{t.max_steps:,}  L_cand/logK {row['candidate_loss'] / log_k:.3f}"
+            f"  delta_z {dz_text}  tau {'-' if tau is None else tau}  {rate:.1f} steps/s"
+            f"  ETA {_duration((end - step) / max(rate, 1e-9))}"
+            + ("" if end == t.max_steps else " (early stop)")
+        )
+
+
+def _duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
 # Thresholds some statistic of `mbc.summary` reads (config.yaml: eval.threshold,
 # threshold_sensitivity, diagnostics.plateau/lead, plateau_sensitivity, and the author's
 # transition window 0.95 -> 0.05 log K). L_cand and the first-target loss are in units of
@@ -369,8 +418,8 @@ def crosses_mark(a: dict | None, b: dict, log_k: float) -> bool:
         return True
     for name, marks in TRANSITION_MARKS.items():
         unit = log_k if name in _PER_LOG_K else 1.0
-        va, vb = a.get(name, math.nan), b.get(name, math.nan)
-        if not (math.isfinite(va) and math.isfinite(vb)):
+        va, vb = a.get(name), b.get(name)
+        if va is None or vb is None or not (math.isfinite(va) and math.isfinite(vb)):
             continue
         if any((va < m * unit) != (vb < m * unit) for m in marks):
             return True

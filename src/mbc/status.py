@@ -1,0 +1,126 @@
+"""Where every run of a preset stands: `python -m mbc.status [--preset quick]`.
+
+One row per run, read from what the training jobs leave on disk (nothing is started):
+  done         summary.json written (tau, or censored when the run never crossed)
+  trained      metrics.csv written, not yet summarised
+  running      the live log (state/log.jsonl) changed within the last --stale-s seconds
+  failed       the job's log shows a traceback and the live log has gone quiet
+  interrupted  the live log has gone quiet without an error (killed, pre-empted): the
+               next `snakemake` resumes it from its last checkpoint
+  pending      nothing on disk yet
+with the last evaluated step / budget, L_cand / log K there, and tau once crossed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from mbc import config as mbc_config
+from mbc.spec import RunSpec
+
+COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
+           "run_id"]  # fmt: skip
+
+
+def _last_rows(log: Path) -> tuple[dict | None, int | None]:
+    """(last evaluation row, tau) of a live log; a torn last line is ignored."""
+    last, tau = None, None
+    for line in log.read_text().splitlines():
+        try:
+            r = json.loads(line)
+        except json.JSONDecodeError:
+            break
+        if r.get("event") == "tau":
+            tau = r["tau"]
+        elif "event" not in r:
+            last = r
+    return last, tau
+
+
+def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: float) -> dict:
+    run_dir = Path(outdir) / "runs" / run_id
+    log = run_dir / "state" / "log.jsonl"
+    row = {"run_id": run_id, "k": spec.task.k, "d": spec.task.d, "seed": spec.seed,
+           "budget": spec.train.max_steps, "step": None, "lcand_over_log_k": None, "tau": None}  # fmt: skip
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        try:
+            s = json.loads(summary.read_text())
+            row.update(step=s.get("steps"), tau=s.get("tau"))
+            row["state"] = "censored" if s.get("censored") else "done"
+        except json.JSONDecodeError:
+            row["state"] = "failed"  # a corrupt summary: the next run rewrites it
+    if log.exists():
+        last, tau = _last_rows(log)
+        if last is not None:
+            lc = last.get("candidate_loss")
+            row["step"] = row["step"] or last["step"]
+            row["lcand_over_log_k"] = None if lc is None else lc / math.log(spec.task.k)
+        row["tau"] = row["tau"] if row["tau"] is not None else tau
+        if "state" not in row:
+            if (run_dir / "metrics.csv").exists():
+                row["state"] = "trained"
+            elif now - log.stat().st_mtime < stale_s:
+                row["state"] = "running"
+            else:
+                job_log = Path(outdir) / "logs" / "train" / f"{run_id}.log"
+                failed = job_log.exists() and "Traceback" in job_log.read_text(errors="replace")
+                row["state"] = "failed" if failed else "interrupted"
+    row.setdefault("state", "pending")
+    return row
+
+
+def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
+    now = time.time()
+    exps: dict[str, list[str]] = {}
+    for r in cfg.runs:
+        exps.setdefault(r.run_id, []).append(r.experiment)
+    rows = [
+        {**run_state(cfg.outdir, rid, spec, now, stale_s), "experiments": ",".join(exps[rid])}
+        for rid, spec in cfg.specs.items()
+    ]
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return table.sort_values(["experiments", "k", "d", "seed"], kind="stable", ignore_index=True)
+
+
+def report(table: pd.DataFrame, preset: str, say=print) -> None:
+    counts = table.state.value_counts()
+    say(f"preset {preset}: {len(table)} runs; "
+        + ", ".join(f"{n} {s}" for s, n in counts.items()))  # fmt: skip
+    shown = table.assign(
+        lcand_over_log_k=table.lcand_over_log_k.map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+        step=table.step.map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
+        tau=table.tau.map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
+    )
+    say(shown.to_string(index=False))
+
+
+def main(argv: list[str] | None = None) -> pd.DataFrame:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
+    ap.add_argument("--config", default="config.yaml")
+    ap.add_argument("--outdir", default=None, help="override the preset's outdir")
+    ap.add_argument("--stale-s", type=float, default=300.0,
+                    help="a live log quiet this long means the job is not running")  # fmt: skip
+    a = ap.parse_args(argv)
+    try:
+        raw = yaml.safe_load(Path(a.config).read_text())
+        cfg = mbc_config.load(
+            raw, {"preset": a.preset} | ({"outdir": a.outdir} if a.outdir else {})
+        )
+    except (OSError, yaml.YAMLError, mbc_config.ConfigError) as exc:
+        raise SystemExit(f"mbc.status: {exc}") from None
+    table = status(cfg, a.stale_s)
+    report(table, cfg.preset)
+    return table
+
+
+if __name__ == "__main__":
+    main()
