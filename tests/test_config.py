@@ -135,8 +135,9 @@ def test_engine_is_an_implementation_choice_outside_the_run_id(raw):
     default = RunSpec()
     # Pinned so that an id never moves by accident. It last moved, on purpose, when the
     # author's initialisation (model.init), the training regime (train.schedule, ...) and
-    # eval.dense_every became part of what a run computes: 133cca04 -> 9f959737.
-    assert default.run_id == "bz_to_a-transformer-K10-G1000-z2-shared-p0-lr0.001-B128-s0-9f959737"
+    # eval.dense_every became part of what a run computes (133cca04 -> 9f959737), then when
+    # the dataclass defaults took config.yaml's paper values (-> 4eb60678).
+    assert default.run_id == "bz_to_a-transformer-K10-G1000-z2-shared-p0-lr0.001-B128-s0-4eb60678"
     assert "engine" not in default.to_dict()["train"]
     assert "compile" not in default.to_dict()["train"]
     plain = dataclasses.replace(
@@ -163,3 +164,14 @@ def test_shared_run_with_conflicting_engines_is_rejected(raw):
     cfg = with_(raw, ("experiments", "E1", "grid", "train.engine"), ["fast", "plain"])
     with pytest.raises(ConfigError, match="duplicate run id"):
         load(cfg, {"preset": "smoke"})
+
+
+def test_dataclass_defaults_are_config_yaml_defaults(raw):
+    """One source for defaults: a RunSpec built without config is the paper setting."""
+    import dataclasses
+
+    from mbc.spec import EvalSpec, ModelSpec, TaskSpec, TrainSpec
+
+    for name, cls in {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec,
+                      "eval": EvalSpec}.items():  # fmt: skip
+        assert dataclasses.asdict(cls()) == raw["defaults"][name], name

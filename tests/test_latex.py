@@ -47,6 +47,8 @@ PAPER_MACROS = [
     "AnisotropyMedianPower",
     "NScorecardAgreeOurs",
     "NScorecardRobust",
+    "NScorecardDual",
+    "NVerdictsDual",
     "NScorecardUntraced",
     "NVerdictsRobust",
     "AnisotropyMedian",

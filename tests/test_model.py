@@ -88,7 +88,7 @@ def _weights_and_biases(model):
 
 def test_paper_model_init_is_the_authors_transformer_lens_rule():
     """Every weight matrix N(0, 0.8 / sqrt(d_model)) = 0.0707 at d_model 128, embeddings and
-    unembedding included; biases 0; LayerNorm weight 1, bias 0 (spec section 2)."""
+    unembedding included; biases 0; LayerNorm weight 1, bias 0 (docs/method.md#initialisation)."""
     task = TaskSpec(k=10, n_groups=1000)
     model = build_model(ModelSpec(), task, torch.Generator().manual_seed(0))
     mats, biases, norms = _weights_and_biases(model)

@@ -85,7 +85,18 @@ def test_packed_rejects_different_shapes():
         PackedRuns([a, b], [build_dataset(s.task, 0) for s in (a, b)], CPU)
 
 
-@pytest.mark.parametrize("task", [{}, {"direction": "a_to_b"}, {"z_length": 4, "k": 5}])
+@pytest.mark.parametrize("train", [{"schedule": "warmup_cosine", "warmup_steps": 5},
+                                   {"clip_norm": 1.0}])  # fmt: skip
+def test_packed_refuses_a_regime_it_does_not_implement(train):
+    a = tiny_spec()
+    b = dataclasses.replace(a, train=dataclasses.replace(a.train, **train))
+    with pytest.raises(ValueError, match="constant without"):
+        PackedRuns([a, b], [build_dataset(s.task, 0) for s in (a, b)], CPU)
+
+
+@pytest.mark.parametrize(
+    "task", [{}, {"direction": "a_to_b"}, {"direction": "az_to_b"}, {"z_length": 4, "k": 5}]
+)
 def test_engine_paths_equal_the_plain_ones(task):
     """mbc.engine (used by the packed model) computes what mbc.model / mbc.metrics do."""
     import numpy as np

@@ -71,18 +71,24 @@ def test_statistics_without_data_are_nan_rows_not_dropped():
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()
 
 
-def test_lr_duration_ratio_uses_largest_lr_that_always_transitioned():
-    """The author's E6 statistic: transition-window duration at the largest lr whose runs
-    all transitioned over that at the smallest lr (a censored lr is skipped, not bounded)."""
+def test_lr_duration_ratio_is_the_configured_pair_and_needs_both_windows():
+    """The author's E6 statistic: transition-window duration at lr 2e-3 over lr 3e-4; a
+    censored run of the pair leaves it unmeasured (no window to measure), whatever the rest."""
     from mbc.statistics import lr_duration_ratio
 
     t = tau_rows(experiment=["E6"] * 6, lr=[3e-4, 3e-4, 2e-3, 2e-3, 5e-3, 5e-3],
                  transition_duration=[100, 300, 700, 900, np.nan, 50],
                  transition_censored=[False, False, False, False, True, False])  # fmt: skip
-    r = lr_duration_ratio(t, BOOT)
+    pair = {"lrs": [2e-3, 3e-4]}
+    r = lr_duration_ratio(t, pair, BOOT)
     assert r["value"] == pytest.approx(800 / 200)
     assert r["ci_low"] <= r["value"] <= r["ci_high"]
-    assert "lr 0.002 / lr 0.0003" in r["what"] and r["n_censored"] == 1
+    assert "lr 0.002 / lr 0.0003" in r["what"] and r["n"] == 4 and r["n_censored"] == 0
+    cut = t.assign(transition_censored=[False, False, True, False, True, False],
+                   transition_duration=[100, 300, np.nan, 900, np.nan, 50])  # fmt: skip
+    r = lr_duration_ratio(cut, pair, BOOT)
+    assert math.isnan(r["value"]) and r["n_censored"] == 1
+    assert math.isnan(lr_duration_ratio(t, {}, BOOT)["value"])
 
 
 def test_batch_pair_ratios_in_steps_and_examples():

@@ -160,6 +160,15 @@ def test_author_statistics_first_target_tau_window_and_lead():
     # a run that never reaches 0.05 log K has no window; one never above 0.95 opens at step 0
     never = author_statistics(steps, m.assign(candidate_loss=0.5 * lk), lk, diag)
     assert never["transition_censored"] and never["transition_duration"] is None
+    # below the start mark since step 0 (no eval above it): inside the window for 1000 steps
+    assert never["transition_bound"] == 1000
+    # dropped below 0.95 log K after step 600 but never below 0.05: at least 1000 - 600
+    half = author_statistics(steps, m.assign(candidate_loss=np.where(steps <= 600, lk, 0.5 * lk)),
+                             lk, diag)  # fmt: skip
+    assert half["transition_bound"] == 400 and half["transition_duration"] is None
+    # still on the plateau at the end: the window has not opened, no bound
+    flat = author_statistics(steps, m.assign(candidate_loss=lk), lk, diag)
+    assert flat["transition_bound"] is None and a["transition_bound"] is None
     low = author_statistics(steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk),
                             lk, diag)  # fmt: skip
     assert (low["transition_start"], low["transition_end"]) == (0, 600)

@@ -223,6 +223,10 @@ def test_clipping_bounds_the_gradient_norm_of_the_update():
         norms[clip] = float(delta.norm())
     assert norms[0.0] > 0.01  # the raw gradient is far larger than the clip
     assert norms[1e-3] == pytest.approx(1e-3, rel=1e-4)
+    # what train_run logs as grad_norm is the norm before clipping, not the clip
+    from mbc.train import _grad_norm
+
+    assert _grad_norm(model) == pytest.approx(norms[0.0], rel=1e-4)
 
 
 def test_crosses_mark_compares_sides_of_each_threshold():

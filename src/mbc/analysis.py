@@ -1,4 +1,4 @@
-"""Fits over runs (spec E3, E4 and the sweeps): config `fits:` entries -> results/fits.csv.
+"""Fits over runs (docs/method.md#fits; E3, E4 and the sweeps): config `fits:` entries -> results/fits.csv.
 
 Each fit pools the runs of its experiments (a run shared by two experiments counts once),
 fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),
@@ -21,14 +21,17 @@ FIT_COLUMNS = [
 ]  # fmt: skip
 
 
-# fit y -> (tau.csv column, its censoring column, counted in examples seen)
+# fit y -> (tau.csv column, its censoring column, the column holding a censored run's
+# lower bound, counted in examples seen). A censored run without a bound is left out.
 WAITING_TIMES = {
-    "tau": ("tau", "censored", False),
-    "examples": ("tau", "censored", True),
-    "first_target_tau": ("first_target_tau", "first_target_censored", False),
-    "first_target_examples": ("first_target_tau", "first_target_censored", True),
-    "transition_duration": ("transition_duration", "transition_censored", False),
-}
+    "tau": ("tau", "censored", "steps", False),
+    "examples": ("tau", "censored", "steps", True),
+    "first_target_tau": ("first_target_tau", "first_target_censored", "steps", False),
+    "first_target_examples": ("first_target_tau", "first_target_censored", "steps", True),
+    "transition_duration": (
+        "transition_duration", "transition_censored", "transition_bound", False
+    ),
+}  # fmt: skip
 
 
 def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawFit:
@@ -37,10 +40,11 @@ def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawF
     if y.startswith("anisotropy"):
         yv = rows[y].to_numpy(float)
     else:
-        col, cens_col, per_example = WAITING_TIMES[y]
+        col, cens_col, bound_col, per_example = WAITING_TIMES[y]
         censored = rows[cens_col].astype(bool).to_numpy()
-        # a censored run is known only to exceed its budget: that bound is its y
-        t = rows[col].astype("Float64").fillna(rows["steps"]).to_numpy(float)
+        # a censored run is known only to exceed its bound (the budget for a waiting time)
+        bound = rows[bound_col] if bound_col in rows else pd.Series(np.nan, index=rows.index)
+        t = rows[col].astype("Float64").fillna(bound.astype("Float64")).to_numpy(float)
         yv = t * rows["batch_size"].to_numpy(float) if per_example else t
     keep = np.isfinite(yv) & (yv > 0)
     return fit_power_law(

@@ -1,4 +1,4 @@
-"""The "wind tunnel" task of spec section 1: groups of K targets behind one base string.
+"""The "wind tunnel" task (docs/method.md#task): groups of K targets behind one base string.
 
 Example (B_g, z_j) has target A_{g,j}. First characters of a group's targets are distinct,
 so the first target token carries the whole log K of ambiguity; selectors are shared

@@ -141,13 +141,17 @@ def train_step(
     """One optimiser step of `mbc.train.train_run` (which calls this); returns the detached loss.
 
     lr: this step's learning rate (None keeps the optimiser's); clip_norm > 0 clips the
-    gradient's global L2 norm before the update (`torch.nn.utils.clip_grad_norm_`).
+    gradient's global L2 norm before the update (`torch.nn.utils.clip_grad_norm_`); the
+    norm before clipping is kept on the model as `model.grad_norm_before_clip` (what
+    `train_run` logs as grad_norm: after clipping it would read at most clip_norm).
     """
     loss = (loss_fn or (lambda s: training_loss(model, s)))(seqs)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if clip_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        model.grad_norm_before_clip = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), clip_norm
+        ).detach()
     if lr is not None:
         for group in opt.param_groups:
             group["lr"] = lr

@@ -7,7 +7,7 @@ number of steps and the expected wall time on this machine. The assumptions, kep
   steps (3 by default) and converged, else at max_steps. tau comes from, in order:
   1. a measured tau: `<outdir>/tau.csv` (its `steps` column: steps actually run), or a
      `tau` event in `<outdir>/runs/<run_id>/state/log.jsonl` of a run in progress;
-  2. a power law tau = c * D^1.2 (spec section 6: tau ~ D^1.2, independent of K), with c
+  2. a power law tau = c * D^1.2 (the paper's tau ~ D^1.2, independent of K), with c
      the median of tau / D^1.2 over the measured taus, or else calibrated by one short
      measured run: the preset's smallest-D transformer run, trained (with the
      `mbc.train` step and evaluations) until its first crossing, at most

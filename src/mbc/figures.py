@@ -1,4 +1,4 @@
-"""Paper figures from tidy tables (spec sections 3-6).
+"""Paper figures from tidy tables (docs/method.md#experiments).
 
 Every figure reads pandas DataFrames only and draws them; nothing here computes science.
 Fitted lines come from the `fits` table (never fitted here), taus and onsets from the `tau`

@@ -1,6 +1,6 @@
 """Power-law fits of waiting times, with right-censoring and a unit bootstrap.
 
-Conventions (spec sections 3, 4 and 6):
+Conventions (docs/method.md#fits, #waiting-time):
 
 - A waiting time ``tau`` is measured in optimiser steps: the first *evaluated* step at which the
   candidate loss falls below ``threshold * log K`` (nats). A run that never crosses within its

@@ -1,4 +1,4 @@
-"""Matrix-free Hessian of a scalar loss w.r.t. a list of parameters (spec section 3).
+"""Matrix-free Hessian of a scalar loss w.r.t. a list of parameters (docs/method.md#hessian).
 
 The Hessian ``H`` (n x n, ``n = sum(p.numel())``, units: loss per parameter unit squared) is
 never formed: :func:`hvp_fn` returns ``v -> H v`` computed by double backward (Pearlmutter's

@@ -1,4 +1,4 @@
-"""The seven candidate mechanisms (spec section 5) as computed verdicts.
+"""The seven candidate mechanisms (docs/method.md#hypotheses) as computed verdicts.
 
 Each hypothesis lists tests written in config.yaml before any data is seen: a statistic
 (a name in statistics.csv, `*` globs allowed), the direction the mechanism predicts and
@@ -10,10 +10,10 @@ a threshold. One test on a statistic with CI [lo, hi]:
 A hypothesis is falsified if any of its tests is, supported if all are, not enough data
 if all are, and inconclusive otherwise.
 
-A test reads the statistic its claim was made with (the author's definition, spec
-section 7); `ours` names our uniform candidate-tau version of it, decided by the same rule
-and combined into `ours_verdict`: where the two verdicts differ, the verdict depends on
-the definition.
+A test reads the statistic its claim was made with (the author's definition,
+docs/method.md#author-statistics); `ours` names our uniform candidate-tau version of it,
+decided by the same rule and combined into `ours_verdict`: where the two verdicts differ,
+the verdict depends on the definition.
 """
 
 from __future__ import annotations
@@ -73,6 +73,7 @@ def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFr
     rows = []
     for hid, h in hypotheses.items():
         parts, ours = [], []
+        dual = any("ours" in t and t["ours"] != t["statistic"] for t in h["tests"])
         for t in h["tests"]:
             parts += [(*p, t) for p in _decide_pattern(t["statistic"], t, statistics)]
             ours += _decide_pattern(t.get("ours", t["statistic"]), t, statistics)
@@ -86,9 +87,9 @@ def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFr
                 "rule": f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side",
                 "verdict": overall, "test_verdict": v, "why": t.get("why", ""),
                 "ours_verdict": ours_verdict, "ours": _describe(ours),
-                "robust_to_definition": ours_verdict == overall,
+                "robust_to_definition": ours_verdict == overall, "dual": dual,
             })  # fmt: skip
-    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition"]
+    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition", "dual"]
     return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
 
 

@@ -1,4 +1,4 @@
-"""In-loop metrics of spec section 3, computed on fixed evaluation batches.
+"""In-loop metrics (docs/method.md#metrics), computed on fixed evaluation batches.
 
 Every metric is a `torch.no_grad` function of (model, batch). One batch holds, for each
 evaluation context (B_g, z_j), the sequences of all K candidate answers of its group:

@@ -1,4 +1,4 @@
-"""Models of spec section 2: a pre-LayerNorm decoder-only transformer and the E13 linear baseline.
+"""Models (docs/method.md#model): a pre-LayerNorm decoder-only transformer and the E13 linear baseline.
 
 Both map full sequences (N, T) to logits at the target-predicting positions only,
 (N, n_targets, vocab): the loss never looks at other positions, so we never unembed them.
@@ -158,7 +158,7 @@ class LinearBaseline(nn.Module):
     """E13: two stacked linear maps on one-hot [B; z] (no nonlinearity), one softmax per target.
 
     It predicts all target tokens at once from the input, so it can represent only
-    what a linear function of (B, z) can: the spec's test of whether depth and
+    what a linear function of (B, z) can: E13's test (docs/method.md#e13) of whether depth and
     nonlinearity are needed for the conditional.
     """
 

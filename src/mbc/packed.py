@@ -200,6 +200,12 @@ class PackedRuns:
             raise ValueError("one dataset per spec")
         if len({s.train.batch_size for s in specs}) != 1:
             raise ValueError("packed runs must share the batch size")
+        for s in specs:  # what PackedAdamW implements: a constant lr without clipping
+            if s.train.schedule != "constant" or s.train.clip_norm > 0:
+                raise ValueError(
+                    f"{s.run_id}: packed runs support train.schedule constant without "
+                    "train.clip_norm only"
+                )
         self.specs, self.device = list(specs), device
         models = [
             build_model(

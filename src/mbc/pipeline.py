@@ -295,7 +295,7 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
 
 
 def make_routing_heads(attention_path, ablation_path, out_path) -> None:
-    """Per run, the head whose zero-ablation removes most of delta_z at tau (spec E9)."""
+    """Per run, the head whose zero-ablation removes most of delta_z at tau (docs/method.md#routing-head)."""
     att, abl = read_csv_checked(attention_path), read_csv_checked(ablation_path)
     rows = []
     if not abl.empty:

@@ -56,10 +56,19 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
         "AnisotropyMedianPower": _stat(stats, "anisotropy_plateau_median_power"),
         "NScorecardAgree": int((card.agreement == "agree").sum()),
         "NScorecardAgreeOurs": int((card.ours_agreement == "agree").sum()),
-        "NScorecardRobust": int(card.robust_to_definition.astype(bool).sum()),
+        "NScorecardDual": int((card.ours_statistic != card.statistic).sum()),
+        "NScorecardRobust": int(
+            (card.robust_to_definition.astype(bool) & (card.ours_statistic != card.statistic)).sum()
+        ),
         "NScorecardRows": len(card),
         "NScorecardUntraced": int((card.reference_traced == "paper_text").sum()),
-        "NVerdictsRobust": int(hyp.drop_duplicates("id").robust_to_definition.astype(bool).sum()),
+        "NVerdictsDual": int(hyp.groupby("id").dual.any().sum()),
+        "NVerdictsRobust": int(
+            hyp[hyp.groupby("id").dual.transform("any")]
+            .drop_duplicates("id")
+            .robust_to_definition.astype(bool)
+            .sum()
+        ),
     }
     for i in range(7):
         out[f"VerdictH{ORDINAL[i]}"] = v.get(f"H{i + 1}")

@@ -1,4 +1,4 @@
-"""Reproduction scorecard: each headline claim (spec section 6) beside our measurement.
+"""Reproduction scorecard: each headline claim (docs/method.md#scorecard) beside our measurement.
 
 The paper's numbers live in config.yaml under `scorecard[*].paper_reference`. They are
 labelled reference constants: they never enter a computation of a measured value; the
@@ -11,8 +11,8 @@ Agreement rules (one per row):
   ci_overlap    our CI overlaps the paper's CI
   equal         measured == reference (categorical, e.g. the routing head's layer)
 
-Each row's `statistic` is computed the way the author computed the claim (spec section 7,
-`why` says how); `ours` is our uniform candidate-tau version, shown beside it with its own
+Each row's `statistic` is computed the way the author computed the claim
+(docs/method.md#author-statistics; `why` says how); `ours` is our uniform candidate-tau version, shown beside it with its own
 agreement, so a row that agrees under one definition only says so (`robust_to_definition`).
 `paper_reference.traced` says whether the paper's number is traced to a run of the
 author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where

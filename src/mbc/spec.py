@@ -25,7 +25,7 @@ REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's rev
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """Spec section 1. `direction`: bz_to_a (the main task, B and z in, A out) or a reverse
+    """The task (docs/method.md#task-variants). `direction`: bz_to_a (the main task, B and z in, A out) or a reverse
     task, B out: az_to_b (A and z in, the author's reverse task; z is redundant since every
     A is unique) or a_to_b (A alone in)."""
 
@@ -52,7 +52,7 @@ class TaskSpec:
 
     @property
     def sharing_factor(self) -> float:
-        """Groups per selector list, n_groups / G (spec E11)."""
+        """Groups per selector list, n_groups / G (docs/method.md#e11)."""
         return self.n_groups / self.n_selector_sets
 
     @property
@@ -92,7 +92,7 @@ class TaskSpec:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Spec section 2. kind: transformer (pre-LN decoder) or linear (E13 baseline)."""
+    """The model (docs/method.md#model). kind: transformer (pre-LN decoder) or linear (E13 baseline)."""
 
     kind: str = "transformer"
     n_layers: int = 4
@@ -105,7 +105,7 @@ class ModelSpec:
     # LayerNorm 1/0. `transformer_lens`: the author's model (HookedTransformer,
     # init_mode="gpt2", default initializer_range), std = 0.8 / sqrt(width); `normal`:
     # std = 0.02 (Hugging Face GPT-2's constant, without its residual rescaling).
-    # `init_std` overrides the scheme's std (E15's init-scale sweep).
+    # `init_std` overrides the scheme's std.
     init: str = "transformer_lens"  # transformer_lens | normal
     init_std: float | None = None
 
@@ -139,7 +139,7 @@ class TrainSpec:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    max_steps: int = 300_000
+    max_steps: int = 50_000
     # Learning-rate schedule (`mbc.train.learning_rate`): `constant` (the paper's main runs)
     # or `warmup_cosine` (the author's base regime, used for his batch-size and z-sharing
     # runs: linear warmup over warmup_steps, then cosine decay to 0 at max_steps).
@@ -180,9 +180,9 @@ class EvalSpec:
     # kept every `dense_every` steps are evaluated too: each crossing is then located to
     # dense_every steps, at the cost of evaluating densely only around the transition.
     # 0: off. Must divide `every`.
-    dense_every: int = 0
-    checkpoint_every: int = 2500  # model snapshots for post-hoc diagnostics
-    checkpoint_n_log: int = 16
+    dense_every: int = 50
+    checkpoint_every: int = 500  # model snapshots for post-hoc diagnostics
+    checkpoint_n_log: int = 24
     resume_every: int = 2500  # full optimiser state for resuming an interrupted run
 
 

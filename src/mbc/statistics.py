@@ -121,7 +121,7 @@ def compute_statistics(
                               "tau at the largest lr / tau at the smallest lr (E6)"))  # fmt: skip
     rows.append(extreme_ratio(tau, "E7", "batch_size", "examples", boot, "batch_examples_ratio",
                               "examples to tau at the smallest batch / at the largest (E7)", invert=True))  # fmt: skip
-    rows.append(lr_duration_ratio(tau, boot))
+    rows.append(lr_duration_ratio(tau, cfg.get("lr_pair", {}), boot))
     rows.extend(batch_pair_ratios(tau, cfg.get("batch_pair", {}), boot))
 
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
@@ -191,28 +191,23 @@ def _ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, fl
     return float(a.mean() / b.mean()), *ci
 
 
-def lr_duration_ratio(tau: pd.DataFrame, boot: dict) -> dict:
-    """The author's learning-rate statistic (E6): mean transition-window duration at the
-    largest lr whose runs all transitioned over that at the smallest lr (his 3.6 = lr 2e-3
-    over lr 3e-4; lr 5e-3 never transitioned)."""
-    name, what = (
-        "lr_duration_ratio",
-        (
-            "transition-window duration (0.95 -> 0.05 log K) at the largest lr whose runs all "
-            "transitioned / at the smallest lr (E6)"
-        ),
-    )
+def lr_duration_ratio(tau: pd.DataFrame, cfg: dict, boot: dict) -> dict:
+    """The author's learning-rate statistic (E6): mean transition-window duration at
+    lr `lrs[0]` over that at `lrs[1]` (his 3.6 = lr 2e-3 over lr 3e-4). A duration is
+    measured only once the window closes: with a run of the pair censored, not measured."""
+    name = "lr_duration_ratio"
     e = tau[tau.experiment == "E6"].drop_duplicates("run_id")
-    done = e.groupby("lr")["transition_censored"].apply(lambda c: not c.astype(bool).any())
-    ok = sorted(done[done].index)
-    if len(ok) < 2:
-        return _row(
-            name, (NAN,) * 3, len(e), int(e.transition_censored.sum()) if len(e) else 0, what
-        )
-    dur = lambda lr: e.loc[e.lr == lr, "transition_duration"].to_numpy(float)  # noqa: E731
-    vci = _ratio_of_means(dur(ok[-1]), dur(ok[0]), boot)
-    return _row(name, vci, len(e), int(e.transition_censored.sum()),
-                f"{what}: lr {ok[-1]:g} / lr {ok[0]:g}")  # fmt: skip
+    if e.empty or not cfg.get("lrs"):
+        return _row(name, (NAN,) * 3, 0, 0, "E6 transition-window duration ratio")
+    hi, lo = cfg["lrs"]
+    pair = e[np.isclose(e.lr, hi) | np.isclose(e.lr, lo)]
+    n_cens = int(pair.transition_censored.astype(bool).sum())
+    what = f"transition-window duration (0.95 -> 0.05 log K), lr {hi:g} / lr {lo:g} (E6)"
+    dur = lambda lr: pair.loc[np.isclose(pair.lr, lr), "transition_duration"]  # noqa: E731
+    if n_cens or dur(hi).empty or dur(lo).empty:
+        return _row(name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window")
+    vci = _ratio_of_means(dur(hi).to_numpy(float), dur(lo).to_numpy(float), boot)
+    return _row(name, vci, len(pair), 0, what)
 
 
 def batch_pair_ratios(tau: pd.DataFrame, cfg: dict, boot: dict) -> list[dict]:

@@ -1,4 +1,4 @@
-"""Per-run summaries from the tidy metrics table (spec section 3): tau, censoring, plateau.
+"""Per-run summaries from the tidy metrics table (docs/method.md#metrics): tau, censoring, plateau.
 
 tau is the first evaluated step with L_cand < threshold * log K. A run that never
 crosses is censored: tau is missing (never a number) and `steps` is the budget it
@@ -22,16 +22,16 @@ TAU_COLUMNS = [
     "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
-    # the author's statistics (spec section 7): first-target tau, the transition window
+    # the author's statistics (docs/method.md#author-statistics): first-target tau, the transition window
     # (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead on the first-target loss
     "first_target_tau", "first_target_censored", "transition_start", "transition_end",
-    "transition_duration", "transition_censored", "first_target_loss_onset",
+    "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "lead_fraction_first",
 ]  # fmt: skip
 INT_COLUMNS = [
     "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
-    "transition_end", "transition_duration", "first_target_loss_onset", "delta_z_first_onset",
-    "lead_first",
+    "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
+    "delta_z_first_onset", "lead_first",
 ]  # fmt: skip
 
 
@@ -162,8 +162,8 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
 
 
 def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
-    """The per-run quantities the author's headline numbers were computed from (spec
-    section 7), beside our uniform candidate-tau ones: first-target tau (L1 < threshold *
+    """The per-run quantities the author's headline numbers were computed from
+    (docs/method.md#author-statistics), beside our uniform candidate-tau ones: first-target tau (L1 < threshold *
     log K), the transition window and its duration, and the lead on the first-target loss
     (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
     lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
@@ -174,6 +174,14 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
                                        win["end_fraction"])  # fmt: skip
     if t_end is not None and t_start is None:
         t_start = int(steps[0])  # never above the start mark: the window opens at the start
+    # A run without t_end whose L_cand has left the start mark for good is inside its
+    # window: its duration is at least the steps since the last evaluation above the mark.
+    # One still above it has not opened the window: no bound (left out of duration fits).
+    bound = None
+    start_mark = win["start_fraction"] * log_k
+    if t_end is None and lcand.size and lcand[-1] <= start_mark:
+        last_above = last_step_above_before(steps, lcand, start_mark, int(steps[-1]) + 1)
+        bound = int(steps[-1]) - (int(steps[0]) if last_above is None else last_above)
     lead_cfg = diag["lead"]
     l1_onset = first_step_below(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
     dz1 = m["delta_z_first"].to_numpy(float) if "delta_z_first" in m else np.full(len(m), np.nan)
@@ -186,6 +194,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
         "transition_end": t_end,
         "transition_duration": None if t_end is None else t_end - t_start,
         "transition_censored": t_end is None,
+        "transition_bound": bound,
         "first_target_loss_onset": l1_onset,
         "delta_z_first_onset": dz1_onset,
         "lead_first": lead,

@@ -1,4 +1,6 @@
-"""Training of one run (spec section 2): AdamW, constant lr, batches without replacement.
+"""Training of one run (docs/method.md#training-regimes): AdamW, batches without replacement, a constant or
+warmup-cosine learning rate, evaluation on a coarse grid made dense around crossings
+(docs/method.md#evaluation-schedule).
 
 State that must survive an interruption lives under `<run_dir>/state/` and is not a
 Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
@@ -440,6 +442,10 @@ def _clone(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def _grad_norm(model: torch.nn.Module) -> float:
+    """Global L2 norm of the last step's gradient (before clipping, when it was clipped)."""
+    before = getattr(model, "grad_norm_before_clip", None)
+    if before is not None:
+        return float(before)
     norms = [torch.linalg.vector_norm(p.grad) for p in model.parameters() if p.grad is not None]
     return float(torch.linalg.vector_norm(torch.stack(norms))) if norms else math.nan
 
