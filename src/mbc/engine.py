@@ -21,8 +21,10 @@ Measured on the shared 2-core CPU (benchmarks/train_step.py, paper model, batch 
     kernels of `F.scaled_dot_product_attention` are slower still. On CUDA we keep SDPA.
 * `evaluate` (this module) vs `mbc.metrics.evaluate`: the K candidate sequences of a
   context share their first `first_pred_pos + 1` tokens, so the prefix is run once per
-  context and only the answer positions once per candidate (a key/value cache):
-  2-4x faster; evaluation is 0.6 / 1.3-1.8 / 2.5-2.7% of training at K = 5 / 20 / 36.
+  context and only the answer positions once per candidate (a key/value cache): 2-4x
+  faster. The answer positions of a context's K candidates form one stream whose queries
+  meet the prefix keys in one product, so the prefix keys are never copied per candidate.
+  Its share of training is in README.md ("Training speed") for each evaluation cadence.
 * `compiled_step` / `compiled_training_loss`: `torch.compile` of the above (gcc on the
   CPU): 1.48-1.52x the eager reference, 0.74-0.77 of the matmul-only time, 1.11-1.21x
   the eager engine; first call 35 s cold, 3-4 s with a warm inductor cache. It fuses
@@ -162,36 +164,70 @@ def train_step(
 # ----------------------------------------------------------------------------- evaluation
 
 
+def _attend_candidates(
+    q: torch.Tensor,
+    k_own: torch.Tensor,
+    v_own: torch.Tensor,
+    k_pre: torch.Tensor,
+    v_pre: torch.Tensor,
+    k: int,
+) -> torch.Tensor:
+    """Causal attention of the K candidates' answer positions of each context over the
+    context's shared prefix and their own earlier answer positions.
+
+    q, k_own, v_own: (n, h, K * t, dh), candidate-major (candidate c holds rows c*t ..
+    c*t + t-1); k_pre, v_pre: (n, h, s, dh) the prefix. The prefix keys are used once per
+    context (the K candidates are rows of one matrix product), never copied per
+    candidate; the own-key part is a (t x t) causal block per candidate. One softmax
+    over [prefix keys, own keys]. Returns (n, h, K * t, dh).
+    """
+    n, h, kt, dh = q.shape
+    t = kt // k
+    scale = 1.0 / math.sqrt(dh)
+    s_pre = (q @ k_pre.transpose(-2, -1)) * scale  # (n, h, K t, s)
+    q5, k5, v5 = (x.view(n, h, k, t, dh) for x in (q, k_own, v_own))
+    s_own = (q5 @ k5.transpose(-2, -1)) * scale  # (n, h, K, t, t)
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    s_own = s_own.masked_fill(~causal, float("-inf"))
+    s_pre5 = s_pre.view(n, h, k, t, -1)
+    m = torch.maximum(s_pre5.amax(-1, keepdim=True), s_own.amax(-1, keepdim=True))
+    e_pre, e_own = (s_pre5 - m).exp(), (s_own - m).exp()
+    z = e_pre.sum(-1, keepdim=True) + e_own.sum(-1, keepdim=True)
+    out = (e_pre.view(n, h, kt, -1) @ v_pre).view(n, h, k, t, dh) + e_own @ v5
+    return (out / z).view(n, h, kt, dh)
+
+
 def _candidate_logprobs(model: Transformer, ctx: torch.Tensor, answers: torch.Tensor):
     """Teacher-forced log-probs of every candidate answer behind one shared prefix.
 
     ctx: (n, p + 1) the shared tokens up to the first target-predicting position;
     answers: (n, K, n_t) candidate target tokens. Returns (n, K, n_t) log-probabilities.
-    Equivalent to running each full sequence ctx ++ answer through the model.
+    Equivalent to running each full sequence ctx ++ answer through the model. The answer
+    positions of a context's K candidates form one stream (n, K * (n_t - 1), d), so every
+    linear layer runs on them in one product and the prefix is never repeated.
     """
-    sdpa = use_sdpa(ctx.device)
     n, k, n_t = answers.shape
     p = ctx.shape[1] - 1
+    t = n_t - 1
     h, d = model.spec.n_heads, model.spec.d_model
+    sdpa = use_sdpa(ctx.device)
     # prefix once per context
     xp = model.tok_emb(ctx) + model.pos_emb.weight[: p + 1]
-    # answer inputs (all but the last target token) once per candidate
-    ans_in = answers[:, :, :-1].reshape(n * k, n_t - 1)
-    xa = model.tok_emb(ans_in) + model.pos_emb.weight[p + 1 : p + n_t]
+    # answer inputs (all but the last target token), candidate-major within a context
+    xa = (model.tok_emb(answers[:, :, :-1]) + model.pos_emb.weight[p + 1 : p + n_t]).view(
+        n, k * t, d
+    )
     for block in model.blocks:
         a = block.attn
         qp, kp, vp = (_heads(u, h) for u in a.qkv(block.ln1(xp)).split(d, dim=2))
         qa, ka, va = (_heads(u, h) for u in a.qkv(block.ln1(xa)).split(d, dim=2))
-        # candidates see the prefix keys of their context, then their own answer keys
-        rep = lambda t: t.repeat_interleave(k, dim=0)  # noqa: E731
-        kk, vv = torch.cat([rep(kp), ka], dim=2), torch.cat([rep(vp), va], dim=2)
         xp = xp + a.out(_merge(_attend(qp, kp, vp, 0, sdpa)))
         xp = xp + _mlp(block, xp)
-        xa = xa + a.out(_merge(_attend(qa, kk, vv, p + 1, sdpa)))
+        xa = xa + a.out(_merge(_attend_candidates(qa, ka, va, kp, vp, k)))
         xa = xa + _mlp(block, xa)
     # predictions: position p (shared) then the answer positions p+1 .. p+n_t-1
     first = model.unembed(model.ln_f(xp[:, p]))  # (n, vocab)
-    rest = model.unembed(model.ln_f(xa)).view(n, k, n_t - 1, -1)
+    rest = model.unembed(model.ln_f(xa)).view(n, k, t, -1)
     logits = torch.cat([first.unsqueeze(1).expand(n, k, -1).unsqueeze(2), rest], dim=2)
     logp = F.log_softmax(logits.float(), dim=-1)
     return logp.gather(-1, answers.unsqueeze(-1)).squeeze(-1)
