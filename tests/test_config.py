@@ -57,16 +57,21 @@ BAD = [
     # (path under presets.smoke or top level, value, key named in the message)
     (("defaults", "task", "kk"), 3, "defaults.task"),  # unknown key
     (("bogus_key",), 1, "<top level>"),  # unknown top-level key
-    (("experiments", "E1", "grid", "task.k"), [37], "task.k"),  # K > 36 unique first chars
-    (("experiments", "E1", "grid", "task.k"), [1], "task.k"),  # K < 2
-    (("experiments", "E1", "set"), {"task.n_groups": 200000}, "task.n_groups"),  # string space
-    (("defaults", "train", "lr"), -1e-3, "train.lr"),  # negative lr
-    (("defaults", "train", "lr"), 0.0, "train.lr"),  # zero lr
-    (("defaults", "eval", "threshold"), 1.5, "eval.threshold"),  # threshold outside (0, 1)
-    (("defaults", "eval", "threshold"), 0.0, "eval.threshold"),
-    (("seeds",), [], "seeds"),  # empty seed list
+    # the key is named where the user wrote it: here, in the smoke preset's entries
+    (("experiments", "E1", "grid", "task.k"), [37], "presets.smoke.experiments.E1.grid.task.k"),
+    (("experiments", "E1", "grid", "task.k"), [1], "presets.smoke.experiments.E1.grid.task.k"),
+    (
+        ("experiments", "E1", "set"),
+        {"task.n_groups": 200000},
+        "presets.smoke.experiments.E1.set.task.n_groups",
+    ),  # string space
+    (("defaults", "train", "lr"), -1e-3, "'presets.smoke.defaults.train.lr'"),  # negative lr
+    (("defaults", "train", "lr"), 0.0, "'presets.smoke.defaults.train.lr'"),  # zero lr
+    (("defaults", "eval", "threshold"), 1.5, "'presets.smoke.defaults.eval.threshold'"),
+    (("defaults", "eval", "threshold"), 0.0, "'presets.smoke.defaults.eval.threshold'"),
+    (("seeds",), [], "'presets.smoke.seeds'"),  # empty seed list
     (("experiments", "E1", "grid", "task.k"), [3, 3], "experiments.E1"),  # duplicate run ids
-    (("defaults", "train", "batch_size"), 10_000, "train.batch_size"),  # batch > D
+    (("defaults", "train", "batch_size"), 10_000, "'presets.smoke.defaults.train.batch_size'"),
     (("experiments", "E1", "grid", "task.z_length"), [7], "task.z_length"),  # z_length > 4
     (("experiments", "E1", "grid", "task.label_noise"), [1.0], "task.label_noise"),
     (
@@ -75,7 +80,7 @@ BAD = [
         "experiments.E1.grid.task.kk",
     ),  # unknown grid key
     (("experiments", "E1", "grid", "task.k"), [], "experiments.E1.grid.task.k"),  # empty grid
-    (("defaults", "model", "d_model"), 33, "model.d_model"),  # not divisible by heads
+    (("defaults", "model", "d_model"), 33, "'presets.smoke.defaults.model.d_model'"),
     (("device",), "tpu", "device"),  # unknown device
     (("defaults", "train", "max_steps"), 0, "defaults.train.max_steps"),
     (
@@ -84,7 +89,11 @@ BAD = [
         "task.n_supergroups",
     ),
     (("diagnostics", "collective", "source"), "E99", "diagnostics.collective.source"),
-    (("experiments", "E1", "grid", "task.sharing"), ["everyone"], "experiments.E1: task.sharing"),
+    (
+        ("experiments", "E1", "grid", "task.sharing"),
+        ["everyone"],
+        "'presets.smoke.experiments.E1.grid.task.sharing'",
+    ),
     (("defaults", "train", "engine"), "turbo", "defaults.train.engine"),  # unknown engine
     (("plateau_sensitivity", "experiments"), ["E99"], "plateau_sensitivity.experiments"),
     (("threshold_sensitivity", "experiments"), ["E98"], "threshold_sensitivity.experiments"),
@@ -175,3 +184,20 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
     for name, cls in {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec,
                       "eval": EvalSpec}.items():  # fmt: skip
         assert dataclasses.asdict(cls()) == raw["defaults"][name], name
+
+
+def test_bad_default_in_the_base_config_is_named_there(raw):
+    cfg = copy.deepcopy(raw)
+    cfg["defaults"]["train"]["lr"] = -1.0
+    with pytest.raises(ConfigError, match=r"^config key 'defaults.train.lr' = -1.0"):
+        load(cfg)
+
+
+def test_outdir_that_is_a_file_and_paper_pdf_following_outdir(raw, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    with pytest.raises(ConfigError, match="'outdir'.*not a directory"):
+        load(raw, {"preset": "smoke", "outdir": str(f)})
+    moved = resolve(raw, {"preset": "quick", "outdir": str(tmp_path / "q2")})
+    assert moved["paper_pdf"] == f"{tmp_path}/q2/paper/main.pdf"
+    assert resolve(raw, {"preset": "quick"})["paper_pdf"] == "results/quick/paper/main.pdf"

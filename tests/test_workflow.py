@@ -63,8 +63,21 @@ def test_bad_config_fails_before_any_job(tmp_path):
     out = tmp_path / "never"
     res = snakemake("all", "--config", "preset=smoke", f"outdir={out}", "threads=0", check=False)
     assert res.returncode != 0
-    assert "config key 'threads' = 0" in res.stdout + res.stderr
+    said = res.stdout + res.stderr
+    assert "mbc: config key 'threads' = 0" in said
+    assert "Traceback" not in said and 'File "' not in said, said  # one line, no traceback
     assert not out.exists()
+
+
+def test_cuda_without_cuda_is_refused_at_start_up(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    res = snakemake("all", "-n", "--config", "preset=smoke", f"outdir={tmp_path}", "device=cuda",
+                    check=False)  # fmt: skip
+    assert res.returncode != 0
+    assert "mbc: config key 'device' = 'cuda': CUDA is not available" in res.stdout + res.stderr
 
 
 def smoke_args(out):

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -126,13 +127,29 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
         raise ConfigError("preset", preset, f"unknown preset; known: {sorted(['paper', *presets])}")
     merged = deep_merge(raw, presets.get(preset, {}))
     merged = deep_merge(merged, overrides)
+    if "outdir" in overrides and "paper_pdf" not in overrides:
+        # a second outdir must not overwrite the preset's PDF
+        merged["paper_pdf"] = f"{str(merged['outdir']).rstrip('/')}/paper/main.pdf"
     merged["preset"] = preset
     merged.pop("presets", None)
     _schema_check(merged, f"after applying preset {preset!r}")
+    for key in ("outdir",):
+        if Path(merged[key]).exists() and not Path(merged[key]).is_dir():
+            raise ConfigError(key, merged[key], "exists and is not a directory")
     return merged
 
 
-def _check_sections(sections: dict, where: str) -> None:
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _origin(key: str, origins: dict[str, str]) -> str:
+    """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
+    set/grid/variants entry that assigned it, else its `defaults` entry."""
+    return origins.get(key) or origins.get("*", _dotted)(("defaults", *key.split(".", 1)))
+
+
+def _check_sections(sections: dict, origins: dict[str, str]) -> None:
     """Types and enums of one assembled run (grid values bypass the top-level schema)."""
     full = schema()
     sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
@@ -140,7 +157,7 @@ def _check_sections(sections: dict, where: str) -> None:
     if errors:
         e = errors[0]
         key = ".".join(str(p) for p in e.absolute_path)
-        raise ConfigError(f"{where}: {key}", e.instance, e.message)
+        raise ConfigError(_origin(key, origins), e.instance, e.message)
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
@@ -163,16 +180,22 @@ def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
     sections[section][field] = value
 
 
-def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) -> list[Run]:
-    """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs."""
+def expand_experiment(
+    name: str, exp: dict, defaults: dict, seeds: list[int], written=_dotted
+) -> list[Run]:
+    """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs.
+
+    written(path): the config path as the user wrote it (under `presets.<name>.` when
+    the value comes from the preset), used in error messages."""
     grid = exp.get("grid", {})
     for key, values in grid.items():
         if not values:
             raise ConfigError(f"experiments.{name}.grid.{key}", values, "empty list of values")
     variants = exp.get("variants", [{}]) or [{}]
+    if not exp.get("seeds", seeds):
+        where = written(("experiments", name, "seeds") if "seeds" in exp else ("seeds",))
+        raise ConfigError(where, exp.get("seeds", seeds), "empty seed list")
     seeds = exp.get("seeds", seeds)
-    if not seeds:
-        raise ConfigError(f"experiments.{name}.seeds", seeds, "empty seed list")
     runs = []
     for combo in itertools.product(*grid.values()):
         for variant in variants:
@@ -183,12 +206,15 @@ def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) ->
                     *((f"grid.{k}", k, v) for k, v in zip(grid, combo, strict=True)),
                     *((f"variants.{k}", k, v) for k, v in variant.items()),
                 ]
+                origins = {"*": written}
                 for origin, key, value in assignments:
-                    _apply(sections, key, value, f"experiments.{name}.{origin}")
+                    where = written(("experiments", name, *origin.split(".", 1)))
+                    _apply(sections, key, value, where)
+                    origins["task.n_groups" if key == "d" else key] = where
                 if "_d" in sections:  # n_groups = round(D / K); the table records n_groups * K
                     d, k = sections.pop("_d"), sections["task"]["k"]
                     sections["task"]["n_groups"] = max(1, round(d / k))
-                _check_sections(sections, f"experiments.{name}")
+                _check_sections(sections, origins)
                 spec = RunSpec(
                     task=TaskSpec(**sections["task"]),
                     model=ModelSpec(**sections["model"]),
@@ -196,7 +222,7 @@ def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) ->
                     eval=EvalSpec(**sections["eval"]),
                     seed=int(seed),
                 )
-                check_spec(spec, f"experiments.{name}")
+                check_spec(spec, origins)
                 runs.append(Run(name, spec))
     ids = [r.run_id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -207,12 +233,13 @@ def expand_experiment(name: str, exp: dict, defaults: dict, seeds: list[int]) ->
     return runs
 
 
-def check_spec(spec: RunSpec, where: str) -> None:
-    """Semantic checks the schema cannot express; names the offending key."""
+def check_spec(spec: RunSpec, origins: dict[str, str] | None = None) -> None:
+    """Semantic checks the schema cannot express; names the offending key where the user
+    wrote it (`origins`: run key -> config path of the experiment entry that set it)."""
     t, m, o, e = spec.task, spec.model, spec.train, spec.eval
 
     def bad(key, value, why):
-        raise ConfigError(f"{where}: {key}", value, why)
+        raise ConfigError(_origin(key, origins or {}), value, why)
 
     if t.k < 2:
         bad("task.k", t.k, "K must be at least 2 (K = 1 has no ambiguity)")
@@ -267,9 +294,21 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
     for name in only:
         if name not in experiments:
             raise ConfigError("only", name, f"unknown experiment; known: {sorted(experiments)}")
+    preset_raw = (raw.get("presets") or {}).get(cfg["preset"], {})
+
+    def written(path: tuple) -> str:
+        node = preset_raw
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return _dotted(path)
+            node = node[part]
+        return f"presets.{cfg['preset']}.{_dotted(path)}"
+
     runs: list[Run] = []
     for name in only:
-        runs.extend(expand_experiment(name, experiments[name], cfg["defaults"], cfg["seeds"]))
+        runs.extend(
+            expand_experiment(name, experiments[name], cfg["defaults"], cfg["seeds"], written)
+        )
     _check_same_id_same_spec(runs)
     _check_references(cfg, set(only))
     return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))

@@ -1,9 +1,27 @@
 # Shared helpers: the validated config, run lookup and output paths.
+import sys
+
 import mbc.config
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
-# workflow here, before any job runs, with the key and value in the message.
-CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
+# workflow here, before any job runs, with one line naming the key and the value.
+try:
+    CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
+    # CUDA asked for where this process runs the jobs itself (a cluster's login node may
+    # have no GPU: there the job on the GPU node decides)
+    if (
+        str(CFG.raw["device"]).startswith("cuda")
+        and workflow.local_exec
+        and not workflow.remote_exec
+    ):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise mbc.config.ConfigError(
+                "device", CFG.raw["device"], "CUDA is not available on this machine"
+            )
+except mbc.config.ConfigError as exc:
+    sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 SPECS = CFG.specs  # run_id -> RunSpec
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
