@@ -254,9 +254,12 @@ def test_booktabs_table_structure():
     lines = tex.splitlines()
     assert lines[0] == r"\begin{table}[htbp]"
     assert lines[-1] == r"\end{table}"
-    order = [r"\begin{tabular}{lrr}", r"\toprule", r"\midrule", r"\bottomrule", r"\end{tabular}"]
+    order = [r"\sbox{\mbcfitbox}{%", r"\begin{tabular}{lrr}", r"\toprule", r"\midrule",
+             r"\bottomrule", r"\end{tabular}}%"]  # fmt: skip
     idx = [lines.index(x) for x in order]
     assert idx == sorted(idx)
+    # a table wider than the text is shrunk to it, a narrower one left as it is
+    assert lines[idx[-1] + 1].startswith(r"\ifdim\wd\mbcfitbox>\linewidth\resizebox{\linewidth}")
     assert tex.count(r"\toprule") == tex.count(r"\midrule") == tex.count(r"\bottomrule") == 1
     assert r"\caption{Power-law fits of tau\_vs\_d}" in tex
     assert r"\label{tab:fits}" in tex

@@ -55,6 +55,8 @@ _ESCAPES = {
     "}": r"\}",
     "~": r"\textasciitilde{}",
     "^": r"\textasciicircum{}",
+    "<": r"\textless{}",
+    ">": r"\textgreater{}",
 }
 
 _DIGIT_WORDS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")
@@ -229,6 +231,9 @@ def booktabs_table(
     lines += [
         rf"\caption{{{escape_latex(caption)}}}",
         rf"\label{{{label}}}",
+        # measured in a box and shrunk to the text width only if wider (graphicx)
+        r"\makeatletter\@ifundefined{mbcfitbox}{\newsavebox{\mbcfitbox}}{}\makeatother",
+        r"\sbox{\mbcfitbox}{%",
         rf"\begin{{tabular}}{{{align}}}",
         r"\toprule",
         " & ".join(escape_latex(columns[c]) for c in keys) + r" \\",
@@ -239,7 +244,12 @@ def booktabs_table(
     for row in frame[keys].itertuples(index=False, name=None):
         cells = [_render_cell(v, formats.get(c)) for c, v in zip(keys, row, strict=True)]
         lines.append(" & ".join(cells) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [
+        r"\bottomrule",
+        r"\end{tabular}}%",
+        r"\ifdim\wd\mbcfitbox>\linewidth\resizebox{\linewidth}{!}{\usebox{\mbcfitbox}}%",
+        r"\else\usebox{\mbcfitbox}\fi",
+    ]
     if notes:
         lines += [r"\par\smallskip", rf"{{\footnotesize {escape_latex(notes)}\par}}"]
     lines.append(r"\end{table}")

@@ -11,7 +11,7 @@ import re
 import pandas as pd
 
 from mbc.hypotheses import verdicts
-from mbc.latex import Raw, booktabs_table, numbers_tex
+from mbc.latex import Raw, booktabs_table, format_number, numbers_tex
 
 ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 
@@ -83,8 +83,10 @@ def numbers_file(values: dict) -> str:
 def fits_table(fits: pd.DataFrame) -> str:
     return booktabs_table(
         fits,
-        caption="Power-law fits $y = c\\,x^b$ across runs, with bootstrap confidence intervals "
-        "over runs; censored runs enter a Tobit fit and are counted, never dropped.",
+        caption=Raw(
+            r"Power-law fits $y = c\,x^b$ across runs, with bootstrap confidence intervals "
+            r"over runs; censored runs enter a Tobit fit and are counted, never dropped."
+        ),
         label="tab:fits",
         columns={
             "name": "fit",
@@ -107,7 +109,18 @@ def fits_table(fits: pd.DataFrame) -> str:
     )
 
 
+def value_with_ci(value, lo, hi, spec: str = ".3g") -> Raw:
+    """One cell: `value [lo, hi]`, or the value alone without a CI (en dash when missing)."""
+    v = format_number(value, spec)
+    if is_missing(lo) or is_missing(hi):
+        return Raw(v)
+    return Raw(f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]")
+
+
 def hypotheses_table(hyp: pd.DataFrame) -> str:
+    hyp = hyp.assign(
+        value_ci=[value_with_ci(*r) for r in zip(hyp.value, hyp.ci_low, hyp.ci_high, strict=True)]
+    )
     return booktabs_table(
         hyp,
         caption="The seven candidate mechanisms: each test reads the statistic the claim was "
@@ -117,22 +130,26 @@ def hypotheses_table(hyp: pd.DataFrame) -> str:
         columns={
             "id": "",
             "statistic": "statistic",
-            "value": "value",
-            "ci_low": "CI low",
-            "ci_high": "CI high",
+            "value_ci": "value [CI]",
             "test_verdict": "test",
             "verdict": "verdict",
             "ours_verdict": "ours",
         },  # fmt: skip
-        formats={"value": ".3g", "ci_low": ".3g", "ci_high": ".3g"},
-        align="llrrrlll",
+        align="llllll",
         size="scriptsize",
     )
 
 
 def scorecard_table(card: pd.DataFrame) -> str:
     card = card.assign(
-        source=card["reference_traced"].map({"author_run": "run", "paper_text": "text"})
+        source=card["reference_traced"].map({"author_run": "run", "paper_text": "text"}),
+        measured_ci=[
+            value_with_ci(*r) for r in zip(card.measured, card.ci_low, card.ci_high, strict=True)
+        ],
+        ours_ci=[
+            value_with_ci(*r)
+            for r in zip(card.ours_measured, card.ours_ci_low, card.ours_ci_high, strict=True)
+        ],
     )
     return booktabs_table(
         card,
@@ -143,17 +160,14 @@ def scorecard_table(card: pd.DataFrame) -> str:
         label="tab:scorecard",
         columns={
             "claim": "claim",
-            "measured": "measured",
-            "ci_low": "CI low",
-            "ci_high": "CI high",
+            "measured_ci": "measured [CI]",
             "paper_reference": "paper",
             "source": "source",
             "agreement": "agreement",
-            "ours_measured": "ours",
+            "ours_ci": "ours [CI]",
             "ours_agreement": "ours agr.",
         },  # fmt: skip
-        formats={"measured": ".3g", "ci_low": ".3g", "ci_high": ".3g", "ours_measured": ".3g"},
-        align="p{4.2cm}rrrlllrl",
+        align="p{4.4cm}llllll",
         size="scriptsize",
     )
 
