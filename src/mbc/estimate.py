@@ -27,7 +27,6 @@ number of steps and the expected wall time on this machine. The assumptions, kep
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -41,7 +40,7 @@ import yaml
 from mbc import config as mbc_config
 from mbc.data import build_dataset
 from mbc.spec import RunSpec
-from mbc.train import eval_schedule, fresh_run, pick_device
+from mbc.train import eval_schedule, fresh_run, pick_device, read_log
 
 D_EXPONENT = 1.2
 
@@ -100,14 +99,9 @@ def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
         log = Path(outdir) / "runs" / run_id / "state" / "log.jsonl"
         if run_id in out or not log.exists():
             continue
-        for line in log.read_text().splitlines():
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                break
-            if r.get("event") == "tau":
-                out[run_id] = {"tau": float(r["tau"]), "steps": None}
-                break
+        tau = next((r["tau"] for r in read_log(log) if r.get("event") == "tau"), None)
+        if tau is not None:
+            out[run_id] = {"tau": float(tau), "steps": None}
     return out
 
 

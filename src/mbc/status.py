@@ -24,6 +24,7 @@ import yaml
 
 from mbc import config as mbc_config
 from mbc.spec import RunSpec
+from mbc.train import read_log
 
 COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
            "run_id"]  # fmt: skip
@@ -32,11 +33,7 @@ COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_ov
 def _last_rows(log: Path) -> tuple[dict | None, int | None]:
     """(last evaluation row, tau) of a live log; a torn last line is ignored."""
     last, tau = None, None
-    for line in log.read_text().splitlines():
-        try:
-            r = json.loads(line)
-        except json.JSONDecodeError:
-            break
+    for r in read_log(log):
         if r.get("event") == "tau":
             tau = r["tau"]
         elif "event" not in r:

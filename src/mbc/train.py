@@ -215,7 +215,7 @@ def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun
     return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch, spec.train)
 
 
-def _read_log(path: Path) -> list[dict]:
+def read_log(path: Path) -> list[dict]:
     """Parse the append-only log; a torn last line (killed mid-write) is dropped."""
     if not path.exists():
         return []
@@ -291,7 +291,7 @@ def train_run(
     evals, snaps = eval_schedule(ev, t.max_steps)
     eval_set, snap_set = set(evals), set(snaps)
 
-    state, rows = _try_resume(state_dir, _read_log(log_path), say)
+    state, rows = _try_resume(state_dir, read_log(log_path), say)
     step, last_resume = 0, 0
     if state is not None:
         model.load_state_dict(state["model"])
@@ -497,7 +497,7 @@ def _eval_row(evaluate, batch, step, batch_size, train_loss, grad_norm, t0) -> d
 def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
     """Turn the log into the tidy per-run tables (atomic writes)."""
     run_dir = Path(run_dir)
-    rows = _read_log(run_dir / "state" / "log.jsonl")
+    rows = read_log(run_dir / "state" / "log.jsonl")
     evals = [r for r in rows if "event" not in r]
     metrics = pd.DataFrame(evals, columns=METRIC_COLUMNS).drop_duplicates("step", keep="last")
     metrics.insert(0, "run_id", spec.run_id)
