@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mbc.hessian import hessian_extremes, hvp_fn, n_params
+from mbc.hessian import hessian_estimates, hessian_extremes, hvp_fn, n_params
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-7, atol=1e-12) -> None:
@@ -221,3 +221,19 @@ def test_cuda_matches_cpu():
     assert gpu.lambda_max == pytest.approx(cpu.lambda_max, abs=1e-9)
     assert gpu.lambda_min == pytest.approx(cpu.lambda_min, abs=1e-9)
     assert gpu.converged_max and gpu.converged_min
+
+
+def test_hessian_estimates_share_one_graph_and_equal_the_single_method_calls():
+    loss_fn, params, _ = quadratic(seed=5)
+    calls = []
+
+    def counted():
+        calls.append(1)
+        return loss_fn()
+
+    both = hessian_estimates(counted, params, n_iters={"lanczos": 40, "power": 60}, seed=2)
+    assert len(calls) == 1  # one first-order graph for both estimators
+    assert both["lanczos"] == hessian_extremes(loss_fn, params, n_iter=40, seed=2)
+    assert both["power"] == hessian_extremes(loss_fn, params, n_iter=60, seed=2, method="power")
+    with pytest.raises(ValueError, match="method"):
+        hessian_estimates(loss_fn, params, n_iters={"arnoldi": 5}, seed=0)

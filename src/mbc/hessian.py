@@ -20,7 +20,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mbc.spectrum import SpectrumEstimate, extremes_by_power, lanczos
 
-__all__ = ["hessian_extremes", "hvp_fn", "n_params"]
+__all__ = ["hessian_estimates", "hessian_extremes", "hvp_fn", "n_params"]
 
 METHODS = ("lanczos", "power")
 
@@ -118,11 +118,30 @@ def hessian_extremes(
     :func:`mbc.spectrum.extremes_by_power`). The Krylov vectors are float64 on the params'
     device. ``tol`` is the relative-residual tolerance of the ``converged_*`` flags.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    return hessian_estimates(loss_fn, params, n_iters={method: n_iter}, seed=seed, tol=tol)[method]
+
+
+def hessian_estimates(
+    loss_fn: Callable[[], torch.Tensor],
+    params: Sequence[torch.Tensor],
+    *,
+    n_iters: dict[str, int],
+    seed: int,
+    tol: float = 1e-3,
+) -> dict[str, SpectrumEstimate]:
+    """:func:`hessian_extremes` by several methods (``{method: n_iter}``) on one Hessian:
+    the first-order graph of :func:`hvp_fn` is built once and shared by all of them."""
+    unknown = sorted(set(n_iters) - set(METHODS))
+    if unknown:
+        raise ValueError(f"method must be one of {METHODS}, got {unknown[0]!r}")
     params = list(params)
     matvec = hvp_fn(loss_fn, params)
-    kwargs = dict(n_iter=n_iter, seed=seed, tol=tol, dtype=torch.float64, device=params[0].device)
-    if method == "lanczos":
-        return lanczos(matvec, n_params(params), **kwargs)
-    return extremes_by_power(matvec, n_params(params), **kwargs)
+    n = n_params(params)
+    run = {"lanczos": lanczos, "power": extremes_by_power}
+    return {
+        method: run[method](
+            matvec, n, n_iter=n_iter, seed=seed, tol=tol, dtype=torch.float64,
+            device=params[0].device,
+        )
+        for method, n_iter in n_iters.items()
+    }  # fmt: skip

@@ -16,7 +16,7 @@ from mbc.analysis import fit_table, threshold_table
 from mbc.collective import SUMMARY_COLUMNS, collective_tables, group_accuracy, sample_groups
 from mbc.config import Run
 from mbc.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
-from mbc.hessian import hessian_extremes
+from mbc.hessian import hessian_estimates
 from mbc.hypotheses import evaluate_hypotheses
 from mbc.io import (
     read_csv_checked,
@@ -174,13 +174,12 @@ def diagnose_hessian(
     for f, step in phase_steps(index, tau, fractions):
         model = load_model(spec, run_dir, index, step, dev)
         params = [p for p in model.parameters() if p.requires_grad]
-        est, power = (
-            hessian_extremes(
-                lambda m=model: training_loss(m, tokens), params, n_iter=n_iter,
-                seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"], method=method,
-            )
-            for method, n_iter in (("lanczos", cfg["n_iter"]), ("power", cfg["power_n_iter"]))
+        both = hessian_estimates(
+            lambda m=model: training_loss(m, tokens), params,
+            n_iters={"lanczos": cfg["n_iter"], "power": cfg["power_n_iter"]},
+            seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"],
         )  # fmt: skip
+        est, power = both["lanczos"], both["power"]
         rows.append({
             "run_id": spec.run_id, "k": spec.task.k, "tau": tau, "step": step, "tau_fraction": f,
             "phase": "plateau" if step == plateau_step else "other",
@@ -295,7 +294,8 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
 
 
 def make_routing_heads(attention_path, ablation_path, out_path) -> None:
-    """Per run, the head whose zero-ablation removes most of delta_z at tau (docs/method.md#routing-head)."""
+    """Per run, the head whose zero-ablation removes most of delta_z at tau
+    (docs/method.md#routing-head)."""
     att, abl = read_csv_checked(attention_path), read_csv_checked(ablation_path)
     rows = []
     if not abl.empty:
