@@ -1,4 +1,5 @@
-"""Fits over runs (docs/method.md#fits; E3, E4 and the sweeps): config `fits:` entries -> results/fits.csv.
+"""Fits over runs (docs/method.md#fits; E3, E4 and the sweeps): config `fits:` entries ->
+results/fits.csv.
 
 Each fit pools the runs of its experiments (a run shared by two experiments counts once),
 fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),

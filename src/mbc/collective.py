@@ -1,4 +1,5 @@
-"""Collective transition (docs/method.md#collective-transition): per-group accuracy at checkpoints from early to ~1.5 tau.
+"""Collective transition (docs/method.md#collective-transition): per-group accuracy at
+checkpoints from early to ~1.5 tau.
 
 For a fixed sample of groups (200, or all when fewer), every selector of each group is a
 context; a group's accuracy is the fraction of its K contexts whose argmax candidate is

@@ -133,9 +133,8 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
     merged["preset"] = preset
     merged.pop("presets", None)
     _schema_check(merged, f"after applying preset {preset!r}")
-    for key in ("outdir",):
-        if Path(merged[key]).exists() and not Path(merged[key]).is_dir():
-            raise ConfigError(key, merged[key], "exists and is not a directory")
+    if Path(merged["outdir"]).exists() and not Path(merged["outdir"]).is_dir():
+        raise ConfigError("outdir", merged["outdir"], "exists and is not a directory")
     return merged
 
 
@@ -143,13 +142,13 @@ def _dotted(path: tuple) -> str:
     return ".".join(str(p) for p in path)
 
 
-def _origin(key: str, origins: dict[str, str]) -> str:
+def _origin(key: str, origins: dict[str, str], written=_dotted) -> str:
     """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
     set/grid/variants entry that assigned it, else its `defaults` entry."""
-    return origins.get(key) or origins.get("*", _dotted)(("defaults", *key.split(".", 1)))
+    return origins.get(key) or written(("defaults", *key.split(".", 1)))
 
 
-def _check_sections(sections: dict, origins: dict[str, str]) -> None:
+def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) -> None:
     """Types and enums of one assembled run (grid values bypass the top-level schema)."""
     full = schema()
     sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
@@ -157,7 +156,7 @@ def _check_sections(sections: dict, origins: dict[str, str]) -> None:
     if errors:
         e = errors[0]
         key = ".".join(str(p) for p in e.absolute_path)
-        raise ConfigError(_origin(key, origins), e.instance, e.message)
+        raise ConfigError(_origin(key, origins, written), e.instance, e.message)
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
@@ -206,7 +205,7 @@ def expand_experiment(
                     *((f"grid.{k}", k, v) for k, v in zip(grid, combo, strict=True)),
                     *((f"variants.{k}", k, v) for k, v in variant.items()),
                 ]
-                origins = {"*": written}
+                origins = {}
                 for origin, key, value in assignments:
                     where = written(("experiments", name, *origin.split(".", 1)))
                     _apply(sections, key, value, where)
@@ -214,7 +213,7 @@ def expand_experiment(
                 if "_d" in sections:  # n_groups = round(D / K); the table records n_groups * K
                     d, k = sections.pop("_d"), sections["task"]["k"]
                     sections["task"]["n_groups"] = max(1, round(d / k))
-                _check_sections(sections, origins)
+                _check_sections(sections, origins, written)
                 spec = RunSpec(
                     task=TaskSpec(**sections["task"]),
                     model=ModelSpec(**sections["model"]),
@@ -222,7 +221,7 @@ def expand_experiment(
                     eval=EvalSpec(**sections["eval"]),
                     seed=int(seed),
                 )
-                check_spec(spec, origins)
+                check_spec(spec, origins, written)
                 runs.append(Run(name, spec))
     ids = [r.run_id for r in runs]
     dup = sorted({i for i in ids if ids.count(i) > 1})
@@ -233,13 +232,14 @@ def expand_experiment(
     return runs
 
 
-def check_spec(spec: RunSpec, origins: dict[str, str] | None = None) -> None:
+def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=_dotted) -> None:
     """Semantic checks the schema cannot express; names the offending key where the user
-    wrote it (`origins`: run key -> config path of the experiment entry that set it)."""
+    wrote it (`origins`: run key -> config path of the experiment entry that set it; any
+    other key came from `defaults`, as `written` places it)."""
     t, m, o, e = spec.task, spec.model, spec.train, spec.eval
 
     def bad(key, value, why):
-        raise ConfigError(_origin(key, origins or {}), value, why)
+        raise ConfigError(_origin(key, origins or {}, written), value, why)
 
     if t.k < 2:
         bad("task.k", t.k, "K must be at least 2 (K = 1 has no ambiguity)")

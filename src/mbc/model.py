@@ -1,4 +1,5 @@
-"""Models (docs/method.md#model): a pre-LayerNorm decoder-only transformer and the E13 linear baseline.
+"""Models (docs/method.md#model): a pre-LayerNorm decoder-only transformer and the E13 linear
+baseline.
 
 Both map full sequences (N, T) to logits at the target-predicting positions only,
 (N, n_targets, vocab): the loss never looks at other positions, so we never unembed them.

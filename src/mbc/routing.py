@@ -1,4 +1,5 @@
-"""Selector-routing head (docs/method.md#routing-head): attention to z and per-head ablations at three phases.
+"""Selector-routing head (docs/method.md#routing-head): attention to z and per-head ablations
+at three phases.
 
 From the position that predicts A's first token, how much attention each head pays to
 the z positions; and what zero-ablation, mean-ablation or keeping a single head of a layer

@@ -12,8 +12,9 @@ Agreement rules (one per row):
   equal         measured == reference (categorical, e.g. the routing head's layer)
 
 Each row's `statistic` is computed the way the author computed the claim
-(docs/method.md#author-statistics; `why` says how); `ours` is our uniform candidate-tau version, shown beside it with its own
-agreement, so a row that agrees under one definition only says so (`robust_to_definition`).
+(docs/method.md#author-statistics; `why` says how); `ours` is our uniform candidate-tau
+version, shown beside it with its own agreement, so a row that agrees under one definition
+only says so (`robust_to_definition`).
 `paper_reference.traced` says whether the paper's number is traced to a run of the
 author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where
 the paper's wording and the author's numbers disagree.

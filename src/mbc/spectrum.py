@@ -1,4 +1,5 @@
-"""Matrix-free estimates of the extreme eigenvalues of a symmetric operator (docs/method.md#hessian).
+"""Matrix-free estimates of the extreme eigenvalues of a symmetric operator
+(docs/method.md#hessian).
 
 The operator is only available as ``matvec(v) -> A v`` on 1-D float tensors of dimension ``n``
 (for the Hessian, one Hessian-vector product per call; see :mod:`mbc.hessian`), so we use

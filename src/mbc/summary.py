@@ -1,4 +1,5 @@
-"""Per-run summaries from the tidy metrics table (docs/method.md#metrics): tau, censoring, plateau.
+"""Per-run summaries from the tidy metrics table (docs/method.md#metrics): tau, censoring,
+plateau.
 
 tau is the first evaluated step with L_cand < threshold * log K. A run that never
 crosses is censored: tau is missing (never a number) and `steps` is the budget it
@@ -22,8 +23,9 @@ TAU_COLUMNS = [
     "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
-    # the author's statistics (docs/method.md#author-statistics): first-target tau, the transition window
-    # (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead on the first-target loss
+    # the author's statistics (docs/method.md#author-statistics): first-target tau, the
+    # transition window (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead
+    # on the first-target loss
     "first_target_tau", "first_target_censored", "transition_start", "transition_end",
     "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "lead_fraction_first",
@@ -163,8 +165,9 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
 
 def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
     """The per-run quantities the author's headline numbers were computed from
-    (docs/method.md#author-statistics), beside our uniform candidate-tau ones: first-target tau (L1 < threshold *
-    log K), the transition window and its duration, and the lead on the first-target loss
+    (docs/method.md#author-statistics), beside our uniform candidate-tau ones: first-target
+    tau (L1 < threshold * log K), the transition window and its duration, and the lead on
+    the first-target loss
     (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
     lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
     ft = diag["first_target"]["threshold"]

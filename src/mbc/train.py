@@ -1,6 +1,6 @@
-"""Training of one run (docs/method.md#training-regimes): AdamW, batches without replacement, a constant or
-warmup-cosine learning rate, evaluation on a coarse grid made dense around crossings
-(docs/method.md#evaluation-schedule).
+"""Training of one run (docs/method.md#training-regimes): AdamW, batches without
+replacement, a constant or warmup-cosine learning rate, evaluation on a coarse grid made
+dense around crossings (docs/method.md#evaluation-schedule).
 
 State that must survive an interruption lives under `<run_dir>/state/` and is not a
 Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
