@@ -18,8 +18,8 @@ from mbc.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMN
 
 NAMES = [
     "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
-    "appendix_direction", "appendix_label_noise", "appendix_sharing", "appendix_threshold",
-    "appendix_plateau",
+    "appendix_direction", "appendix_label_noise", "appendix_sharing", "init_scale",
+    "appendix_threshold", "appendix_plateau",
 ]  # fmt: skip
 
 # Deliberately odd exponents: the legends must show exactly these (read, not re-fitted).
@@ -32,6 +32,8 @@ ODD = {
     "tau_vs_batch_examples_at_k20": 0.389,
     "tau_vs_sharing": 0.0271,
     "anisotropy_vs_k": 2.468,
+    "tau_vs_init_std": -0.737,
+    "tau_vs_d_alt_init": 1.111,
 }
 ANCHOR = {
     "tau_vs_d": (1e4, 3155.0),
@@ -41,6 +43,8 @@ ANCHOR = {
     "tau_vs_batch_examples_at_k20": (128, 3535.0 * 128),
     "tau_vs_sharing": (10, 1600.0),
     "anisotropy_vs_k": (10, 233.0),
+    "tau_vs_init_std": (0.0707, 3155.0),
+    "tau_vs_d_alt_init": (1e4, 6000.0),
 }
 
 # the producers' own schemas: a renamed column breaks this test, not only the pipeline
@@ -52,7 +56,8 @@ def _run(experiment, run_id, *, k=20, d=None, tau=None, budget=None, **kw):
     d = 1000 * k if d is None else d
     budget = budget or (4000 if tau is None else 2 * tau)
     row = dict(
-        run_id=run_id, experiment=experiment, task="bz_to_a", model="transformer", k=k,
+        run_id=run_id, experiment=experiment, task="bz_to_a", model="transformer",
+        init="transformer_lens", init_std=0.0707, init_scale=1.0, k=k,
         n_groups=d // k, d=d, lr=1e-3, batch_size=128, z_length=2, sharing="private",
         n_supergroups=None, sharing_factor=1.0, label_noise=0.0, seed=0, threshold=0.5,
         tau=tau, censored=tau is None, plateau_height=math.log(k), height_over_log_k=1.0,
@@ -100,6 +105,15 @@ def _tau_table() -> pd.DataFrame:
             t = None if (k == 10 and seed == 1) else 900 * k
             rows.append(_run("E14", f"e14_ab_k{k}_s{seed}", k=k, seed=seed, tau=t,
                              task="a_to_b", budget=12000))  # fmt: skip
+    for scale in (0.25, 0.5, 1.0, 2.0):  # E15: the sweep (a censored run at 0.25x), the D-law
+        t = None if scale == 0.25 else int(3155 * scale**-0.737)
+        rows.append(_run("E15", f"e15_x{scale}", k=10, d=10000, tau=t, budget=20000,
+                         init_std=0.0707 * scale, init_scale=scale))  # fmt: skip
+    for k in (5, 10):
+        rows.append(_run("E15_E1", f"e15e1_k{k}", k=k, tau=int(0.1 * (1000 * k) ** 1.1),
+                         init="normal", init_std=0.02, init_scale=0.28))  # fmt: skip
+        rows.append(_run("E15_E2", f"e15e2_k{k}", k=k, d=10000, tau=int(0.1 * 1e4**1.1),
+                         init="normal", init_std=0.02, init_scale=0.28))  # fmt: skip
     df = pd.DataFrame(rows, columns=TAU_COLS)
     for c in ("tau", "loss_onset", "delta_z_onset", "lead", "n_supergroups"):
         df[c] = df[c].astype("Int64")
@@ -307,6 +321,7 @@ def test_fit_lines_come_from_the_fits_table(full):
         "noise": ["tau_vs_lr", "tau_vs_batch_steps_at_k20", "tau_vs_batch_examples_at_k20"],
         "appendix_sharing": ["tau_vs_sharing"],
         "hessian": ["anisotropy_vs_k"],
+        "init_scale": ["tau_vs_init_std", "tau_vs_d_alt_init", "tau_vs_d"],
     }
     for fig, fit_names in expect.items():
         legend = " | ".join(texts[fig])
@@ -319,7 +334,8 @@ def test_fit_lines_come_from_the_fits_table(full):
 def test_censored_runs_are_shown(full):
     _, texts = full
     for fig in ("loss_curves", "tau_vs_d", "noise", "appendix_direction",
-                "appendix_label_noise", "appendix_sharing", "appendix_linear"):  # fmt: skip
+                "appendix_label_noise", "appendix_sharing", "appendix_linear",
+                "init_scale"):  # fmt: skip
         assert figures.CENSORED_LABEL in texts[fig], fig
     for fig in ("collective", "hessian"):  # no tau to normalise by: listed by run id
         assert any(figures.CENSORED_LABEL in t and "e1_k36" in t for t in texts[fig]), fig

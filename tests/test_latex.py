@@ -31,6 +31,13 @@ MAIN_TEX = REPO / "paper" / "main.tex"
 VERDICTS = [f"VerdictH{w}" for w in ("One", "Two", "Three", "Four", "Five", "Six", "Seven")]
 #: Every macro the report prose may use; the generator must define them all.
 PAPER_MACROS = [
+    # E15 (robustness to the initialisation scale)
+    "InitSweepScaleMin", "InitSweepScaleMax", "AltInitStd", "FitTauVsInitStdExponent",
+    "FitTauVsInitStdCILow", "FitTauVsInitStdCIHigh", "FitTauVsDAltInitExponent",
+    "FitTauVsDAltInitCILow", "FitTauVsDAltInitCIHigh", "DExponentInitShift",
+    "DExponentInitShiftCILow", "DExponentInitShiftCIHigh", "PlateauHeightAltInit",
+    "PlateauHeightInitSweep", "NRobustnessSupported", "NRobustnessTests", "VerdictROne",
+    "VerdictRTwo", "VerdictRThree", "VerdictRFour",
     "Preset",
     "NRuns",
     "NRunsCensored",
@@ -63,6 +70,7 @@ FIGURES = [
     "collective",
     "routing",
     "hessian",
+    "init_scale",
     "appendix_linear",
     "appendix_direction",
     "appendix_label_noise",
@@ -70,7 +78,11 @@ FIGURES = [
     "appendix_threshold",
     "appendix_plateau",
 ]
-TABLES = {"fits": "tab:fits", "hypotheses": "tab:hypotheses", "scorecard": "tab:scorecard"}
+TABLES = {
+    "fits": "tab:fits", "hypotheses": "tab:hypotheses", "scorecard": "tab:scorecard",
+    "init_scale": "tab:init_scale", "init_comparison": "tab:init_comparison",
+    "robustness": "tab:robustness",
+}  # fmt: skip
 NEWCOMMAND_RE = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")
 
 
@@ -330,7 +342,7 @@ def test_main_tex_uses_only_known_macros_and_inputs():
 def test_main_tex_prose_types_no_numbers():
     body = _body(MAIN_TEX.read_text())
     body = re.sub(r"arXiv \d{4}\.\d{5}", "", body)  # the paper's identifier
-    body = re.sub(r"\b[HE]\d+\b", "", body)  # hypothesis/experiment ids H1, E2
+    body = re.sub(r"\b[HER]\d+\b", "", body)  # hypothesis/experiment/robustness ids H1, E2, R1
     body = body.replace("$R^2$", "")  # notation, not a value
     body = re.sub(r"\\includegraphics\[[^\]]*\]", "", body)  # layout, not a value
     digits = [line for line in body.splitlines() if re.search(r"\d", line)]

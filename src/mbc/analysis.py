@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from mbc.fits import PowerLawFit, fit_power_law
+from mbc.fits import PowerLawFit, exponent_difference, fit_power_law
 from mbc.summary import first_step_below
 
 FIT_COLUMNS = [
@@ -35,7 +35,9 @@ WAITING_TIMES = {
 }  # fmt: skip
 
 
-def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawFit:
+def _fit(
+    rows: pd.DataFrame, name: str, x: str, y: str, boot: dict, seed_offset: int = 0
+) -> PowerLawFit:
     rows = rows.drop_duplicates("run_id")
     censored = None
     if y.startswith("anisotropy"):
@@ -57,15 +59,17 @@ def _fit(rows: pd.DataFrame, name: str, x: str, y: str, boot: dict) -> PowerLawF
         x_name=x,
         n_boot=boot["n_boot"],
         ci=boot["ci"],
-        seed=boot["seed"],
+        seed=boot["seed"] + seed_offset,
     )
 
 
 def fit_table(
-    fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict
-) -> pd.DataFrame:
-    """One row per fit (and per `by` value)."""
-    out = []
+    fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict,
+    differences: list[dict] | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """One row per fit (and per `by` value), then one per `differences` entry: the exponent
+    of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two."""
+    out, sources = [], {}
     for spec in fits:
         table = hessian if spec.get("table") == "hessian" else tau
         if spec.get("table") == "hessian":
@@ -76,10 +80,24 @@ def fit_table(
         if "by" in spec:
             for value, sub in sorted(rows.groupby(spec["by"]), key=lambda kv: kv[0]):
                 name = f"{spec['name']}_at_{spec['by']}{value:g}"
+                sources[name] = (sub, spec["x"], y)
                 out.append(_fit(sub, name, spec["x"], y, boot).to_row())
         else:
+            sources[spec["name"]] = (rows, spec["x"], y)
             out.append(_fit(rows, spec["name"], spec["x"], y, boot).to_row())
+    for diff in differences or []:
+        a, b = diff["of"]
+        if a not in sources or b not in sources:
+            raise ValueError(f"fit_differences {diff['name']!r}: no fit named {a!r} or {b!r}")
+        # the second fit re-drawn with another bootstrap seed: the two are independent
+        fa, fb = _fit(*_named(sources[a], a), boot), _fit(*_named(sources[b], b), boot, 1)
+        out.append(exponent_difference(fa, fb, diff["name"]).to_row())
     return pd.DataFrame(out, columns=FIT_COLUMNS)
+
+
+def _named(source: tuple, name: str) -> tuple:
+    rows, x, y = source
+    return rows, name, x, y
 
 
 def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:

@@ -306,12 +306,32 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
 
     runs: list[Run] = []
     for name in only:
-        runs.extend(
-            expand_experiment(name, experiments[name], cfg["defaults"], cfg["seeds"], written)
-        )
+        exp = resolve_like(name, experiments)
+        runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
     _check_same_id_same_spec(runs)
     _check_references(cfg, set(only))
     return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+
+
+def resolve_like(name: str, experiments: dict) -> dict:
+    """Experiment `name` with `like: X` expanded: X's grid, variants and seeds, X's `set`
+    updated by this experiment's own, and this experiment's grid/variants/seeds on top
+    (E15 repeats E1 and E2 under another init this way, at whatever sizes the preset gives
+    them)."""
+    exp = experiments[name]
+    base_name = exp.get("like")
+    if base_name is None:
+        return exp
+    where = f"experiments.{name}.like"
+    if base_name not in experiments:
+        raise ConfigError(where, base_name, f"unknown experiment; known: {sorted(experiments)}")
+    base = experiments[base_name]
+    if "like" in base:
+        raise ConfigError(where, base_name, "names an experiment that is itself `like` another")
+    out = {k: copy.deepcopy(v) for k, v in base.items() if k in ("grid", "variants", "seeds")}
+    out["set"] = {**base.get("set", {}), **exp.get("set", {})}
+    out.update({k: copy.deepcopy(v) for k, v in exp.items() if k in ("grid", "variants", "seeds")})
+    return out
 
 
 def _check_same_id_same_spec(runs: list[Run]) -> None:
@@ -348,6 +368,18 @@ def _check_references(cfg: dict, known: set[str]) -> None:
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
+    for name, exps in (cfg.get("statistics") or {}).get("plateau_heights", {}).items():
+        for exp in exps:
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"statistics.plateau_heights.{name}", exp, "unknown experiment")
+    sweep = (cfg.get("robustness") or {}).get("sweep")
+    if sweep is not None and sweep not in cfg["experiments"]:
+        raise ConfigError("robustness.sweep", sweep, "unknown experiment")
+    fit_names = {f["name"] for f in cfg.get("fits", [])}
+    for i, diff in enumerate(cfg.get("fit_differences", [])):
+        for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
+            if name not in fit_names and name.split("_at_")[0] not in fit_names:
+                raise ConfigError(f"fit_differences[{i}].of", name, "no fit of that name")
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:

@@ -54,8 +54,8 @@ FIGURES: dict[str, FigureFn] = {}
 TABLES_NEEDED: dict[str, list[str]] = {}
 
 _TAU_NUMERIC = (
-    "k", "n_groups", "d", "lr", "batch_size", "z_length", "n_supergroups", "sharing_factor",
-    "label_noise", "seed", "threshold", "tau", "plateau_height", "height_over_log_k",
+    "init_std", "init_scale", "k", "n_groups", "d", "lr", "batch_size", "z_length",
+    "n_supergroups", "sharing_factor", "label_noise", "seed", "threshold", "tau", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
 )  # fmt: skip
@@ -160,7 +160,7 @@ def _tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd
     step budget (`steps`).
     """
     df = _numeric(tau, _TAU_NUMERIC)
-    for c in ("run_id", "experiment", "task", "model", "sharing"):
+    for c in ("run_id", "experiment", "task", "model", "init", "sharing"):
         df[c] = _text_col(df, c)
     if experiments is not None:
         df = df[df["experiment"].isin(list(experiments))]
@@ -1153,6 +1153,53 @@ def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
     ax.set_xlabel("sharing factor (groups per selector set)")
     ax.set_ylabel("tau (steps)")
     _legend(ax, censored=any_cens, loc="best", fontsize=5)
+    return fig
+
+
+@_register("init_scale", ["tau", "fits"])
+def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E15: (a) tau vs init std with the fit tau_vs_init_std; (b) tau vs D under the
+    default init (E1 + E2) and the alternative (E15_E1 + E15_E2), each with its fit."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.0))
+    fits = tables["fits"]
+    sweep = _tau_rows(tables["tau"], ["E15"])
+    any_cens = False
+    if sweep.empty:
+        _no_data(a, "no E15 runs")
+    else:
+        _, nc = _tau_points(a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label="E15 runs")
+        any_cens |= nc > 0
+        _fit_line(a, _fit_row(fits, "tau_vs_init_std"), sweep["init_std"])
+        a.set_xscale("log")
+        a.set_yscale("log")
+        a.set_xlabel("init std (every weight matrix)")
+        a.set_ylabel("tau (steps)")
+        a.set_title("(a) tau vs init scale", fontsize=8)
+        _legend(a, censored=any_cens, below=True)
+    drawn = False
+    for exps, fit, color, marker, label in (
+        (["E1", "E2"], "tau_vs_d", "C0", "o", "default init"),
+        (["E15_E1", "E15_E2"], "tau_vs_d_alt_init", "C3", "s", "alternative init"),
+    ):
+        df = _tau_rows(tables["tau"], exps).drop_duplicates("run_id")
+        if df.empty:
+            continue
+        scheme = ", ".join(sorted(set(df["init"].astype(str))))
+        _, nc = _tau_points(
+            b, *_tau_budget_arrays(df, "d"), color=color, marker=marker, label=f"{label} ({scheme})"
+        )
+        any_cens |= nc > 0
+        _fit_line(b, _fit_row(fits, fit), df["d"], color=color, prefix=label)
+        drawn = True
+    if not drawn:
+        _no_data(b, "no E1/E2 or E15_E1/E15_E2 runs")
+    else:
+        b.set_xscale("log")
+        b.set_yscale("log")
+        b.set_xlabel("dataset size D (examples)")
+        b.set_ylabel("tau (steps)")
+        b.set_title("(b) tau vs D under both inits", fontsize=8)
+        _legend(b, censored=any_cens, below=True)
     return fig
 
 

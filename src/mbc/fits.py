@@ -65,6 +65,9 @@ class PowerLawFit:
         method: ``"ols"``, ``"tobit"`` or ``"insufficient"``.
         ci_level: nominal CI level, e.g. 0.95.
         n_boot: number of *valid* bootstrap resamples the CI was computed from (0 if none).
+        replicates: the exponent of every bootstrap resample (NaN where a resample was not
+            valid); not a table column. A difference of two fits' exponents takes its CI
+            from these (:func:`exponent_difference`).
     """
 
     name: str
@@ -79,10 +82,36 @@ class PowerLawFit:
     method: str
     ci_level: float
     n_boot: int
+    replicates: np.ndarray = dataclasses.field(
+        default_factory=lambda: np.empty(0), repr=False, compare=False
+    )
 
     def to_row(self) -> dict[str, Any]:
-        """A flat dict (one table row) of all fields."""
-        return dataclasses.asdict(self)
+        """A flat dict (one table row) of all fields but the replicates."""
+        row = dataclasses.asdict(self)
+        del row["replicates"]
+        return row
+
+
+def exponent_difference(a: PowerLawFit, b: PowerLawFit, name: str) -> PowerLawFit:
+    """a's exponent minus b's, with a percentile CI from independent bootstraps of the two
+    (their runs are disjoint, so the resamples pair at random): replicate i of a minus
+    replicate i of b, over the resamples valid in both. Needs the same n_boot and
+    different bootstrap seeds for the two fits."""
+    nan = math.nan
+    ra, rb = np.asarray(a.replicates, float), np.asarray(b.replicates, float)
+    d = ra - rb if ra.size == rb.size else np.empty(0)
+    good = d[np.isfinite(d)]
+    n_boot = max(a.replicates.size, 1)
+    lo = hi = nan
+    if good.size and good.size >= _MIN_VALID_FRACTION * n_boot:
+        alpha = (1.0 - a.ci_level) / 2.0
+        lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
+    return PowerLawFit(
+        name=name, x_name=a.x_name, exponent=a.exponent - b.exponent, ci_low=lo, ci_high=hi,
+        prefactor=nan, r2=nan, n=a.n + b.n, n_censored=a.n_censored + b.n_censored,
+        method=f"difference {a.name} - {b.name}", ci_level=a.ci_level, n_boot=int(good.size),
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -330,7 +359,8 @@ def fit_power_law(
     n_cens = int(cens.sum())
     nan = math.nan
 
-    def result(method: str, b: float, a: float, r2: float, lo: float, hi: float, nb: int):
+    def result(method: str, b: float, a: float, r2: float, lo: float, hi: float, nb: int,
+               reps: np.ndarray | None = None):  # fmt: skip
         return PowerLawFit(
             name=name,
             x_name=x_name,
@@ -344,6 +374,7 @@ def fit_power_law(
             method=method,
             ci_level=float(ci),
             n_boot=nb,
+            replicates=np.empty(0) if reps is None else reps,
         )
 
     if n_obs < min_points or np.unique(xa[~cens]).size < 2:
@@ -365,6 +396,7 @@ def fit_power_law(
 
     lo = hi = nan
     n_valid = 0
+    slopes = np.empty(0)
     if n_boot > 0:
         rng = np.random.default_rng(seed)
         n_units = int(unit.max()) + 1
@@ -389,7 +421,7 @@ def fit_power_law(
         if n_valid > 0 and n_valid >= _MIN_VALID_FRACTION * n_boot:
             alpha = (1.0 - ci) / 2.0
             lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
-    return result(method, b, a, r2, lo, hi, n_valid)
+    return result(method, b, a, r2, lo, hi, n_valid, slopes)
 
 
 def tau_at_threshold(

@@ -29,15 +29,24 @@ COLUMNS = [
 VERDICTS = ("falsified", "supported", "inconclusive", "not enough data")
 
 
-def decide(value: float, lo: float, hi: float, direction: str, threshold: float) -> str:
+def decide(
+    value: float, lo: float, hi: float, direction: str, threshold: float, center: float = 0.0
+) -> str:
+    """greater / less: the CI against `threshold`; within (E15's robustness statements):
+    the CI against the band center +/- threshold (supported inside it, falsified when the
+    CI lies wholly outside it)."""
     if any(v is None or not math.isfinite(v) for v in (value, lo, hi)):
         return "not enough data"
+    if direction == "within":
+        band_lo, band_hi = center - threshold, center + threshold
+        inside, outside = band_lo < lo and hi < band_hi, hi < band_lo or lo > band_hi
+        return "supported" if inside else "falsified" if outside else "inconclusive"
     above, below = lo > threshold, hi < threshold
     if direction == "greater":
         return "supported" if above else "falsified" if below else "inconclusive"
     if direction == "less":
         return "supported" if below else "falsified" if above else "inconclusive"
-    raise ValueError(f"direction must be 'greater' or 'less', got {direction!r}")
+    raise ValueError(f"direction must be 'greater', 'less' or 'within', got {direction!r}")
 
 
 def combine(verdicts: list[str]) -> str:

@@ -29,7 +29,18 @@ from mbc.io import (
     write_text_atomic,
 )
 from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
-from mbc.report import fits_table, hypotheses_table, numbers, numbers_file, scorecard_table
+from mbc.report import (
+    fits_table,
+    hypotheses_table,
+    init_comparison_tex,
+    init_scale_tex,
+    numbers,
+    numbers_file,
+    robustness_numbers,
+    robustness_tex,
+    scorecard_table,
+)
+from mbc.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.routing import (
     ABLATION_COLUMNS,
     ATTENTION_COLUMNS,
@@ -221,7 +232,7 @@ def make_fits(raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_thr
         hess = pd.DataFrame(columns=HESSIAN_COLUMNS)
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     boot = raw["bootstrap"]
-    fits = fit_table(raw["fits"], tau, hess, boot)
+    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"))
     write_csv_atomic(out_fits, fits)
     write_csv_atomic(
         out_threshold, threshold_table(raw["threshold_sensitivity"], tau, metrics, boot)
@@ -252,6 +263,19 @@ def make_hypotheses(hypotheses: dict, statistics_path, out_path) -> None:
     print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
 
 
+def make_robustness(raw: dict, tau_path, statistics_path, out: dict) -> None:
+    """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
+    comparison and the pre-registered robustness verdicts."""
+    cfg = raw["robustness"]
+    tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
+    stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
+    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"]))
+    write_csv_atomic(out["init_comparison"], comparison_table(cfg["compare"], stats))
+    table = robustness_table(cfg["tests"], stats)
+    write_csv_atomic(out["robustness"], table)
+    print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
+
+
 def make_scorecard(rows: list, statistics_path, out_csv) -> None:
     card = scorecard(rows, read_csv_checked(statistics_path, required=["name"]))
     write_csv_atomic(out_csv, card)
@@ -263,7 +287,13 @@ def make_tex(preset: str, paths: dict, out: dict) -> None:
     write_text_atomic(out["fits"], fits_table(t["fits"]))
     write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"]))
     write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
+    write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
+    write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
+    write_text_atomic(out["robustness"], robustness_tex(t["robustness"]))
     values = numbers(preset, t["tau"], t["fits"], t["statistics"], t["hypotheses"], t["scorecard"])
+    values.update(
+        robustness_numbers(t["fits"], t["statistics"], t["robustness"], t["init_scale"], t["tau"])
+    )
     write_text_atomic(out["numbers"], numbers_file(values))
 
 

@@ -11,7 +11,7 @@ import re
 import pandas as pd
 
 from mbc.hypotheses import verdicts
-from mbc.latex import Raw, booktabs_table, format_number, numbers_tex
+from mbc.latex import Raw, booktabs_table, format_number, macro_name, numbers_tex
 
 ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 
@@ -73,6 +73,116 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
     for i in range(7):
         out[f"VerdictH{ORDINAL[i]}"] = v.get(f"H{i + 1}")
     return out
+
+
+def robustness_numbers(
+    fits: pd.DataFrame, stats: pd.DataFrame, robust: pd.DataFrame, init_scale: pd.DataFrame,
+    tau: pd.DataFrame,
+) -> dict:  # fmt: skip
+    """E15's macros: the sweep's range, the init-scale exponent, the D-law under the
+    alternative init, the verdict of each pre-registered statement (R1 -> VerdictROne)."""
+    fit = fits.set_index("name")
+    alt = tau.loc[tau.experiment.isin(["E15_E1", "E15_E2"]), "init_std"].unique()
+
+    def f(name, col):
+        ok = name in fit.index and not pd.isna(fit.loc[name, col])
+        return float(fit.loc[name, col]) if ok else None
+
+    out = {
+        "InitSweepScaleMin": float(init_scale.init_scale.min()) if len(init_scale) else None,
+        "InitSweepScaleMax": float(init_scale.init_scale.max()) if len(init_scale) else None,
+        "AltInitStd": float(alt[0]) if len(alt) == 1 else None,
+    }
+    for name, macro, value in (("tau_vs_init_std", "FitTauVsInitStd", "Exponent"),
+                               ("tau_vs_d_alt_init", "FitTauVsDAltInit", "Exponent"),
+                               ("d_exponent_init_shift", "DExponentInitShift", "")):  # fmt: skip
+        out[f"{macro}{value}"] = f(name, "exponent")
+        out[f"{macro}CILow"] = f(name, "ci_low")
+        out[f"{macro}CIHigh"] = f(name, "ci_high")
+    out["PlateauHeightAltInit"] = _stat(stats, "plateau_height_over_log_k_alt_init")
+    out["PlateauHeightInitSweep"] = _stat(stats, "plateau_height_over_log_k_init_sweep")
+    first = robust.drop_duplicates("id")
+    for rid, verdict in zip(first.id, first.verdict, strict=True):
+        out[macro_name("Verdict", rid)] = verdict  # R1 -> VerdictROne
+    out["NRobustnessSupported"] = int((first.verdict == "supported").sum())
+    out["NRobustnessTests"] = len(first)
+    return out
+
+
+def init_scale_tex(table: pd.DataFrame) -> str:
+    table = table.assign(
+        tau_ci=[value_with_ci(*r) for r in zip(table.tau_mean, table.tau_ci_low, table.tau_ci_high, strict=True)],
+        height_ci=[value_with_ci(*r, spec=".3f") for r in
+                   zip(table.height_over_log_k, table.height_ci_low, table.height_ci_high, strict=True)],
+    )  # fmt: skip
+    return booktabs_table(
+        table,
+        caption=Raw(
+            r"E15, the initialisation-scale sweep: per init std (scale: in units of the "
+            r"author's $0.8/\sqrt{d_\mathrm{model}}$), the runs, how many never crossed, the "
+            r"mean $\tau$ of those that did and the plateau height / $\log K$, with bootstrap "
+            r"CIs over runs; the power law $\tau \propto \mathrm{std}^b$ is in Table~\ref{tab:fits}."
+        ),
+        label="tab:init_scale",
+        columns={
+            "init_std": "init std",
+            "init_scale": "scale",
+            "n_runs": "runs",
+            "n_censored": "censored",
+            "tau_ci": Raw(r"$\tau$ [CI]"),
+            "height_ci": Raw(r"height / $\log K$ [CI]"),
+        },  # fmt: skip
+        formats={"init_std": ".4g", "init_scale": ".3g"},
+        size="scriptsize",
+    )
+
+
+def init_comparison_tex(table: pd.DataFrame) -> str:
+    table = table.assign(
+        row=[q if not m else f"{q}, {m}" for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)],
+        default_ci=[value_with_ci(*r) for r in
+                    zip(table.default, table.default_ci_low, table.default_ci_high, strict=True)],
+        alternative_ci=[value_with_ci(*r) for r in
+                        zip(table.alternative, table.alternative_ci_low, table.alternative_ci_high, strict=True)],
+    )  # fmt: skip
+    return booktabs_table(
+        table,
+        caption="E15: the duration law and the plateau under the default init (the author's) "
+        "beside the same statistics under the alternative init (experiments E15_E1 and E15_E2).",
+        label="tab:init_comparison",
+        columns={
+            "row": "quantity",
+            "default_ci": "default init [CI]",
+            "alternative_ci": "alternative init [CI]",
+        },  # fmt: skip
+        align="p{5.5cm}ll",
+        size="scriptsize",
+    )
+
+
+def robustness_tex(table: pd.DataFrame) -> str:
+    table = table.assign(
+        value_ci=[
+            value_with_ci(*r) for r in zip(table.value, table.ci_low, table.ci_high, strict=True)
+        ]
+    )
+    return booktabs_table(
+        table,
+        caption="Robustness to the initialisation scale (E15): statements pre-registered in "
+        "config.yaml before any E15 run, each decided on its statistic's CI; kept apart from "
+        "the hypotheses H1--H7.",
+        label="tab:robustness",
+        columns={
+            "id": "",
+            "statement": "statement",
+            "statistic": "statistic",
+            "value_ci": "value [CI]",
+            "test_verdict": "test",
+            "verdict": "verdict",
+        },  # fmt: skip
+        align="lp{5cm}llll",
+        size="scriptsize",
+    )
 
 
 def numbers_file(values: dict) -> str:

@@ -132,6 +132,11 @@ class ModelSpec:
             return 0.02
         raise ValueError(f"model.init = {self.init!r}: expected transformer_lens or normal")
 
+    @property
+    def init_scale(self) -> float:
+        """weight_std in units of the author's std at this width, 0.8 / sqrt(width) (E15)."""
+        return self.weight_std / (0.8 / math.sqrt(self.width))
+
 
 @dataclass(frozen=True)
 class TrainSpec:

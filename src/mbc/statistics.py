@@ -77,10 +77,15 @@ def compute_statistics(
     rows = fit_statistics(fits)
     cens = tau["censored"].astype(bool)
 
+    heights = cfg.get("plateau_heights") or {"plateau_height_over_log_k": ["E1"]}
+    for name, experiments in heights.items():
+        e = tau[tau.experiment.isin(experiments) & (tau.k >= 3) & (tau.model == "transformer")]
+        e = e.drop_duplicates("run_id")
+        h = e.height_over_log_k.dropna().to_numpy(float)
+        rows.append(_row(name, _boot(h, np.mean, boot), h.size, int(e.censored.sum()),
+                         f"mean plateau height / log K over {'+'.join(experiments)} runs (K >= 3)"))  # fmt: skip
+
     e1 = tau[(tau.experiment == "E1") & (tau.k >= 3)].drop_duplicates("run_id")
-    rows.append(_row("plateau_height_over_log_k", _boot(e1.height_over_log_k.dropna().to_numpy(), np.mean, boot),
-                     e1.height_over_log_k.notna().sum(), int(e1.censored.sum()),
-                     "mean plateau height / log K over E1 runs (K >= 3)"))  # fmt: skip
 
     lead = e1.lead_fraction.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_mean", _boot(lead, np.mean, boot), lead.size, int(e1.censored.sum()),

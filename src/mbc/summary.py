@@ -18,8 +18,8 @@ from mbc.config import Run
 from mbc.spec import RunSpec
 
 TAU_COLUMNS = [
-    "run_id", "experiment", "task", "model", "k", "n_groups", "d", "lr", "batch_size",
-    "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
+    "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
+    "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
     "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
@@ -210,7 +210,8 @@ def run_columns(run: Run) -> dict:
     t, o = run.spec.task, run.spec.train
     return {
         "run_id": run.run_id, "experiment": run.experiment, "task": t.direction,
-        "model": run.spec.model.kind, "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
+        "model": run.spec.model.kind, "init": run.spec.model.init,
+        "init_std": run.spec.model.weight_std, "init_scale": run.spec.model.init_scale, "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
         "batch_size": o.batch_size, "z_length": t.z_length, "sharing": t.sharing,
         "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor,
         "label_noise": t.label_noise, "seed": run.spec.seed,

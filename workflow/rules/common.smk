@@ -105,9 +105,20 @@ ALL_TARGETS += [
     f"{OUT}/statistics.csv",
     f"{OUT}/hypotheses.csv",
     f"{OUT}/scorecard.csv",
+    *(f"{OUT}/{t}.csv" for t in ("init_scale", "init_comparison", "robustness")),
     *(f"{OUT}/figures/{f}.{ext}" for f in FIGURES for ext in ("pdf", "png")),
     f"{OUT}/tex/numbers.tex",
-    *(f"{OUT}/tex/tables/{t}.tex" for t in ("fits", "hypotheses", "scorecard")),
+    *(
+        f"{OUT}/tex/tables/{t}.tex"
+        for t in (
+            "fits",
+            "hypotheses",
+            "scorecard",
+            "init_scale",
+            "init_comparison",
+            "robustness",
+        )
+    ),
 ]
 # The PDF needs a TeX toolchain (setup.sh installs it on Debian); without one the
 # workflow builds everything else and says so.

@@ -11,6 +11,14 @@ rule fits:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={k: CFG.raw[k] for k in ("fits", "bootstrap", "threshold_sensitivity")},
+        raw={
+            k: CFG.raw.get(k)
+            for k in (
+                "fits",
+                "fit_differences",
+                "bootstrap",
+                "threshold_sensitivity",
+            )
+        },
     script:
         "../scripts/fits.py"

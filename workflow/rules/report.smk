@@ -63,6 +63,28 @@ rule hypotheses:
         "../scripts/hypotheses.py"
 
 
+rule robustness:
+    input:
+        tau=f"{OUT}/tau.csv",
+        statistics=f"{OUT}/statistics.csv",
+    output:
+        init_scale=f"{OUT}/init_scale.csv",
+        init_comparison=f"{OUT}/init_comparison.csv",
+        robustness=report(
+            f"{OUT}/robustness.csv",
+            category="Tables",
+            caption="../report/robustness.rst",
+        ),
+    log:
+        f"{OUT}/logs/robustness.log",
+    conda:
+        "../../envs/mbc.yaml"
+    params:
+        raw={k: CFG.raw[k] for k in ("robustness", "bootstrap")},
+    script:
+        "../scripts/robustness.py"
+
+
 rule scorecard:
     input:
         f"{OUT}/statistics.csv",
@@ -109,11 +131,17 @@ rule tex:
         statistics=f"{OUT}/statistics.csv",
         hypotheses=f"{OUT}/hypotheses.csv",
         scorecard=f"{OUT}/scorecard.csv",
+        init_scale=f"{OUT}/init_scale.csv",
+        init_comparison=f"{OUT}/init_comparison.csv",
+        robustness=f"{OUT}/robustness.csv",
     output:
         numbers=f"{OUT}/tex/numbers.tex",
         fits=f"{OUT}/tex/tables/fits.tex",
         hypotheses=f"{OUT}/tex/tables/hypotheses.tex",
         scorecard=f"{OUT}/tex/tables/scorecard.tex",
+        init_scale=f"{OUT}/tex/tables/init_scale.tex",
+        init_comparison=f"{OUT}/tex/tables/init_comparison.tex",
+        robustness=f"{OUT}/tex/tables/robustness.tex",
     log:
         f"{OUT}/logs/tex.log",
     conda:

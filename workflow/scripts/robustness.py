@@ -1,0 +1,10 @@
+from mbc.logging import logged
+from mbc.pipeline import make_robustness
+
+with logged(snakemake.log[0]):
+    make_robustness(
+        snakemake.params.raw,
+        snakemake.input.tau,
+        snakemake.input.statistics,
+        dict(snakemake.output.items()),
+    )
