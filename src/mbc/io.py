@@ -79,6 +79,24 @@ def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def sidecar(path: str | os.PathLike) -> Path:
+    """`<file>.sha256`: the checksum of a file that has no index recording one (datasets)."""
+    return Path(f"{path}.sha256")
+
+
+def write_sidecar_sha256(path: str | os.PathLike, digest: str) -> None:
+    write_text_atomic(sidecar(path), digest + "\n")
+
+
+def read_sidecar_sha256(path: str | os.PathLike) -> str | None:
+    """The recorded sha256 of `path`, or None without a (readable) sidecar."""
+    try:
+        text = sidecar(path).read_text().strip()
+    except OSError:
+        return None
+    return text if len(text) == 64 else None
+
+
 def sha256_file(path: str | os.PathLike) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -21,11 +21,13 @@ from mbc.hypotheses import evaluate_hypotheses
 from mbc.io import (
     read_csv_checked,
     read_json_checked,
+    read_sidecar_sha256,
     torch_load_checked,
     torch_save_atomic,
     write_bytes_atomic,
     write_csv_atomic,
     write_json_atomic,
+    write_sidecar_sha256,
     write_text_atomic,
 )
 from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
@@ -67,13 +69,15 @@ HESSIAN_COLUMNS = [
 
 
 def load_dataset(path) -> Dataset:
-    return Dataset.from_state(torch_load_checked(path))
+    """The dataset, its sha256 checked against the sidecar written with it (when present)."""
+    return Dataset.from_state(torch_load_checked(path, sha256=read_sidecar_sha256(path)))
 
 
 def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
-    """Only the task and the seed enter: every run sharing them shares this file."""
+    """Only the task and the seed enter: every run sharing them shares this file. Its
+    sha256 goes to `<file>.sha256` beside it (checked by every reader and at start-up)."""
     ds = build_dataset(task, seed)
-    torch_save_atomic(out_path, ds.to_state())
+    write_sidecar_sha256(out_path, torch_save_atomic(out_path, ds.to_state()))
     print(f"dataset: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]} seed={seed}")
 
 

@@ -1,7 +1,11 @@
 # Shared helpers: the validated config, run lookup and output paths.
 import sys
 
+from pathlib import Path
+
+import mbc.banner
 import mbc.config
+import mbc.integrity
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
@@ -24,6 +28,17 @@ except mbc.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 SPECS = CFG.specs  # run_id -> RunSpec
+MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
+
+# The Snakefile is parsed before the executor exists: the command line says which, and
+# whether this is a dry run.
+DRY_RUN, EXECUTOR = mbc.banner.invocation(sys.argv)
+# What this invocation is about to do and what it costs (also under -n).
+if MAIN_PROCESS:
+    for line in mbc.banner.banner_lines(
+        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR
+    ):
+        print(line, file=sys.stderr)
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 
@@ -84,6 +99,40 @@ def run_inputs(wc):
         "checkpoints": run_path(wc.run_id, "checkpoints.csv"),
         "summary": run_path(wc.run_id, "summary.json"),
     }
+
+
+# A missing or corrupt per-run artefact: rebuild its chain (mbc.integrity).
+if MAIN_PROCESS:
+    DIAG_FILES = {
+        "collective": ("", "_summary"),
+        "routing": ("_attention", "_ablation"),
+        "hessian": ("",),
+    }
+    _diagnosed = {k: set(diagnosed_runs(k)) for k in DIAG_FILES}
+    _runs = [
+        mbc.integrity.RunFiles(
+            run_id=r,
+            dataset=Path(f"{OUT}/datasets/{s.dataset_id}.pt"),
+            train=[
+                Path(run_path(r, "metrics.csv")),
+                Path(run_path(r, "checkpoints.csv")),
+            ],
+            summary=Path(run_path(r, "summary.json")),
+            diagnostics=[
+                Path(diag_path(k, r, sfx))
+                for k, sfxs in DIAG_FILES.items()
+                if r in _diagnosed[k]
+                for sfx in sfxs
+            ],
+        )
+        for r, s in SPECS.items()
+    ]
+    _aggregates = [Path(f"{OUT}/tau.csv"), *(Path(f"{OUT}/{t}.csv") for t in TABLES)]
+    _findings = mbc.integrity.scan(
+        _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
+    )
+    for line in mbc.integrity.repair(_findings, _runs, _aggregates, dry_run=DRY_RUN):
+        print(f"mbc: repair: {line}", file=sys.stderr)
 
 
 ALL_TARGETS = [

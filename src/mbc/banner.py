@@ -1,0 +1,211 @@
+"""The start-up banner: what a `snakemake` invocation is about to do and what it costs.
+
+Printed once by the main Snakemake process before any job runs (also under `-n`): the
+preset, the device, the runs (trained, left to train), their expected training steps,
+the expected wall time for the given --cores (or, on Slurm, the compute time), the disk
+the runs will use, and, for the paper preset on a CPU, a plain warning with the cheaper
+presets' commands.
+
+It must be fast, so it trains nothing: the expected steps come from measured taus where
+they exist (tau.csv or run logs, `mbc.estimate.measured_taus`), else from the power law
+tau = c D^1.2 fitted to those, else from the step budget (then an upper bound, said so).
+Steps/s is measured once per (machine, shape family) on the most common shape left to
+train, 5 steps, and cached in `<outdir>/.mbc/steps_per_s.json`; other shapes are scaled by
+their parameter count x batch x sequence length. `python -m mbc.estimate` is the careful
+version (every shape measured, a calibration run when nothing is measured).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+from mbc.config import Config
+from mbc.estimate import D_EXPONENT, eval_step_equivalents, expected_steps, measured_taus
+from mbc.spec import RunSpec
+from mbc.train import eval_schedule
+
+BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
+
+
+def invocation(argv: list[str]) -> tuple[bool, str]:
+    """(dry run?, executor) of a snakemake command line. The Snakefile is parsed before
+    Snakemake builds its executor, so `workflow.dryrun` is not yet known there.
+    `--profile P` is read for its `executor:` (./P, profiles/P or P as a path)."""
+    dry, executor, profile = False, None, None
+    for i, a in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if a in ("--dry-run", "--dryrun") or (
+            a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:]
+        ):
+            dry = True
+        elif a in ("--executor", "-e"):
+            executor = nxt
+        elif a.startswith("--executor="):
+            executor = a.split("=", 1)[1]
+        elif a == "--profile":
+            profile = nxt
+        elif a.startswith("--profile="):
+            profile = a.split("=", 1)[1]
+    if executor is None and profile:
+        for base in (Path(profile), Path("profiles") / profile):
+            cfg = base / "config.yaml"
+            if cfg.is_file():
+                import yaml
+
+                executor = (yaml.safe_load(cfg.read_text()) or {}).get("executor")
+                break
+    return dry, str(executor or "local")
+
+
+def _n_params(spec: RunSpec) -> int:
+    import torch
+
+    from mbc.model import build_model, count_parameters
+
+    return count_parameters(build_model(spec.model, spec.task, torch.Generator().manual_seed(0)))
+
+
+def _cost(spec: RunSpec, n_params: int) -> float:
+    """Work of one training step, up to a constant: parameters x tokens per batch."""
+    return n_params * spec.train.batch_size * spec.task.seq_len
+
+
+def _rate(spec: RunSpec, device: str, threads: int, cache: Path) -> float:
+    """Steps/s of `spec` on this machine (5 timed steps), cached per shape."""
+    key = f"{device}|{threads}|{spec.model}|{spec.train.batch_size}|{spec.task.seq_len}"
+    known = json.loads(cache.read_text()) if cache.exists() else {}
+    if key in known:
+        return float(known[key])
+    import torch
+
+    from mbc.estimate import measure_steps_per_s
+    from mbc.train import pick_device
+
+    torch.set_num_threads(threads)
+    rate = measure_steps_per_s(spec, pick_device(device), steps=5)
+    known[key] = rate
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(known, indent=1))
+    tmp.replace(cache)
+    return rate
+
+
+def _hms(s: float) -> str:
+    if not math.isfinite(s):
+        return "n/a"
+    h, rem = divmod(int(round(s)), 3600)
+    if h >= 48:
+        return f"{h / 24:.1f} days"
+    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
+
+
+def _size(n_bytes: float) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n_bytes < 1000 or unit == "TB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return ""
+
+
+def banner_lines(
+    cfg: Config, *, cores: int | None, executor: str = "local", measure: bool = True
+) -> list[str]:
+    """The banner's lines. `measure=False` skips the steps/s measurement (no time shown)."""
+    specs = cfg.specs
+    out = Path(cfg.outdir)
+    device = str(cfg.raw.get("device", "auto"))
+    threads = int(cfg.raw.get("threads", 1))
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    done = {r for r in specs if (out / "runs" / r / "summary.json").exists()}
+    todo = {r: s for r, s in specs.items() if r not in done}
+    lines = [
+        f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
+        f"training job, executor {executor}, --cores {cores if cores else 'n/a'})",
+        f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
+    ]
+    if not todo:
+        lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
+        return lines
+
+    measured = measured_taus(cfg.outdir, specs)
+    law = [m["tau"] / specs[i].task.d**D_EXPONENT for i, m in measured.items()
+           if m["tau"] is not None and specs[i].model.kind == "transformer"]  # fmt: skip
+    coef = statistics.median(law) if law else None
+    steps, upper = {}, False
+    for r, spec in todo.items():
+        m = measured.get(r)
+        if m is not None:
+            steps[r] = expected_steps(spec, m["tau"], m["steps"])
+            continue
+        tau = None if coef is None else coef * spec.task.d**D_EXPONENT
+        upper |= tau is None and spec.model.kind == "transformer"
+        steps[r] = expected_steps(spec, tau, None)
+    budget = sum(s.train.max_steps for s in todo.values())
+    lines.append(
+        f"mbc: {sum(steps.values()):,} training steps expected (budget {budget:,}); "
+        + (
+            f"tau = c D^{D_EXPONENT} with c from {len(law)} measured taus"
+            if coef is not None
+            else "no tau measured yet: every run at its full budget (an upper bound)"
+        )
+    )
+
+    params = {}
+    for spec in todo.values():
+        params.setdefault(spec.model, _n_params(spec))
+    disk = 0.0
+    for r, spec in todo.items():
+        snaps = [s for s in eval_schedule(spec.eval, spec.train.max_steps)[1] if s <= steps[r]]
+        # snapshots, plus the resume state (weights and two Adam moments)
+        disk += (len(snaps) + 3) * params[spec.model] * BYTES_PER_PARAM
+    lines.append(
+        f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {_size(disk)}"
+    )
+
+    if measure:
+        common = Counter((s.model, s.train.batch_size, s.task.seq_len) for s in todo.values())
+        ref = next(s for s in todo.values()
+                   if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0])  # fmt: skip
+        t0 = time.perf_counter()
+        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json")
+        ref_cost = _cost(ref, params[ref.model])
+        seconds = {}
+        for r, spec in todo.items():
+            scale = _cost(spec, params[spec.model]) / ref_cost
+            work = steps[r] + eval_step_equivalents(spec, steps[r], None)
+            seconds[r] = work * scale / rate
+        total = sum(seconds.values())
+        bound = "at most " if upper else ""
+        if executor == "local":
+            jobs = max(1, (cores or 1) // threads)
+            wall = max(total / jobs, max(seconds.values()))
+            lines.append(
+                f"mbc: expected training wall time {bound}{_hms(wall)} with {jobs} parallel "
+                f"job(s) ({_hms(total)} of training in all; {rate:.1f} steps/s measured on "
+                f"the most common shape in {time.perf_counter() - t0:.1f} s; diagnostics not "
+                "included; `python -m mbc.estimate` measures every shape)"
+            )
+        else:
+            lines.append(
+                f"mbc: {bound}{_hms(total)} of training jobs at this machine's speed; the wall "
+                "time depends on the cluster's queue and nodes"
+            )
+        if cfg.preset == "paper" and device == "cpu":
+            lines.append(
+                "mbc: WARNING: the paper preset on a CPU takes "
+                f"{bound}{_hms(total / max(1, (cores or 1) // threads))}. "
+                "Smaller presets: `snakemake --cores 8 all --config preset=quick` (the main "
+                "claims, small model) or `--config preset=paper_cpu` (the paper's model, "
+                "its cheap corner); or run on a GPU (README: GPU and Slurm)"
+            )
+    return lines
