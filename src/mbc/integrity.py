@@ -68,7 +68,9 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
     return None
 
 
-def scan(runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False) -> list[Finding]:
+def scan(
+    runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
+) -> list[Finding]:
     """The first broken link of every run that should be complete: one whose aggregated
     tables exist, or that has any file of its own."""
     tables_exist = any(p.exists() for p in aggregates)
