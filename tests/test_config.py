@@ -201,3 +201,23 @@ def test_outdir_that_is_a_file_and_paper_pdf_following_outdir(raw, tmp_path):
     moved = resolve(raw, {"preset": "quick", "outdir": str(tmp_path / "q2")})
     assert moved["paper_pdf"] == f"{tmp_path}/q2/paper/main.pdf"
     assert resolve(raw, {"preset": "quick"})["paper_pdf"] == "results/quick/paper/main.pdf"
+
+
+def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
+    """The paper's tables print labels, never internal keys such as fit:tau_vs_sharing."""
+    from mbc.report import readable
+
+    labels = raw["labels"]
+    names = [f"fit:{f['name']}" for f in raw["fits"]] + [
+        f"fit:{d['name']}" for d in raw.get("fit_differences", [])
+    ]
+    for h in raw["hypotheses"].values():
+        names += [t[k] for t in h["tests"] for k in ("statistic", "ours") if k in t]
+    names += [t["statistic"] for t in raw["robustness"]["tests"]]
+    for name in names:
+        shown = readable(name.replace("*", "d2000"), labels)
+        assert shown != name.replace("*", "d2000"), name
+        assert shown.isascii() and ":" not in shown.split(": ", 1)[-1], shown
+    assert readable("fit:tau_vs_k_at_d2000", labels) == "tau-vs-K exponent at D = 2000"
+    assert readable("fit_r2:tau_vs_d", labels).startswith("R^2 of the fit: ")
+    assert readable("no_label_here", labels) == "no_label_here"

@@ -4,6 +4,7 @@ experiments and censored runs, and fitted lines come from the `fits` table (neve
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -373,3 +374,25 @@ def test_render_rejects_unknown_or_unwired(tmp_path):
         figures.render("nope", {}, tmp_path / "a.pdf", tmp_path / "a.png")
     with pytest.raises(KeyError, match="needs tables"):
         figures.render("tau_vs_d", {"tau": "x.csv"}, tmp_path / "a.pdf", tmp_path / "a.png")
+
+
+TEXT_WIDTH_IN = (210 - 2 * 25) / 25.4  # paper/main.tex: A4, 25 mm margins
+MIN_PRINTED_PT = 5.8
+
+
+def test_figure_text_is_readable_at_print_size(full):
+    """Every figure's smallest font, scaled by the width main.tex prints it at, is at
+    least MIN_PRINTED_PT (a 7 in two-panel figure at \\linewidth prints at 0.9x)."""
+    out, _ = full
+    tex = (Path(figures.__file__).parents[2] / "paper" / "main.tex").read_text()
+    widths = {name: float(w or 1.0) for w, name in re.findall(
+        r"\\includegraphics\[width=([0-9.]*)\\linewidth\]\{figures/([a-z_]+)\.pdf\}", tex)}  # fmt: skip
+    src = Path(figures.__file__).read_text() + figures.STYLE.read_text()
+    sizes = [float(v) for v in re.findall(r"(?:fontsize|labelsize)[=:]\s*([0-9.]+)", src)]
+    smallest = min(sizes)
+    for name in NAMES:
+        box = re.search(
+            rb"/MediaBox\s*\[\s*0 0 ([0-9.]+) ([0-9.]+)", (out / f"{name}.pdf").read_bytes()
+        )
+        scale = widths[name] * TEXT_WIDTH_IN / (float(box.group(1)) / 72)
+        assert smallest * scale >= MIN_PRINTED_PT, (name, smallest, round(scale, 2))

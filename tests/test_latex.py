@@ -117,6 +117,8 @@ NEWCOMMAND_RE = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")
         ("a\\b", r"a\textbackslash{}b"),
         ("plain text", "plain text"),
         ("two\nlines", "two lines"),
+        ("|rho|", r"\textbar{}rho\textbar{}"),
+        ("a < b > c", r"a \textless{} b \textgreater{} c"),
     ],
 )
 def test_escape_latex(raw, expected):

@@ -168,7 +168,7 @@ def test_fit_differences_in_the_fit_table():
     shift = fits.set_index("name").loc["d_exponent_init_shift"]
     assert shift.exponent == pytest.approx(0.3, abs=0.01)
     assert 0.0 < shift.ci_low < 0.3 < shift.ci_high
-    assert shift.method == "difference tau_vs_d_alt_init - tau_vs_d"
+    assert shift.method == "difference"
     with pytest.raises(ValueError, match="no fit named"):
         fit_table([], _tau(rows), pd.DataFrame(), BOOT, [{"name": "x", "of": ["a", "b"]}])
 

@@ -114,6 +114,14 @@ def test_smoke_builds_the_whole_paper(smoke):
         assert pdf.read_bytes()[:4] == b"%PDF"
 
 
+def test_the_paper_fits_its_pages_and_prints_every_character(smoke):
+    log = (smoke / "paper" / "main.log").read_text(errors="replace")
+    overfull = [float(w) for w in re.findall(r"Overfull \\hbox \(([0-9.]+)pt too wide\)", log)]
+    assert all(w <= 10 for w in overfull), overfull
+    assert "Missing character" not in log
+    assert "Overfull \\hbox" not in log or overfull  # the pattern above reads this log
+
+
 def test_one_figure_rebuilds_alone_without_training(smoke):
     target = smoke / "figures" / "tau_vs_d.pdf"
     metrics = sorted((smoke / "runs").glob("*/metrics.csv"))

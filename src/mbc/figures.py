@@ -228,7 +228,7 @@ def _no_data(ax: Axes, what: str) -> None:
 def _note(ax: Axes, text: str, loc: str = "lower right") -> None:
     x, ha = (0.98, "right") if "right" in loc else (0.02, "left")
     y, va = (0.02, "bottom") if "lower" in loc else (0.98, "top")
-    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=6, color="0.35")
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=6.5, color="0.35")
 
 
 def _colors(values: Iterable[float], cmap: str = "viridis") -> dict[float, tuple]:
@@ -546,7 +546,7 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
 
     # Inset: tau vs K at each fixed D (E2); its entries join the main legend (marked "inset").
     ins = ax.inset_axes([0.12, 0.62, 0.34, 0.34])
-    ins.tick_params(labelsize=5, length=2, pad=1)
+    ins.tick_params(labelsize=6.5, length=2, pad=1)
     if e2.empty:
         _no_data(ins, "no E2")
     else:
@@ -562,15 +562,15 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
                 i = int(np.argmax(np.where(ok, g["k"], -np.inf)))
                 ins.annotate(
                     f"D={_fmt(d)}", (g["k"].iloc[i], xs[i]), xytext=(3, 0),
-                    textcoords="offset points", fontsize=4.5, color=c, va="center",
+                    textcoords="offset points", fontsize=6.5, color=c, va="center",
                 )  # fmt: skip
             row = _fit_row(tables["fits"], f"tau_vs_k_at_d{_fmt(d)}")
             if row is not None:
                 _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}")
         ins.set_xscale("log")
         ins.set_yscale("log")
-        ins.set_xlabel("K", fontsize=5, labelpad=0)
-        ins.set_ylabel("tau", fontsize=5, labelpad=0)
+        ins.set_xlabel("K", fontsize=6.5, labelpad=0)
+        ins.set_ylabel("tau", fontsize=6.5, labelpad=0)
     _legend(ax, censored=any_cens, also=[ins], below=True)
     return fig
 
@@ -757,12 +757,12 @@ def _heatmap(ax: Axes, df: pd.DataFrame, value: str, *, signed: bool, label: str
                     f"{v:.2f}",
                     ha="center",
                     va="center",
-                    fontsize=5,
+                    fontsize=6.5,
                     color="black" if light else "white",
                 )
     cb = ax.figure.colorbar(im, ax=ax, shrink=0.85, pad=0.02)
-    cb.set_label(label, fontsize=6)
-    cb.ax.tick_params(labelsize=5)
+    cb.set_label(label, fontsize=6.5)
+    cb.ax.tick_params(labelsize=6.5)
 
 
 @_register("routing", ["routing_attention", "routing_ablation", "tau"])
@@ -840,7 +840,7 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
                 label="onset not reached (at budget)",
             )
         )
-    _legend(c, extra=extra, loc="upper left", fontsize=5)
+    _legend(c, extra=extra, loc="upper left", fontsize=6.5)
     return fig
 
 
@@ -1029,7 +1029,7 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
         Line2D([], [], color="0.3", ls="-", label="transformer"),
         _tau_marker_handle(),
     ]
-    _legend(ax, censored=any_cens, extra=extra, loc="lower left", fontsize=5, ncol=2)
+    _legend(ax, censored=any_cens, extra=extra, loc="lower left", fontsize=6.5, ncol=2)
     return fig
 
 
@@ -1152,7 +1152,7 @@ def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
     ax.set_yscale("log")
     ax.set_xlabel("sharing factor (groups per selector set)")
     ax.set_ylabel("tau (steps)")
-    _legend(ax, censored=any_cens, loc="best", fontsize=5)
+    _legend(ax, censored=any_cens, loc="best", fontsize=6.5)
     return fig
 
 
@@ -1238,13 +1238,13 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
         if np.isfinite(nc) and nc > 0:
             ax.annotate(
                 f"{int(nc)} censored", (xi, yi), textcoords="offset points", xytext=(0, 3),
-                ha="center", va="bottom", fontsize=6, color="0.35",
+                ha="center", va="bottom", fontsize=6.5, color="0.35",
             )  # fmt: skip
     for xi in x[~ok]:  # a threshold whose fit failed: shown, not dropped
         ax.axvline(xi, color="0.8", lw=0.6)
         ax.annotate(
             "fit n/a", (xi, np.nanmean(e[ok])), ha="center", va="center", rotation=90,
-            fontsize=6, color="0.35", backgroundcolor="white",
+            fontsize=6.5, color="0.35", backgroundcolor="white",
         )  # fmt: skip
     ax.margins(x=0.1, y=0.12)
     ax.set_xlabel("threshold (fraction of log K)")
@@ -1283,14 +1283,14 @@ def fig_appendix_plateau(tables: dict[str, pd.DataFrame]) -> Figure:
         n_in = int(((y >= lo) & (y <= hi))[ok].sum())
         ax.annotate(f"{n_in}/{ok.sum()}", (i, 1.0), xycoords=("data", "axes fraction"),
                     xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=6, color="0.35")  # fmt: skip
+                    fontsize=6.5, color="0.35")  # fmt: skip
     primary = set(_text_col(t[t["primary"]], "window_end"))
     labels = [f"{e}\n(used)" if e in primary else e for e in ends]
     ax.set_xticks(range(len(ends)), [lab.replace("delta_z > ", "dz>") for lab in labels],
-                  fontsize=6)  # fmt: skip
+                  fontsize=6.5)  # fmt: skip
     ax.set_xlim(-0.6, len(ends) - 0.4)
     ax.set_xlabel("plateau window ends at (dz: z-shuffle gap)")
     ax.set_ylabel("plateau height / log K")
     _note(ax, "above: runs in band / runs", loc="lower left")
-    _legend(ax, loc="upper left", fontsize=5)
+    _legend(ax, loc="upper left", fontsize=6.5)
     return fig

@@ -110,7 +110,7 @@ def exponent_difference(a: PowerLawFit, b: PowerLawFit, name: str) -> PowerLawFi
     return PowerLawFit(
         name=name, x_name=a.x_name, exponent=a.exponent - b.exponent, ci_low=lo, ci_high=hi,
         prefactor=nan, r2=nan, n=a.n + b.n, n_censored=a.n_censored + b.n_censored,
-        method=f"difference {a.name} - {b.name}", ci_level=a.ci_level, n_boot=int(good.size),
+        method="difference", ci_level=a.ci_level, n_boot=int(good.size),
     )  # fmt: skip
 
 

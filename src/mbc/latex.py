@@ -57,6 +57,7 @@ _ESCAPES = {
     "^": r"\textasciicircum{}",
     "<": r"\textless{}",
     ">": r"\textgreater{}",
+    "|": r"\textbar{}",  # OT1 prints a bare | as an em dash
 }
 
 _DIGIT_WORDS = ("Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine")

@@ -286,14 +286,15 @@ def make_scorecard(rows: list, statistics_path, out_csv) -> None:
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 
 
-def make_tex(preset: str, paths: dict, out: dict) -> None:
+def make_tex(preset: str, paths: dict, out: dict, labels: dict | None = None) -> None:
+    """The paper's generated inputs; `labels` (config) names the statistics readably."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
-    write_text_atomic(out["fits"], fits_table(t["fits"]))
-    write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"]))
+    write_text_atomic(out["fits"], fits_table(t["fits"], labels))
+    write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
     write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
     write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
     write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
-    write_text_atomic(out["robustness"], robustness_tex(t["robustness"]))
+    write_text_atomic(out["robustness"], robustness_tex(t["robustness"], labels))
     values = numbers(preset, t["tau"], t["fits"], t["statistics"], t["hypotheses"], t["scorecard"])
     values.update(
         robustness_numbers(t["fits"], t["statistics"], t["robustness"], t["init_scale"], t["tau"])
@@ -324,6 +325,8 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
         log = (Path(tmp) / "main.log").read_text(errors="replace")
         if "Undefined control sequence" in log:
             raise RuntimeError("main.tex uses a macro that numbers.tex does not define")
+        # kept beside the PDF: overfull boxes and missing characters are checked there
+        write_text_atomic(Path(out_pdf).with_suffix(".log"), log)
         write_bytes_atomic(out_pdf, (Path(tmp) / "main.pdf").read_bytes())
 
 

@@ -16,6 +16,21 @@ from mbc.latex import Raw, booktabs_table, format_number, macro_name, numbers_te
 ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 
 
+def readable(name: str, labels: dict[str, str]) -> str:
+    """A statistic's name as the paper's tables print it (config `labels`): `fit:<fit>` is
+    the fit's label, `fit_r2:<fit>` "R^2 of" it, and a `by` fit's `_at_d2000` reads
+    "at D = 2000". A name without a label stays as it is."""
+    prefix, _, base = name.rpartition(":")
+    head, _, at = base.partition("_at_")
+    label = labels.get(base) or labels.get(head)
+    if label is None:
+        return name
+    if at and base not in labels:
+        m = re.fullmatch(r"([a-z_]+?)([0-9.e+-]+)", at)
+        label += f" at {m.group(1).upper()} = {m.group(2)}" if m else f" at {at}"
+    return f"R^2 of the fit: {label}" if prefix == "fit_r2" else label
+
+
 def _stat(stats: pd.DataFrame, name: str, col: str = "value"):
     row = stats.loc[stats.name == name]
     return None if row.empty or pd.isna(row[col].iloc[0]) else float(row[col].iloc[0])
@@ -160,11 +175,12 @@ def init_comparison_tex(table: pd.DataFrame) -> str:
     )
 
 
-def robustness_tex(table: pd.DataFrame) -> str:
+def robustness_tex(table: pd.DataFrame, labels: dict | None = None) -> str:
     table = table.assign(
+        statistic=[readable(n, labels or {}) for n in table.statistic],
         value_ci=[
             value_with_ci(*r) for r in zip(table.value, table.ci_low, table.ci_high, strict=True)
-        ]
+        ],
     )
     return booktabs_table(
         table,
@@ -190,9 +206,9 @@ def numbers_file(values: dict) -> str:
     return numbers_tex(values, fmt=fmt, source="mbc.report.numbers (generated; do not edit)")
 
 
-def fits_table(fits: pd.DataFrame) -> str:
+def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
     return booktabs_table(
-        fits,
+        fits.assign(name=[readable(n, labels or {}) for n in fits.name]),
         caption=Raw(
             r"Power-law fits $y = c\,x^b$ across runs, with bootstrap confidence intervals "
             r"over runs; censored runs enter a Tobit fit and are counted, never dropped."
@@ -227,9 +243,10 @@ def value_with_ci(value, lo, hi, spec: str = ".3g") -> Raw:
     return Raw(f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]")
 
 
-def hypotheses_table(hyp: pd.DataFrame) -> str:
+def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
     hyp = hyp.assign(
-        value_ci=[value_with_ci(*r) for r in zip(hyp.value, hyp.ci_low, hyp.ci_high, strict=True)]
+        statistic=[readable(n, labels or {}) for n in hyp.statistic],
+        value_ci=[value_with_ci(*r) for r in zip(hyp.value, hyp.ci_low, hyp.ci_high, strict=True)],
     )
     return booktabs_table(
         hyp,

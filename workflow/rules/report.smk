@@ -148,6 +148,7 @@ rule tex:
         "../../envs/mbc.yaml"
     params:
         preset=CFG.preset,
+        labels=CFG.raw.get("labels", {}),
     script:
         "../scripts/tex.py"
 

@@ -2,4 +2,9 @@ from mbc.logging import logged
 from mbc.pipeline import make_tex
 
 with logged(snakemake.log[0]):
-    make_tex(snakemake.params.preset, dict(snakemake.input.items()), dict(snakemake.output.items()))
+    make_tex(
+        snakemake.params.preset,
+        dict(snakemake.input.items()),
+        dict(snakemake.output.items()),
+        snakemake.params.labels,
+    )
