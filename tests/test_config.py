@@ -56,7 +56,7 @@ def test_run_ids_are_content_derived_and_shared_across_experiments(raw):
 BAD = [
     # (path under presets.smoke or top level, value, key named in the message)
     (("defaults", "task", "kk"), 3, "defaults.task"),  # unknown key
-    (("bogus_key",), 1, "<top level>"),  # unknown top-level key
+    (("bogus_key",), 1, "bogus_key"),  # unknown top-level key, named itself
     # the key is named where the user wrote it: here, in the smoke preset's entries
     (("experiments", "E1", "grid", "task.k"), [37], "presets.smoke.experiments.E1.grid.task.k"),
     (("experiments", "E1", "grid", "task.k"), [1], "presets.smoke.experiments.E1.grid.task.k"),

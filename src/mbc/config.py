@@ -92,9 +92,18 @@ def _schema_check(cfg: dict, where: str) -> None:
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
-        key = ".".join(str(p) for p in e.absolute_path) or "<top level>"
+        path = [str(p) for p in e.absolute_path]
         value = e.instance if not isinstance(e.instance, dict) else "{...}"
-        raise ConfigError(key, value, f"{e.message} ({where})")
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            # name the unknown key itself, as the user wrote it
+            known = set(e.schema.get("properties", {}))
+            unknown = sorted(k for k in e.instance if k not in known)
+            if unknown:
+                path.append(unknown[0])
+                value = e.instance[unknown[0]]
+                hint = ", ".join(sorted(known))
+                raise ConfigError(".".join(path), value, f"unknown key ({where}); known: {hint}")
+        raise ConfigError(".".join(path) or "<top level>", value, f"{e.message} ({where})")
 
 
 def _coerce(value: Any) -> Any:
@@ -304,6 +313,8 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
             node = node[part]
         return f"presets.{cfg['preset']}.{_dotted(path)}"
 
+    # the defaults themselves, even where every experiment overrides a value
+    expand_experiment("defaults", {}, cfg["defaults"], [0], written)
     runs: list[Run] = []
     for name in only:
         exp = resolve_like(name, experiments)
