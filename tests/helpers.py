@@ -25,6 +25,7 @@ def tiny_spec(**task) -> RunSpec:
             checkpoint_every=40,
             checkpoint_n_log=2,
             resume_every=20,
+            dense_every=10,
         ),
     )
 

@@ -145,8 +145,9 @@ def test_engine_is_an_implementation_choice_outside_the_run_id(raw):
     # Pinned so that an id never moves by accident. It last moved, on purpose, when the
     # author's initialisation (model.init), the training regime (train.schedule, ...) and
     # eval.dense_every became part of what a run computes (133cca04 -> 9f959737), then when
-    # the dataclass defaults took config.yaml's paper values (-> 4eb60678).
-    assert default.run_id == "bz_to_a-transformer-K10-G1000-z2-shared-p0-lr0.001-B128-s0-4eb60678"
+    # the dataclass defaults took config.yaml's paper values (-> 4eb60678), then when the
+    # evaluations moved onto the author's 50-step grid (eval.on_grid, -> d5c29b45).
+    assert default.run_id == "bz_to_a-transformer-K10-G1000-z2-shared-p0-lr0.001-B128-s0-d5c29b45"
     assert "engine" not in default.to_dict()["train"]
     assert "compile" not in default.to_dict()["train"]
     plain = dataclasses.replace(

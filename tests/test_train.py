@@ -321,3 +321,32 @@ def test_training_says_progress_and_writes_strict_json(tmp_path):
     # every line of the live log is strict JSON (no bare NaN)
     for line in (tmp_path / "state" / "log.jsonl").read_text().splitlines():
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c}"))
+
+
+def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_path):
+    """With log-spaced early evaluations (rounded onto the grid) and snapshots, every
+    first-crossing statistic equals the one read from an evaluation at every grid step,
+    and lies on the grid; without the grid a log-spaced step can report it earlier."""
+    from pathlib import Path
+
+    import yaml
+
+    from mbc.summary import summarize_run
+
+    diag = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())["diagnostics"]
+    base = _with_train(tiny_spec(), max_steps=160)
+    grid = _with_eval(base, every=40, dense_every=5, n_log=12, checkpoint_every=40,
+                      checkpoint_n_log=6, resume_every=40)  # fmt: skip
+    author = _with_eval(grid, every=5, n_log=0, checkpoint_n_log=0)  # his: every 5 steps
+    ds = build_dataset(base.task, base.seed)
+    a = train_run(grid, ds, tmp_path / "grid", CPU, say=lambda s: None)
+    b = train_run(author, ds, tmp_path / "author", CPU, say=lambda s: None)
+    assert set(a.step[a.step >= 5]) <= set(range(0, 161, 5))  # all on the grid from 5 on
+    assert (a.step < 5).sum() > 1  # the curve's start stays finely sampled
+    sa, sb = summarize_run(grid, a, diag), summarize_run(author, b, diag)
+    keys = ["tau", "loss_onset", "delta_z_onset", "first_target_tau", "transition_start",
+            "transition_end", "first_target_loss_onset", "delta_z_first_onset"]  # fmt: skip
+    assert sa["tau"] is not None
+    for k in keys:
+        assert sa[k] == sb[k], k
+        assert sa[k] is None or sa[k] % 5 == 0, k

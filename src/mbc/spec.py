@@ -188,9 +188,25 @@ class EvalSpec:
     # dense_every steps, at the cost of evaluating densely only around the transition.
     # 0: off. Must divide `every`.
     dense_every: int = 50
+    # The author's grid: every evaluation from dense_every on falls on a multiple of it (the
+    # log-spaced ones rounded up), and every statistic reads those rows only, so tau, the
+    # onsets and the transition window are first crossings on his 50-step grid. The rows
+    # before dense_every draw the curves' start only. False: the schedule as it was before.
+    on_grid: bool = True
     checkpoint_every: int = 500  # model snapshots for post-hoc diagnostics
     checkpoint_n_log: int = 24
     resume_every: int = 2500  # full optimiser state for resuming an interrupted run
+
+
+def grid_mask(spec: EvalSpec, steps):
+    """Which evaluated steps a statistic reads (EvalSpec.on_grid): the multiples of
+    dense_every, or every step without the grid."""
+    import numpy as np
+
+    steps = np.asarray(steps)
+    if not (spec.on_grid and spec.dense_every):
+        return np.ones(steps.shape, dtype=bool)
+    return steps % spec.dense_every == 0
 
 
 @dataclass(frozen=True)

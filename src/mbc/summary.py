@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mbc.config import Run
-from mbc.spec import RunSpec
+from mbc.spec import RunSpec, grid_mask
 
 TAU_COLUMNS = [
     "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
@@ -125,8 +125,10 @@ def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window)
 
 
 def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
-    """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss."""
+    """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss.
+    Every statistic reads the rows on the evaluation grid (`mbc.spec.grid_mask`)."""
     m = metrics.sort_values("step")
+    m = m[grid_mask(spec.eval, m["step"].to_numpy())]
     steps = m["step"].to_numpy()
     lcand = m["candidate_loss"].to_numpy()
     log_k = spec.task.log_k

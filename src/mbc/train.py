@@ -38,7 +38,7 @@ from mbc.io import (
 )
 from mbc.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.model import build_model
-from mbc.spec import EvalSpec, RunSpec, TrainSpec
+from mbc.spec import EvalSpec, RunSpec, TrainSpec, grid_mask
 
 METRIC_COLUMNS = [
     "step",
@@ -77,9 +77,22 @@ def schedule(max_steps: int, every: int, n_log: int) -> list[int]:
 
 
 def eval_schedule(spec: EvalSpec, max_steps: int) -> tuple[list[int], list[int]]:
-    """(evaluation steps, snapshot steps); snapshots are always evaluation steps too."""
-    snaps = schedule(max_steps, spec.checkpoint_every, spec.checkpoint_n_log)
-    evals = sorted(set(schedule(max_steps, spec.every, spec.n_log)) | set(snaps))
+    """(evaluation steps, snapshot steps); snapshots are always evaluation steps too.
+
+    With `on_grid`, a step at or beyond dense_every is rounded up to its grid (at most
+    max_steps), and dense_every itself is evaluated: a crossing found between two
+    evaluations is then located, by the kept weights between them, to the grid step the
+    author's every-50-steps evaluation would report."""
+
+    def grid(steps: list[int]) -> list[int]:
+        g = spec.dense_every
+        if not (spec.on_grid and g):
+            return steps
+        out = {s if s < g else min(max_steps, -(-s // g) * g) for s in steps}
+        return sorted(out | ({g} if g <= max_steps else set()))
+
+    snaps = grid(schedule(max_steps, spec.checkpoint_every, spec.checkpoint_n_log))
+    evals = sorted(set(grid(schedule(max_steps, spec.every, spec.n_log))) | set(snaps))
     return evals, snaps
 
 
@@ -311,7 +324,11 @@ def train_run(
         def log(row: dict) -> None:
             nonlocal tau
             _append(fh, row)
-            if tau is None and row["candidate_loss"] < ev.threshold * task.log_k:
+            if (
+                tau is None
+                and grid_mask(ev, row["step"])
+                and row["candidate_loss"] < ev.threshold * task.log_k
+            ):
                 tau = row["step"]
                 _append(fh, {"event": "tau", "step": tau, "tau": tau})
                 say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
