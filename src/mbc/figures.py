@@ -1170,12 +1170,7 @@ def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
         _, nc = _tau_points(a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label="E15 runs")
         any_cens |= nc > 0
         _fit_line(a, _fit_row(fits, "tau_vs_init_std"), sweep["init_std"])
-        a.set_xscale("log")
-        a.set_yscale("log")
-        a.set_xlabel("init std (every weight matrix)")
-        a.set_ylabel("tau (steps)")
-        a.set_title("(a) tau vs init scale", fontsize=8)
-        _legend(a, censored=any_cens, below=True)
+        _tau_panel(a, "init std (every weight matrix)", "(a) tau vs init scale", any_cens)
     drawn = False
     for exps, fit, color, marker, label in (
         (["E1", "E2"], "tau_vs_d", "C0", "o", "default init"),
@@ -1194,13 +1189,18 @@ def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
     if not drawn:
         _no_data(b, "no E1/E2 or E15_E1/E15_E2 runs")
     else:
-        b.set_xscale("log")
-        b.set_yscale("log")
-        b.set_xlabel("dataset size D (examples)")
-        b.set_ylabel("tau (steps)")
-        b.set_title("(b) tau vs D under both inits", fontsize=8)
-        _legend(b, censored=any_cens, below=True)
+        _tau_panel(b, "dataset size D (examples)", "(b) tau vs D under both inits", any_cens)
     return fig
+
+
+def _tau_panel(ax: Axes, xlabel: str, title: str, censored: bool) -> None:
+    """Log-log axes of tau (steps) against `xlabel`, titled, legend below."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("tau (steps)")
+    ax.set_title(title, fontsize=8)
+    _legend(ax, censored=censored, below=True)
 
 
 @_register("appendix_threshold", ["threshold_sensitivity"])

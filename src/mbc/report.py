@@ -126,10 +126,9 @@ def robustness_numbers(
 
 def init_scale_tex(table: pd.DataFrame) -> str:
     table = table.assign(
-        tau_ci=[value_with_ci(*r) for r in zip(table.tau_mean, table.tau_ci_low, table.tau_ci_high, strict=True)],
-        height_ci=[value_with_ci(*r, spec=".3f") for r in
-                   zip(table.height_over_log_k, table.height_ci_low, table.height_ci_high, strict=True)],
-    )  # fmt: skip
+        tau_ci=ci_cells(table, "tau_mean", "tau_ci_low", "tau_ci_high"),
+        height_ci=ci_cells(table, "height_over_log_k", "height_ci_low", "height_ci_high", ".3f"),
+    )
     return booktabs_table(
         table,
         caption=Raw(
@@ -155,10 +154,8 @@ def init_scale_tex(table: pd.DataFrame) -> str:
 def init_comparison_tex(table: pd.DataFrame) -> str:
     table = table.assign(
         row=[q if not m else f"{q}, {m}" for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)],
-        default_ci=[value_with_ci(*r) for r in
-                    zip(table.default, table.default_ci_low, table.default_ci_high, strict=True)],
-        alternative_ci=[value_with_ci(*r) for r in
-                        zip(table.alternative, table.alternative_ci_low, table.alternative_ci_high, strict=True)],
+        default_ci=ci_cells(table, "default", "default_ci_low", "default_ci_high"),
+        alternative_ci=ci_cells(table, "alternative", "alternative_ci_low", "alternative_ci_high"),
     )  # fmt: skip
     return booktabs_table(
         table,
@@ -176,14 +173,8 @@ def init_comparison_tex(table: pd.DataFrame) -> str:
 
 
 def robustness_tex(table: pd.DataFrame, labels: dict | None = None) -> str:
-    table = table.assign(
-        statistic=[readable(n, labels or {}) for n in table.statistic],
-        value_ci=[
-            value_with_ci(*r) for r in zip(table.value, table.ci_low, table.ci_high, strict=True)
-        ],
-    )
     return booktabs_table(
-        table,
+        _verdict_rows(table, labels),
         caption="Robustness to the initialisation scale (E15): statements pre-registered in "
         "config.yaml before any E15 run, each decided on its statistic's CI; kept apart from "
         "the hypotheses H1--H7.",
@@ -235,6 +226,11 @@ def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
     )
 
 
+def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") -> list[Raw]:
+    """`value [lo, hi]` cells of three columns of `df`."""
+    return [value_with_ci(*r, spec=spec) for r in zip(df[value], df[lo], df[hi], strict=True)]
+
+
 def value_with_ci(value, lo, hi, spec: str = ".3g") -> Raw:
     """One cell: `value [lo, hi]`, or the value alone without a CI (en dash when missing)."""
     v = format_number(value, spec)
@@ -243,13 +239,17 @@ def value_with_ci(value, lo, hi, spec: str = ".3g") -> Raw:
     return Raw(f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]")
 
 
-def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
-    hyp = hyp.assign(
-        statistic=[readable(n, labels or {}) for n in hyp.statistic],
-        value_ci=[value_with_ci(*r) for r in zip(hyp.value, hyp.ci_low, hyp.ci_high, strict=True)],
+def _verdict_rows(df: pd.DataFrame, labels: dict | None) -> pd.DataFrame:
+    """Rows of a verdict table: readable statistic names and `value [CI]` cells."""
+    return df.assign(
+        statistic=[readable(n, labels or {}) for n in df.statistic],
+        value_ci=ci_cells(df, "value", "ci_low", "ci_high"),
     )
+
+
+def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
     return booktabs_table(
-        hyp,
+        _verdict_rows(hyp, labels),
         caption="The seven candidate mechanisms: each test reads the statistic the claim was "
         "made with (the author's definition) under a pre-registered rule; the last column is "
         "the verdict when our uniform candidate-tau statistics are read instead.",
@@ -270,13 +270,8 @@ def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
 def scorecard_table(card: pd.DataFrame) -> str:
     card = card.assign(
         source=card["reference_traced"].map({"author_run": "run", "paper_text": "text"}),
-        measured_ci=[
-            value_with_ci(*r) for r in zip(card.measured, card.ci_low, card.ci_high, strict=True)
-        ],
-        ours_ci=[
-            value_with_ci(*r)
-            for r in zip(card.ours_measured, card.ours_ci_low, card.ours_ci_high, strict=True)
-        ],
+        measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
+        ours_ci=ci_cells(card, "ours_measured", "ours_ci_low", "ours_ci_high"),
     )
     return booktabs_table(
         card,
