@@ -59,3 +59,44 @@ def test_measurement_helpers_run():
     assert measure_steps_per_s(spec, torch.device("cpu"), steps=3) > 0
     tau, crossed = calibrate_tau(spec, torch.device("cpu"), budget_s=0.0)
     assert tau >= 1 and isinstance(crossed, bool)
+
+
+def test_invocation_reads_dry_runs_and_the_executor(tmp_path, monkeypatch):
+    from mbc.banner import invocation
+
+    assert invocation(["snakemake", "--cores", "8", "all"]) == (False, "local")
+    assert invocation(["snakemake", "-n", "all"])[0]
+    assert invocation(["snakemake", "-pn", "all"])[0]
+    assert invocation(["snakemake", "--lint"])[0]
+    assert invocation(["snakemake", "--report", "r.html"])[0]
+    assert not invocation(["snakemake", "-c2", "all"])[0]  # -c2: cores, not a dry run
+    assert not invocation(["snakemake", "-R", "tau_table"])[0]
+    assert invocation(["snakemake", "--executor", "slurm"]) == (False, "slurm")
+    profile = tmp_path / "prof"
+    profile.mkdir()
+    (profile / "config.yaml").write_text("executor: slurm\njobs: 4\n")
+    assert invocation(["snakemake", "--profile", str(profile), "all"]) == (False, "slurm")
+
+
+def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
+    import torch
+    import yaml
+
+    from mbc import config as mbc_config
+    from mbc.banner import banner_lines
+
+    raw = yaml.safe_load(open(Path(__file__).parents[1] / "config.yaml"))
+    smoke = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path)})
+    first = next(iter(smoke.specs))
+    (tmp_path / "runs" / first).mkdir(parents=True)
+    (tmp_path / "runs" / first / "summary.json").write_text("{}")
+    lines = banner_lines(smoke, cores=2, measure=False)
+    n = len(smoke.specs)
+    assert f"{n} distinct runs: 1 trained, {n - 1} to train" in lines[1]
+    assert any("an upper bound" in line for line in lines)  # no tau measured yet
+    assert any("disk for the runs left to train: at most" in line for line in lines)
+    assert not any("WARNING" in line for line in lines)
+    if not torch.cuda.is_available():
+        paper = mbc_config.load(raw, {"outdir": str(tmp_path / "p")})
+        assert any("WARNING" in line and "preset=quick" in line
+                   for line in banner_lines(paper, cores=8, measure=False))  # fmt: skip

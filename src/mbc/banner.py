@@ -33,6 +33,14 @@ from mbc.train import eval_schedule
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
 
 
+# flags under which Snakemake runs no job: the start-up repair only says what it would do
+NON_EXECUTING = {
+    "--dry-run", "--dryrun", "--lint", "--list", "-l", "--list-rules", "--summary", "-S",
+    "--detailed-summary", "-D", "--dag", "--rulegraph", "--filegraph", "--report",
+    "--list-target-rules", "--lt", "--containerize", "--archive", "--unlock",
+}  # fmt: skip
+
+
 def invocation(argv: list[str]) -> tuple[bool, str]:
     """(dry run?, executor) of a snakemake command line. The Snakefile is parsed before
     Snakemake builds its executor, so `workflow.dryrun` is not yet known there.
@@ -40,7 +48,7 @@ def invocation(argv: list[str]) -> tuple[bool, str]:
     dry, executor, profile = False, None, None
     for i, a in enumerate(argv):
         nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if a in ("--dry-run", "--dryrun") or (
+        if a in NON_EXECUTING or a.split("=", 1)[0] in NON_EXECUTING or (
             a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:]
         ):
             dry = True
@@ -200,12 +208,11 @@ def banner_lines(
                 f"mbc: {bound}{_hms(total)} of training jobs at this machine's speed; the wall "
                 "time depends on the cluster's queue and nodes"
             )
-        if cfg.preset == "paper" and device == "cpu":
-            lines.append(
-                "mbc: WARNING: the paper preset on a CPU takes "
-                f"{bound}{_hms(total / max(1, (cores or 1) // threads))}. "
-                "Smaller presets: `snakemake --cores 8 all --config preset=quick` (the main "
-                "claims, small model) or `--config preset=paper_cpu` (the paper's model, "
-                "its cheap corner); or run on a GPU (README: GPU and Slurm)"
-            )
+    if cfg.preset == "paper" and device == "cpu":
+        lines.append(
+            "mbc: WARNING: the paper preset on a CPU takes days (see above). Smaller presets: "
+            "`snakemake --cores 8 all --config preset=quick` (the main claims, small model) "
+            "or `--config preset=paper_cpu` (the paper's model, its cheap corner); or run on "
+            "a GPU (README: GPU and Slurm)"
+        )
     return lines
