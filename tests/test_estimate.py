@@ -85,7 +85,7 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     from mbc import config as mbc_config
     from mbc.banner import banner_lines
 
-    raw = yaml.safe_load(open(Path(__file__).parents[1] / "config.yaml"))
+    raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     smoke = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path)})
     first = next(iter(smoke.specs))
     (tmp_path / "runs" / first).mkdir(parents=True)

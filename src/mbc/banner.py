@@ -48,8 +48,10 @@ def invocation(argv: list[str]) -> tuple[bool, str]:
     dry, executor, profile = False, None, None
     for i, a in enumerate(argv):
         nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if a in NON_EXECUTING or a.split("=", 1)[0] in NON_EXECUTING or (
-            a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:]
+        if (
+            a in NON_EXECUTING
+            or a.split("=", 1)[0] in NON_EXECUTING
+            or (a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:])
         ):
             dry = True
         elif a in ("--executor", "-e"):
