@@ -37,6 +37,7 @@ PAPER_MACROS = [
     "AltInitStd",
     "FitTauVsInitStdExponent",
     "FitTauVsInitStdCILow",
+    "FitTauVsInitStdRsq",
     "FitTauVsInitStdCIHigh",
     "FitTauVsDAltInitExponent",
     "FitTauVsDAltInitCILow",

@@ -114,6 +114,7 @@ def robustness_numbers(
         out[f"{macro}{value}"] = f(name, "exponent")
         out[f"{macro}CILow"] = f(name, "ci_low")
         out[f"{macro}CIHigh"] = f(name, "ci_high")
+    out["FitTauVsInitStdRsq"] = f("tau_vs_init_std", "r2")
     out["PlateauHeightAltInit"] = _stat(stats, "plateau_height_over_log_k_alt_init")
     out["PlateauHeightInitSweep"] = _stat(stats, "plateau_height_over_log_k_init_sweep")
     first = robust.drop_duplicates("id")
