@@ -26,6 +26,8 @@ import pandas as pd
 
 from mbc.io import read_sidecar_sha256, sha256_file
 
+MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
+
 
 @dataclass
 class RunFiles:
@@ -93,6 +95,10 @@ def scan(
             d = checked_datasets[f.dataset]
             out.append(Finding(f.run_id, 0, d.path, d.why, d.corrupt))
             continue
+        if not any(p.exists() for p in own):
+            why = "no outputs (a run new to the config, or its directory was deleted)"
+            out.append(Finding(f.run_id, 1, f.run_dir, why, False))
+            continue
         missing = next((p for p in f.train if not p.is_file()), None)
         if missing is not None:
             out.append(Finding(f.run_id, 1, missing, "missing", False))
@@ -118,15 +124,18 @@ def repair(
     by_id = {f.run_id: f for f in runs}
     stamp = int(time.time())
     lines: list[str] = []
+    shown = 0
     doomed: set[Path] = set()
     for fd in findings:
         f = by_id[fd.run_id]
+        quiet = not fd.corrupt and shown >= MAX_LISTED  # a long list of absent runs: counted
         if fd.corrupt and fd.path.exists():
             lines.append(f"{fd.path}: {fd.why}, moved aside to {fd.path.name}.corrupt-{stamp}")
             if not dry_run:
                 fd.path.rename(fd.path.with_name(f"{fd.path.name}.corrupt-{stamp}"))
-        else:
+        elif not quiet:
             lines.append(f"{fd.path}: {fd.why}")
+        shown += not quiet
         links = [f.train, [f.summary], f.diagnostics]
         for level, paths in enumerate(links, start=1):
             if level > fd.level or (level == fd.level and level == 1):
@@ -136,6 +145,8 @@ def repair(
             lines.append(f"{state}: moved aside to state.corrupt-{stamp} (the run is retrained)")
             if not dry_run:
                 state.rename(state.with_name(f"state.corrupt-{stamp}"))
+    if len(findings) > shown:
+        lines.append(f"... and {len(findings) - shown} more run(s) without outputs")
     if findings:
         doomed.update(p for p in aggregates if p.exists())
         lines.append(
