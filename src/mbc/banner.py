@@ -86,8 +86,9 @@ def _cost(spec: RunSpec, n_params: int) -> float:
     return n_params * spec.train.batch_size * spec.task.seq_len
 
 
-def _rate(spec: RunSpec, device: str, threads: int, cache: Path) -> float:
-    """Steps/s of `spec` on this machine (5 timed steps), cached per shape."""
+def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True) -> float:
+    """Steps/s of `spec` on this machine (5 timed steps), cached per shape (not written
+    when `write` is false: a dry run leaves the outdir as it was)."""
     key = f"{device}|{threads}|{spec.model}|{spec.train.batch_size}|{spec.task.seq_len}"
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key in known:
@@ -100,6 +101,8 @@ def _rate(spec: RunSpec, device: str, threads: int, cache: Path) -> float:
     torch.set_num_threads(threads)
     rate = measure_steps_per_s(spec, pick_device(device), steps=5)
     known[key] = rate
+    if not write:
+        return rate
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(f".tmp{os.getpid()}")
     tmp.write_text(json.dumps(known, indent=1))
@@ -125,9 +128,15 @@ def _size(n_bytes: float) -> str:
 
 
 def banner_lines(
-    cfg: Config, *, cores: int | None, executor: str = "local", measure: bool = True
+    cfg: Config,
+    *,
+    cores: int | None,
+    executor: str = "local",
+    measure: bool = True,
+    dry_run: bool = False,
 ) -> list[str]:
-    """The banner's lines. `measure=False` skips the steps/s measurement (no time shown)."""
+    """The banner's lines. `measure=False` skips the steps/s measurement (no time shown);
+    `dry_run` writes nothing (the measurement is not cached)."""
     specs = cfg.specs
     out = Path(cfg.outdir)
     device = str(cfg.raw.get("device", "auto"))
@@ -187,7 +196,7 @@ def banner_lines(
         ref = next(s for s in todo.values()
                    if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0])  # fmt: skip
         t0 = time.perf_counter()
-        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json")
+        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run)
         ref_cost = _cost(ref, params[ref.model])
         seconds = {}
         for r, spec in todo.items():

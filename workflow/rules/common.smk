@@ -36,7 +36,7 @@ DRY_RUN, EXECUTOR = mbc.banner.invocation(sys.argv)
 # What this invocation is about to do and what it costs (also under -n).
 if MAIN_PROCESS:
     for line in mbc.banner.banner_lines(
-        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR
+        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
     ):
         print(line, file=sys.stderr)
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
