@@ -26,9 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 from mbc.config import Config
-from mbc.estimate import D_EXPONENT, eval_step_equivalents, expected_steps, measured_taus
 from mbc.spec import RunSpec
-from mbc.train import eval_schedule
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
 
@@ -141,12 +139,12 @@ def banner_lines(
     out = Path(cfg.outdir)
     device = str(cfg.raw.get("device", "auto"))
     threads = int(cfg.raw.get("threads", 1))
-    if device == "auto":
+    done = {r for r in specs if (out / "runs" / r / "summary.json").exists()}
+    todo = {r: s for r, s in specs.items() if r not in done}
+    if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    done = {r for r in specs if (out / "runs" / r / "summary.json").exists()}
-    todo = {r: s for r, s in specs.items() if r not in done}
     lines = [
         f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
         f"training job, executor {executor}, --cores {cores if cores else 'n/a'})",
@@ -155,6 +153,11 @@ def banner_lines(
     if not todo:
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines
+
+    # torch comes with these: only paid when something is left to train (every Snakemake
+    # start-up, a figure rebuilt alone included, passes through here)
+    from mbc.estimate import D_EXPONENT, eval_step_equivalents, expected_steps, measured_taus
+    from mbc.train import eval_schedule
 
     measured = measured_taus(cfg.outdir, specs)
     law = [m["tau"] / specs[i].task.d**D_EXPONENT for i, m in measured.items()
