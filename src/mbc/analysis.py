@@ -69,7 +69,13 @@ def fit_table(
 ) -> pd.DataFrame:  # fmt: skip
     """One row per fit (and per `by` value), then one per `differences` entry: the exponent
     of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two."""
-    out, sources = [], {}
+    out, fitted = [], {}  # name -> (fit, its rows, x, y)
+
+    def add(rows: pd.DataFrame, name: str, x: str, y: str) -> None:
+        fit = _fit(rows, name, x, y, boot)
+        fitted[name] = (fit, rows, x, y)
+        out.append(fit.to_row())
+
     for spec in fits:
         table = hessian if spec.get("table") == "hessian" else tau
         if spec.get("table") == "hessian":
@@ -79,25 +85,18 @@ def fit_table(
         y = spec.get("y", "anisotropy" if spec.get("table") == "hessian" else "tau")
         if "by" in spec:
             for value, sub in sorted(rows.groupby(spec["by"]), key=lambda kv: kv[0]):
-                name = f"{spec['name']}_at_{spec['by']}{value:g}"
-                sources[name] = (sub, spec["x"], y)
-                out.append(_fit(sub, name, spec["x"], y, boot).to_row())
+                add(sub, f"{spec['name']}_at_{spec['by']}{value:g}", spec["x"], y)
         else:
-            sources[spec["name"]] = (rows, spec["x"], y)
-            out.append(_fit(rows, spec["name"], spec["x"], y, boot).to_row())
+            add(rows, spec["name"], spec["x"], y)
     for diff in differences or []:
         a, b = diff["of"]
-        if a not in sources or b not in sources:
+        if a not in fitted or b not in fitted:
             raise ValueError(f"fit_differences {diff['name']!r}: no fit named {a!r} or {b!r}")
-        # the second fit re-drawn with another bootstrap seed: the two are independent
-        fa, fb = _fit(*_named(sources[a], a), boot), _fit(*_named(sources[b], b), boot, 1)
-        out.append(exponent_difference(fa, fb, diff["name"]).to_row())
+        # the second fit re-drawn with the next bootstrap seed: the two are independent
+        _, rows, x, y = fitted[b]
+        fb = _fit(rows, b, x, y, boot, seed_offset=1)
+        out.append(exponent_difference(fitted[a][0], fb, diff["name"]).to_row())
     return pd.DataFrame(out, columns=FIT_COLUMNS)
-
-
-def _named(source: tuple, name: str) -> tuple:
-    rows, x, y = source
-    return rows, name, x, y
 
 
 def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:
