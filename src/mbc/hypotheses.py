@@ -59,17 +59,29 @@ def combine(verdicts: list[str]) -> str:
     return "inconclusive"
 
 
-def _decide_pattern(pattern: str, t: dict, statistics: pd.DataFrame) -> list[tuple]:
-    """(name, value, lo, hi, verdict) of every statistic matching `pattern` under test t."""
+def decide_pattern(pattern: str, t: dict, statistics: pd.DataFrame) -> list[tuple]:
+    """(name, value, lo, hi, verdict) of every statistic matching `pattern` under test t
+    (its direction, threshold and, for `within`, center); one "not enough data" row when
+    none matches. The robustness statements (mbc.robustness) are decided the same way."""
     names = [n for n in statistics["name"] if fnmatch.fnmatchcase(n, pattern)]
     if not names:
         return [(pattern, math.nan, math.nan, math.nan, "not enough data")]
     out = []
     for n in names:
         s = statistics.loc[statistics.name == n].iloc[0]
-        out.append((n, s.value, s.ci_low, s.ci_high,
-                    decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"])))  # fmt: skip
+        verdict = decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"],
+                         t.get("center", 0.0))  # fmt: skip
+        out.append((n, s.value, s.ci_low, s.ci_high, verdict))
     return out
+
+
+def rule_text(t: dict) -> str:
+    """The decision rule of test t, as the tables print it."""
+    if t["direction"] == "within":
+        c, w = t.get("center", 0.0), t["threshold"]
+        return f"supported if CI within {c:g} +/- {w:g}; falsified if CI wholly outside"
+    sign = ">" if t["direction"] == "greater" else "<"
+    return f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side"
 
 
 def _describe(parts: list[tuple]) -> str:
@@ -84,16 +96,14 @@ def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFr
         parts, ours = [], []
         dual = any("ours" in t and t["ours"] != t["statistic"] for t in h["tests"])
         for t in h["tests"]:
-            parts += [(*p, t) for p in _decide_pattern(t["statistic"], t, statistics)]
-            ours += _decide_pattern(t.get("ours", t["statistic"]), t, statistics)
+            parts += [(*p, t) for p in decide_pattern(t["statistic"], t, statistics)]
+            ours += decide_pattern(t.get("ours", t["statistic"]), t, statistics)
         overall = combine([p[4] for p in parts])
         ours_verdict = combine([p[4] for p in ours])
         for n, value, lo, hi, v, t in parts:
-            sign = ">" if t["direction"] == "greater" else "<"
             rows.append({
                 "id": hid, "mechanism": h["mechanism"], "prediction": h["prediction"],
-                "statistic": n, "value": value, "ci_low": lo, "ci_high": hi,
-                "rule": f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side",
+                "statistic": n, "value": value, "ci_low": lo, "ci_high": hi, "rule": rule_text(t),
                 "verdict": overall, "test_verdict": v, "why": t.get("why", ""),
                 "ours_verdict": ours_verdict, "ours": _describe(ours),
                 "robust_to_definition": ours_verdict == overall, "dual": dual,

@@ -13,14 +13,13 @@ Three tables, all declared under config `robustness:`:
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 
 import numpy as np
 import pandas as pd
 
-from mbc.hypotheses import combine, decide
+from mbc.hypotheses import combine, decide_pattern, rule_text
 from mbc.statistics import _boot
 
 INIT_SCALE_COLUMNS = [
@@ -93,24 +92,11 @@ def comparison_table(compare: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
-def rule_text(t: dict) -> str:
-    if t["direction"] == "within":
-        c, w = t.get("center", 0.0), t["threshold"]
-        return f"supported if CI within {c:g} +/- {w:g}; falsified if CI wholly outside"
-    sign = ">" if t["direction"] == "greater" else "<"
-    return f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side"
-
-
 def robustness_table(tests: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
     """One row per (statement, matched statistic); `verdict` combines a statement's rows."""
     out = []
     for t in tests:
-        names = [n for n in stats.name if fnmatch.fnmatchcase(n, t["statistic"])]
-        parts = []
-        for n in names or [t["statistic"]]:
-            v, lo, hi = _value(stats, n if names else None)
-            parts.append((n, v, lo, hi, decide(v, lo, hi, t["direction"], t["threshold"],
-                                               t.get("center", 0.0))))  # fmt: skip
+        parts = decide_pattern(t["statistic"], t, stats)
         overall = combine([p[4] for p in parts])
         for n, v, lo, hi, verdict in parts:
             out.append({
