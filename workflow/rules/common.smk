@@ -74,20 +74,24 @@ def diag_path(kind, run_id, suffix=""):
     return f"{OUT}/diagnostics/{kind}/{run_id}{suffix}.csv"
 
 
+# Per-run diagnostic tables: aggregated name -> (diagnostic, file suffix)
+DIAG_TABLES = {
+    "collective": ("collective", ""),
+    "collective_summary": ("collective", "_summary"),
+    "routing_attention": ("routing", "_attention"),
+    "routing_ablation": ("routing", "_ablation"),
+    "hessian": ("hessian", ""),
+}
+DIAGNOSED = {
+    kind: diagnosed_runs(kind) for kind in {k for k, _ in DIAG_TABLES.values()}
+}
 # Aggregated tidy tables: name -> the per-run files stacked into {OUT}/<name>.csv
 TABLES = {
     "metrics": [run_path(r, "metrics.csv") for r in SPECS],
-    "collective": [diag_path("collective", r) for r in diagnosed_runs("collective")],
-    "collective_summary": [
-        diag_path("collective", r, "_summary") for r in diagnosed_runs("collective")
-    ],
-    "routing_attention": [
-        diag_path("routing", r, "_attention") for r in diagnosed_runs("routing")
-    ],
-    "routing_ablation": [
-        diag_path("routing", r, "_ablation") for r in diagnosed_runs("routing")
-    ],
-    "hessian": [diag_path("hessian", r) for r in diagnosed_runs("hessian")],
+    **{
+        name: [diag_path(kind, r, sfx) for r in DIAGNOSED[kind]]
+        for name, (kind, sfx) in DIAG_TABLES.items()
+    },
 }
 
 
@@ -103,12 +107,6 @@ def run_inputs(wc):
 
 # A missing or corrupt per-run artefact: rebuild its chain (mbc.integrity).
 if MAIN_PROCESS:
-    DIAG_FILES = {
-        "collective": ("", "_summary"),
-        "routing": ("_attention", "_ablation"),
-        "hessian": ("",),
-    }
-    _diagnosed = {k: set(diagnosed_runs(k)) for k in DIAG_FILES}
     _runs = [
         mbc.integrity.RunFiles(
             run_id=r,
@@ -119,10 +117,9 @@ if MAIN_PROCESS:
             ],
             summary=Path(run_path(r, "summary.json")),
             diagnostics=[
-                Path(diag_path(k, r, sfx))
-                for k, sfxs in DIAG_FILES.items()
-                if r in _diagnosed[k]
-                for sfx in sfxs
+                Path(diag_path(kind, r, sfx))
+                for kind, sfx in DIAG_TABLES.values()
+                if r in DIAGNOSED[kind]
             ],
         )
         for r, s in SPECS.items()
