@@ -26,8 +26,7 @@ REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's rev
 @dataclass(frozen=True)
 class TaskSpec:
     """The task (docs/method.md#task-variants). `direction`: bz_to_a (the main task, B and z
-    in, A out) or a reverse
-    task, B out: az_to_b (A and z in, the author's reverse task; z is redundant since every
+    in, A out) or a reverse task, B out: az_to_b (A and z in, the author's reverse task; z is redundant since every
     A is unique) or a_to_b (A alone in)."""
 
     k: int = 10

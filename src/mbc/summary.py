@@ -19,7 +19,8 @@ from mbc.spec import RunSpec, grid_mask
 
 TAU_COLUMNS = [
     "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
-    "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
+    "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor",
+    "label_noise", "seed",
     "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
@@ -209,11 +210,11 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
 
 def run_columns(run: Run) -> dict:
     """The descriptive columns of one (experiment, run) row."""
-    t, o = run.spec.task, run.spec.train
+    t, o, m = run.spec.task, run.spec.train, run.spec.model
     return {
         "run_id": run.run_id, "experiment": run.experiment, "task": t.direction,
-        "model": run.spec.model.kind, "init": run.spec.model.init,
-        "init_std": run.spec.model.weight_std, "init_scale": run.spec.model.init_scale, "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
+        "model": m.kind, "init": m.init, "init_std": m.weight_std, "init_scale": m.init_scale,
+        "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
         "batch_size": o.batch_size, "z_length": t.z_length, "sharing": t.sharing,
         "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor,
         "label_noise": t.label_noise, "seed": run.spec.seed,
