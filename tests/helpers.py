@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,3 +81,20 @@ def last_resume_step(log_jsonl: Path) -> int:
         if row.get("event") == "resume":
             step = row["step"]
     return step
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def smoke_args(out: Path) -> list[str]:
+    """--config for the smoke preset with every output (the PDF included) under `out`."""
+    return ["--config", "preset=smoke", f"outdir={out}", f"paper_pdf={out}/paper/main.pdf"]
+
+
+def snakemake(*args, check=True) -> subprocess.CompletedProcess:
+    """`snakemake --cores 2 ARGS` in the repository; a failure raises with the output's tail."""
+    cmd = [snakemake_exe(), "--cores", "2", *args]
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    if check and res.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
+    return res

@@ -222,3 +222,35 @@ def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
     assert readable("fit:tau_vs_k_at_d2000", labels) == "tau-vs-K exponent at D = 2000"
     assert readable("fit_r2:tau_vs_d", labels).startswith("R^2 of the fit: ")
     assert readable("no_label_here", labels) == "no_label_here"
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("preset: smoke\nfoo: [1, 2\n", "my.yaml, line 3, column 1: not valid YAML"),
+        ("a: 1\n\tb: 2\n", "my.yaml, line 2, column 1: not valid YAML"),
+        ("- smoke\n", "my.yaml: must be a mapping of config keys, not a list"),
+        ("defaults:\n  train:\n    lr: -1\n", "config key 'defaults.train.lr' = -1"),
+        ("preset: quik\n", "config key 'preset' = 'quik': unknown preset"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_naming_the_file_or_key(tmp_path, capsys, text, said):
+    """`python -m mbc.config FILE`: what Snakemake's own --configfile reading cannot say."""
+    from mbc.config import main
+
+    (tmp_path / "my.yaml").write_text(text)
+    assert main([str(tmp_path / "my.yaml"), "--base", str(ROOT / "config.yaml")]) == 1
+    out = capsys.readouterr().out
+    assert out.startswith("mbc: ") and said in out and out.count("\n") == 1, out
+
+
+def test_config_files_merge_in_order_over_the_base(tmp_path, capsys):
+    from mbc.config import main
+
+    (tmp_path / "a.yaml").write_text("preset: quick\noutdir: /tmp/a\n")
+    (tmp_path / "b.yaml").write_text("outdir: /tmp/b\n")
+    base = ["--base", str(ROOT / "config.yaml")]
+    assert main([str(tmp_path / "a.yaml"), str(tmp_path / "b.yaml"), *base]) == 0
+    assert "preset quick" in (out := capsys.readouterr().out) and "outdir /tmp/b" in out
+    assert main([str(tmp_path / "missing.yaml"), *base]) == 1
+    assert "missing.yaml: cannot read (No such file or directory)" in capsys.readouterr().out

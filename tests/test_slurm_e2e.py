@@ -3,7 +3,8 @@
 test_smoke_through_slurm_equals_local
     The whole smoke preset runs to completion through profiles/slurm-test, every rule's
     every job inside a Slurm allocation (checked in the Slurm job logs), and its outputs
-    are identical to a local `snakemake --cores 2` run of the same preset: every CSV table
+    are identical to a local `snakemake --cores 2` run of the same preset (the session's
+    `smoke` fixture): every CSV table
     (minus the timing column `wall_s`), every run's summary.json, numbers.tex and the
     LaTeX tables. Figures (and the paper PDF, when TeX is installed) exist in both; PDFs
     embed timestamps, so they are not compared byte for byte.
@@ -25,9 +26,10 @@ changing what runs (see profiles/slurm-test/config.yaml and profiles/SLURM_NOTES
   job per dataset (one start-up less per rule);
 * the test node declares NODE_CPUS CPUs on a 2-core machine and the profile allows 8 jobs,
   so jobs waiting for start-up or for a status poll overlap instead of idling the cores;
-* everything that can overlap does: the local reference runs run concurrently with the
-  Slurm runs, and the preemption scenario (mostly waiting) runs in the background while
-  the smoke runs go on. Its checks stay in its own test.
+* the local reference of the smoke preset is the session's `smoke` run (conftest), shared
+  with test_workflow, so the preset runs locally once per test session;
+* the preemption scenario (mostly waiting) runs in the background while the smoke runs
+  go on. Its checks stay in its own test.
 Wall times are printed (`pytest -s`); measured values are in profiles/SLURM_NOTES.md.
 
 Skipped when the Slurm/munge binaries (or root, or the plugin) are missing, unless CI is
@@ -319,14 +321,11 @@ def test_test_profile_dag_is_valid(tmp_path):
     assert not out.exists()
 
 
-def test_smoke_through_slurm_equals_local(cluster, preemption, tmp_path):
-    local_out, slurm_out = tmp_path / "local", tmp_path / "slurm"
+def test_smoke_through_slurm_equals_local(cluster, preemption, smoke, tmp_path):
+    # `smoke` (conftest) is the local reference, shared with test_workflow: it runs while
+    # the preemption scenario waits, then the same preset goes through Slurm.
+    local_out, slurm_out = smoke, tmp_path / "slurm"
     t0 = time.monotonic()
-    local = Run(
-        ["--cores", "2", "all", *_config_args(local_out)],
-        tmp_path / "local.log",
-        "smoke: local run (--cores 2)",
-    )
     slurm = Run(
         ["--profile", str(TEST_PROFILE), "all", *_config_args(slurm_out)],
         tmp_path / "slurm.log",
@@ -334,12 +333,9 @@ def test_smoke_through_slurm_equals_local(cluster, preemption, tmp_path):
     )
     try:
         rc_slurm = slurm.wait()
-        rc_local = local.wait()
     finally:
         slurm.stop()
-        local.stop()
-    print(f"smoke: both runs (concurrent): {time.monotonic() - t0:.1f}s")
-    assert rc_local == 0, local.tail()
+    print(f"smoke: the run through Slurm: {time.monotonic() - t0:.1f}s")
     assert rc_slurm == 0, slurm.tail() + "\n" + cluster.log_tail()
 
     # Every job of the DAG (all but the target rule `all`) executed inside a Slurm job,

@@ -4,34 +4,14 @@ import math
 import os
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import smoke_args, snakemake
 
 from mbc.summary import TAU_COLUMNS
 
-ROOT = Path(__file__).resolve().parents[1]
-SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
-
 pytestmark = pytest.mark.slow
-
-
-def snakemake(*args, check=True):
-    cmd = [SNAKEMAKE, "--cores", "2", *args]
-    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
-    if check and res.returncode != 0:
-        raise AssertionError(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
-    return res
-
-
-@pytest.fixture(scope="session")
-def smoke(tmp_path_factory):
-    out = tmp_path_factory.mktemp("smoke") / "results"
-    snakemake("all", *smoke_args(out))
-    return out
 
 
 def test_smoke_tau_table(smoke):
@@ -78,10 +58,6 @@ def test_cuda_without_cuda_is_refused_at_start_up(tmp_path):
                     check=False)  # fmt: skip
     assert res.returncode != 0
     assert "mbc: config key 'device' = 'cuda': CUDA is not available" in res.stdout + res.stderr
-
-
-def smoke_args(out):
-    return ["--config", "preset=smoke", f"outdir={out}", f"paper_pdf={out}/paper/main.pdf"]
 
 
 def test_smoke_builds_the_whole_paper(smoke):

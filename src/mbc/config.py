@@ -34,6 +34,10 @@ class ConfigError(ValueError):
         super().__init__(f"config key '{key}' = {value!r}: {why}")
 
 
+class ConfigFileError(ValueError):
+    """A config file that cannot be read or is not a YAML mapping; the message names it."""
+
+
 @dataclass(frozen=True)
 class Run:
     """One (experiment, run) membership: identical specs in two experiments train once."""
@@ -398,3 +402,58 @@ def _check_references(cfg: dict, known: set[str]) -> None:
     band = cfg.get("plateau_sensitivity", {}).get("band")
     if band is not None and not band[0] < 1 < band[1]:
         raise ConfigError("plateau_sensitivity.band", band, "need low < 1 < high")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from `path`; a missing file or a syntax error is one ConfigFileError
+    line naming the file (and the line and column, as the user's editor counts them)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        def at(mark) -> str:
+            return f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+        started = f"; {exc.context} at {at(exc.context_mark)}" if exc.context_mark else ""
+        where = f", {at(exc.problem_mark)}" if exc.problem_mark else ""
+        raise ConfigFileError(f"{path}{where}: not valid YAML ({exc.problem}{started})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"{path}: must be a mapping of config keys, not a {type(data).__name__}")
+    return data
+
+
+def check_files(paths: list[str], base: str | Path = "config.yaml") -> Config:
+    """What `snakemake --configfile P1 P2 ...` would start with: the files merged in order
+    over `base`, then validated like the workflow does at start-up."""
+    over: dict = {}
+    for path in paths:
+        over = deep_merge(over, read_yaml(path))
+    return load(deep_merge(read_yaml(base), over), over)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mbc.config [--base config.yaml] FILE ...`: check config files before a run.
+    Snakemake reads `--configfile` itself, before our Snakefile runs, so its own messages
+    for a missing file or a YAML error name no file or line; this check does."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mbc.config", description=main.__doc__)
+    parser.add_argument("files", nargs="*", help="files you would pass to --configfile")
+    parser.add_argument("--base", default="config.yaml", help="the workflow's config.yaml")
+    args = parser.parse_args(argv)
+    try:
+        cfg = check_files(args.files, args.base)
+    except (ConfigError, ConfigFileError) as exc:
+        print(f"mbc: {exc}")
+        return 1
+    print(f"mbc: valid: preset {cfg.preset}, {len(cfg.specs)} runs, outdir {cfg.outdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
