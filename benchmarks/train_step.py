@@ -4,23 +4,25 @@
                                     [--device auto|cpu|cuda] [--k 5,20,36] [--packed R]
                                     [--compile] [--json PATH]
 
-What it measures (spec sections 2 and 7: 4 layers, d_model 128, batch 128, 15 input
+What it measures (docs/method.md#model: 4 layers, d_model 128, batch 128, 15 input
 positions, 5 target positions; 807,720 parameters):
 
 (a) ours       the training step exactly as `mbc.train.train_run` runs it: the model of
                `mbc.model.build_model`, the loss of `mbc.train.step_functions` for the
-               default `train` config (`train.engine: fast`, i.e. `mbc.engine`), the
-               optimiser of `mbc.train.make_optimizer`, batches from `BatchOrder`;
-    plain      the same step with `train.engine: plain` (`mbc.metrics.training_loss`);
+               default `train` config (the model's forward: last block at the target
+               positions only), the optimiser of `mbc.train.make_optimizer`, batches
+               from `BatchOrder`;
+    plain      the same step with every position through the last block
+               (`Transformer.forward(all_positions=True)`): what the pruning buys;
 (b) reference  the same architecture written the plain way (nn.MultiheadAttention, logits
                at all 15 positions, loss on the 5 target positions, torch.optim.AdamW with
                default implementation choice), started from our initial weights;
 (c) roofline   the GEMMs of ours' step (forward, input- and weight-gradients: 3x the
-               forward FLOPs; the engine's last layer runs queries, output projection and
+               forward FLOPs; the model's last layer runs queries, output projection and
                MLP at the 5 target positions only), timed alone at the step's exact shapes:
                1 / their total time is the steps/s a step made of nothing but matmuls would
                reach. roofline_full: the same for the unpruned model (plain, reference);
-(d) evaluation the in-loop evaluation `train_run` runs (`mbc.engine.evaluate`; without
+(d) evaluation the in-loop evaluation `train_run` runs (`mbc.metrics.evaluate_shared_prefix`; without
                --quick also `mbc.metrics.evaluate`) on the evaluation batch `mbc.train`
                builds (n_contexts x K candidates + the z-shuffle batch), as a fraction of
                the training time between two uniform evaluations:
@@ -148,7 +150,7 @@ def step_gemms(
     A linear layer y = x W^T with x (M, K), W (N, K) costs one forward GEMM and two in
     backward (dx = dy W, dW = dy^T x): 3x the forward FLOPs. Attention adds batched
     (t x d_head x t) matmuls over batch * heads. prune_last: the last layer as
-    `mbc.engine` runs it (queries, output projection and MLP at the n_targets positions,
+    `mbc.model.Transformer` runs it (queries, output projection and MLP at the n_targets positions,
     keys and values at all t).
     """
     d, f, layers = spec.d_model, spec.d_mlp, spec.n_layers
@@ -285,7 +287,7 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
     """ours / plain / reference, all from our initial weights and one batch order each.
 
     ours is `train_run`'s step for `spec.train` (its loss from `mbc.train.step_functions`);
-    plain is the same with `train.engine: plain`.
+    plain is the same with every position through the last block (not pruned).
     """
     gen = torch.Generator().manual_seed(stream_seed(seed, STREAM_INIT))
     ours = build_model(spec.model, spec.task, gen).to(device).train()
@@ -294,7 +296,11 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
     order = lambda: BatchOrder(d, b, seed, device)  # noqa: E731
 
     plain = _copy_model(spec, init, device)
-    plain_train = dataclasses.replace(spec.train, engine="plain", compile=False)
+    p = spec.task.first_pred_pos
+
+    def plain_loss(seqs: torch.Tensor) -> torch.Tensor:
+        logits = plain(seqs, all_positions=True)[:, p:]
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[:, p + 1 :].reshape(-1))
 
     ref = RefTransformer(spec.model).to(device).train()
     ref.load_state_dict(to_reference(init))
@@ -314,7 +320,7 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
         "plain": Trainer(
             plain,
             make_optimizer(plain, spec, device),
-            step_functions(plain_train, plain)[0],
+            plain_loss,
             tokens,
             order(),
         ),
@@ -438,8 +444,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # timing: interleaved
     fns: dict[str, Callable] = {k: x.step for k, x in tr.items()}
-    fast = spec.train.engine == "fast"  # the engine prunes the last layer
-    for name, prune in (("roofline", fast), ("roofline_full", False)):
+    for name, prune in (("roofline", True), ("roofline_full", False)):
         fns[name] = gemm_pass(spec.model, b, t_in, n_t, device, prune_last=prune)
         fns[name]()
     if args.compile:
@@ -463,7 +468,7 @@ def main(argv: list[str] | None = None) -> dict:
     step_s = {k: med(v) for k, v in times.items()}
     res["clock"] = CLOCK
     res["step_wall_s"] = {k: med(v) for k, v in walls.items()}
-    pruned_flops = step_flops(spec.model, b, t_in, n_t, prune_last=fast)
+    pruned_flops = step_flops(spec.model, b, t_in, n_t, prune_last=True)
     full_flops = step_flops(spec.model, b, t_in, n_t)
     flops = {k: full_flops if k in ("plain", "reference", "roofline_full") else pruned_flops
              for k in step_s}  # fmt: skip
@@ -582,7 +587,7 @@ def main(argv: list[str] | None = None) -> dict:
 RATIO_NOTES = {
     "ours/reference": "reference step time / ours (speed-up over the plain eager model)",
     "ours/roofline": "matmul-only time of ours' GEMMs / ours (1 = nothing but GEMMs)",
-    "ours/plain": "train.engine plain / fast (what the engine buys)",
+    "ours/plain": "every position through the last block / pruned (what pruning buys)",
     "ours/roofline_full": "matmul-only time of the unpruned model's GEMMs / ours",
     "ours_compiled/ours": "train.compile true / false",
     "ours_compiled/reference": "reference / ours with train.compile true",

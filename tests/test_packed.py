@@ -97,26 +97,30 @@ def test_packed_refuses_a_regime_it_does_not_implement(train):
 @pytest.mark.parametrize(
     "task", [{}, {"direction": "a_to_b"}, {"direction": "az_to_b"}, {"z_length": 4, "k": 5}]
 )
-def test_engine_paths_equal_the_plain_ones(task):
-    """mbc.engine (used by the packed model) computes what mbc.model / mbc.metrics do."""
+def test_forward_and_shared_prefix_evaluation_equal_the_textbook_paths(task):
+    """The model's forward (used by the packed model's blocks too) against the textbook
+    forward, gradients included; the shared-prefix evaluation against the full one."""
     import numpy as np
+    from reference_model import reference_logits
 
-    from mbc import engine
-    from mbc.metrics import evaluate, fixed_contexts, make_eval_batch
+    from mbc.metrics import evaluate, evaluate_shared_prefix, fixed_contexts, make_eval_batch
 
     spec = _with(tiny_spec(), **task)
     ds = build_dataset(spec.task, 0)
     _, model, _ = independent_losses(spec, ds, steps=10)
     x = ds.tokens[:32]
-    torch.testing.assert_close(engine.target_logits(model, x), model(x), rtol=1e-5, atol=1e-5)
-    a, b = training_loss(model, x), engine.training_loss(model, x)
+    ref = reference_logits(model, x)
+    torch.testing.assert_close(model(x), ref, rtol=1e-5, atol=1e-5)
+    n_t = spec.task.n_targets
+    a = training_loss(model, x)
+    b = torch.nn.functional.cross_entropy(ref.reshape(-1, ref.shape[-1]), x[:, -n_t:].reshape(-1))
     torch.testing.assert_close(a, b)
     params = list(model.parameters())
     for ga, gb in zip(torch.autograd.grad(a, params), torch.autograd.grad(b, params), strict=True):
         torch.testing.assert_close(ga, gb, rtol=1e-4, atol=1e-6)
     rng = np.random.default_rng(0)
     batch = make_eval_batch(ds, fixed_contexts(ds, 20, rng), rng)
-    plain, fast = evaluate(model, batch), engine.evaluate(model, batch, chunk=20)
+    plain, fast = evaluate(model, batch), evaluate_shared_prefix(model, batch, chunk=20)
     assert plain.keys() == fast.keys()
     for k in plain:
         assert np.isclose(plain[k], fast[k], rtol=1e-5, atol=1e-6, equal_nan=True), k

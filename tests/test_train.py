@@ -116,18 +116,21 @@ def _with_train(spec, **kw):
 
 
 def test_train_engine_selects_the_implementation():
-    """`fast` is mbc.engine and `plain` mbc.metrics, bitwise; `fast` is the default."""
-    from mbc import engine, metrics
-    from mbc.train import step_functions
+    """`fast` evaluates with the shared prefix, `plain` every candidate sequence in full;
+    both train with the one training loss; `fast` is the default."""
+    from mbc import metrics
+    from mbc.train import ENGINES, step_functions
 
     spec = tiny_spec()
     assert spec.train.engine == "fast" and spec.train.compile is False
     ds = build_dataset(spec.task, 0)
     model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
     x = ds.tokens[:16]
-    for name, want in (("fast", engine.training_loss), ("plain", metrics.training_loss)):
+    assert ENGINES["fast"][1] is metrics.evaluate_shared_prefix
+    assert ENGINES["plain"][1] is metrics.evaluate
+    for name in ("fast", "plain"):
         loss, _ = step_functions(_with_train(spec, engine=name).train, model)
-        assert torch.equal(loss(x), want(model, x)), name
+        assert torch.equal(loss(x), metrics.training_loss(model, x)), name
     with pytest.raises(ValueError, match="train.engine"):
         step_functions(_with_train(spec, engine="turbo").train, model)
 
@@ -206,7 +209,7 @@ def test_learning_rate_schedules_match_their_closed_form():
 
 
 def test_clipping_bounds_the_gradient_norm_of_the_update():
-    from mbc.engine import train_step
+    from mbc.train import train_step
 
     spec = tiny_spec()
     ds = build_dataset(spec.task, 0)

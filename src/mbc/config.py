@@ -414,6 +414,7 @@ def read_yaml(path: str | Path) -> dict:
     try:
         data = yaml.safe_load(text)
     except yaml.MarkedYAMLError as exc:
+
         def at(mark) -> str:
             return f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
 
@@ -423,7 +424,9 @@ def read_yaml(path: str | Path) -> dict:
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise ConfigFileError(f"{path}: must be a mapping of config keys, not a {type(data).__name__}")
+        raise ConfigFileError(
+            f"{path}: must be a mapping of config keys, not a {type(data).__name__}"
+        )
     return data
 
 

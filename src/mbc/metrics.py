@@ -6,11 +6,14 @@ the candidate scores give L_cand and accuracy, and the row of the true candidate
 clean sequence itself, so clean token and first-target losses come for free. The z-shuffle
 batch replaces each context's selector by a wrong one of the same group (a derangement
 of values: example j gets selector (j + r) mod K, r in 1..K-1, so none keeps its own z).
+`evaluate` runs every candidate sequence in full; `evaluate_shared_prefix` (what training
+uses, `train.engine: fast`) runs each context's common prefix once for its K candidates.
 """
 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mbc.data import Dataset
+from mbc.model import Transformer, attend, use_sdpa
 from mbc.spec import TaskSpec
 
 
@@ -80,7 +84,8 @@ def fixed_contexts(ds: Dataset, n_contexts: int, rng: np.random.Generator) -> to
 
 
 def target_logprobs(model: nn.Module, seqs: torch.Tensor, chunk: int = 8192, **kw) -> torch.Tensor:
-    """Per-position log-probabilities of the target tokens: (n, n_targets)."""
+    """Per-position log-probabilities of the target tokens: (n, n_targets); kw go to the
+    model's forward (hooks)."""
     n_t = model.task.n_targets
     out = []
     for i in range(0, seqs.shape[0], chunk):
@@ -112,27 +117,133 @@ def token_loss(model: nn.Module, seqs: torch.Tensor, **kw) -> torch.Tensor:
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batch: EvalBatch) -> dict[str, float]:
-    """All in-loop metrics on one fixed batch (model switched to eval and back)."""
+    """All in-loop metrics on one fixed batch, every candidate sequence run in full (the
+    reference for `evaluate_shared_prefix`, and the path of the E13 linear baseline)."""
+    k = batch.task.k
+    with _eval_mode(model):
+        lp = target_logprobs(model, batch.candidates).view(batch.n_contexts, k, -1)  # (n, K, n_t)
+        shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled)
+    return _metrics(lp, shuffled, batch)
+
+
+@torch.no_grad()
+def evaluate_shared_prefix(model: nn.Module, batch: EvalBatch, chunk: int = 2048) -> dict:
+    """`evaluate`, with the K candidates of a context sharing one run of their common prefix
+    (a key/value cache): 2-4x faster, equal to float32 rounding.
+
+    chunk: candidate sequences per forward pass. Small on purpose: activations above
+    glibc's mmap threshold (32 MB at most) are mmapped and page-faulted afresh on every
+    call; at `evaluate`'s 8192 sequences that is ~40% of the evaluation's CPU time.
+    """
+    if not isinstance(model, Transformer):
+        return evaluate(model, batch)
+    task = batch.task
+    k, n_t, p = task.k, task.n_targets, task.first_pred_pos
+    seqs = batch.candidates.view(batch.n_contexts, k, -1)
+    ctx, answers = seqs[:, 0, : p + 1], seqs[:, :, -n_t:]
+    n_ctx = max(1, chunk // k)
+    with _eval_mode(model):
+        lp = torch.cat(
+            [
+                _candidate_logprobs(model, ctx[i : i + n_ctx], answers[i : i + n_ctx])
+                for i in range(0, batch.n_contexts, n_ctx)
+            ]
+        )
+        shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled, 512)
+    return _metrics(lp, shuffled, batch)
+
+
+@contextmanager
+def _eval_mode(model: nn.Module):
     was_training = model.training
     model.eval()
     try:
-        k = batch.task.k
-        lp = target_logprobs(model, batch.candidates).view(batch.n_contexts, k, -1)  # (n, K, n_t)
-        scores = lp.double().sum(-1)
-        lcand, correct = candidate_loss_from_scores(scores, batch.target)
-        true_lp = lp[torch.arange(batch.n_contexts, device=lp.device), batch.target]  # (n, n_t)
-        clean = -true_lp.double().mean()
-        out = {
-            "loss": float(clean),
-            "first_target_loss": float(-true_lp[:, 0].double().mean()),
-            "candidate_loss": float(lcand.mean()),
-            "candidate_accuracy": float(correct.double().mean()),
-        }
-        shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled)
-        out.update(z_shuffle_gaps(shuffled, true_lp, batch))
-        return out
+        yield
     finally:
         model.train(was_training)
+
+
+def _metrics(lp: torch.Tensor, shuffled: torch.Tensor | None, batch: EvalBatch) -> dict:
+    """The metrics from the candidates' target log-probs lp (n_ctx, K, n_t) and the
+    z-shuffled sequences' (n_ctx, n_t) or None."""
+    scores = lp.double().sum(-1)
+    lcand, correct = candidate_loss_from_scores(scores, batch.target)
+    true_lp = lp[torch.arange(batch.n_contexts, device=lp.device), batch.target]  # (n, n_t)
+    clean = -true_lp.double().mean()
+    out = {
+        "loss": float(clean),
+        "first_target_loss": float(-true_lp[:, 0].double().mean()),
+        "candidate_loss": float(lcand.mean()),
+        "candidate_accuracy": float(correct.double().mean()),
+    }
+    out.update(z_shuffle_gaps(shuffled, true_lp, batch))
+    return out
+
+
+def _attend_candidates(
+    q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, k_pre: torch.Tensor,
+    v_pre: torch.Tensor, k: int,
+) -> torch.Tensor:  # fmt: skip
+    """Causal attention of the K candidates' answer positions of each context over the
+    context's shared prefix and their own earlier answer positions.
+
+    q, k_own, v_own: (n, h, K * t, dh), candidate-major (candidate c holds rows c*t ..
+    c*t + t-1); k_pre, v_pre: (n, h, s, dh) the prefix. The prefix keys are used once per
+    context (the K candidates are rows of one matrix product), never copied per
+    candidate; the own-key part is a (t x t) causal block per candidate. One softmax
+    over [prefix keys, own keys]. Returns (n, h, K * t, dh).
+    """
+    n, h, kt, dh = q.shape
+    t = kt // k
+    scale = 1.0 / math.sqrt(dh)
+    s_pre = (q @ k_pre.transpose(-2, -1)) * scale  # (n, h, K t, s)
+    q5, k5, v5 = (x.view(n, h, k, t, dh) for x in (q, k_own, v_own))
+    s_own = (q5 @ k5.transpose(-2, -1)) * scale  # (n, h, K, t, t)
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    s_own = s_own.masked_fill(~causal, float("-inf"))
+    s_pre5 = s_pre.view(n, h, k, t, -1)
+    m = torch.maximum(s_pre5.amax(-1, keepdim=True), s_own.amax(-1, keepdim=True))
+    e_pre, e_own = (s_pre5 - m).exp(), (s_own - m).exp()
+    z = e_pre.sum(-1, keepdim=True) + e_own.sum(-1, keepdim=True)
+    out = (e_pre.view(n, h, kt, -1) @ v_pre).view(n, h, k, t, dh) + e_own @ v5
+    return (out / z).view(n, h, kt, dh)
+
+
+def _candidate_logprobs(model: Transformer, ctx: torch.Tensor, answers: torch.Tensor):
+    """Teacher-forced log-probs of every candidate answer behind one shared prefix, with the
+    model's own blocks (projections, W_O, MLP) and `attend` for the prefix.
+
+    ctx: (n, p + 1) the shared tokens up to the first target-predicting position;
+    answers: (n, K, n_t) candidate target tokens. Returns (n, K, n_t) log-probabilities.
+    Equivalent to running each full sequence ctx ++ answer through the model. The answer
+    positions of a context's K candidates form one stream (n, K * (n_t - 1), d), so every
+    linear layer runs on them in one product and the prefix is never repeated.
+    """
+    n, k, n_t = answers.shape
+    p = ctx.shape[1] - 1
+    t = n_t - 1
+    d = model.spec.d_model
+    sdpa = use_sdpa(ctx.device)
+    # prefix once per context
+    xp = model.tok_emb(ctx) + model.pos_emb.weight[: p + 1]
+    # answer inputs (all but the last target token), candidate-major within a context
+    xa = (model.tok_emb(answers[:, :, :-1]) + model.pos_emb.weight[p + 1 : p + n_t]).view(
+        n, k * t, d
+    )
+    for block in model.blocks:
+        a = block.attn
+        qp, kp, vp = a.project(block.ln1(xp))
+        qa, ka, va = a.project(block.ln1(xa))
+        xp = xp + a.output(attend(qp, kp, vp, 0, sdpa)[0])
+        xp = xp + block.feed_forward(xp)
+        xa = xa + a.output(_attend_candidates(qa, ka, va, kp, vp, k))
+        xa = xa + block.feed_forward(xa)
+    # predictions: position p (shared) then the answer positions p+1 .. p+n_t-1
+    first = model.unembed(model.ln_f(xp[:, p]))  # (n, vocab)
+    rest = model.unembed(model.ln_f(xa)).view(n, k, t, -1)
+    logits = torch.cat([first.unsqueeze(1).expand(n, k, -1).unsqueeze(2), rest], dim=2)
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, answers.unsqueeze(-1)).squeeze(-1)
 
 
 def z_shuffle_gaps(
@@ -156,7 +267,8 @@ def z_shuffle_gaps(
 
 
 def training_loss(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
-    """The training objective: mean CE over the target positions (A's characters and EOS)."""
+    """The training objective: mean CE over the target positions (A's characters and EOS).
+    Float32 logits and the loss in float32 (half-precision logits are promoted)."""
     n_t = model.task.n_targets
     logits = model(seqs)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, -n_t:].reshape(-1))

@@ -4,6 +4,9 @@ A paper-size step (batch 128 x 15 positions, d_model 128) is far too small to fi
 one run is bound by kernel-launch latency, not FLOPs. Packing R runs turns every
 matmul into one `torch.baddbmm` over R stacked weight matrices (and attention into one
 call over R * batch sequences), so a step of R runs costs about the launches of one.
+`PackedTransformer.forward` is a batched view of `mbc.model.Transformer.forward`: the same
+steps (the last block at the target positions only, `mbc.model.attend`) over R stacked
+weight sets.
 
 Each run keeps its own everything: initial weights (drawn exactly as `mbc.train` draws
 them, from the run's STREAM_INIT), dataset and batch order (`BatchOrder` of its own seed
@@ -29,8 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from mbc.data import STREAM_INIT, Dataset, stream_seed
-from mbc.engine import _attend, use_sdpa
-from mbc.model import Transformer, build_model
+from mbc.model import Transformer, attend, build_model, use_sdpa
 from mbc.spec import RunSpec
 from mbc.train import BatchOrder, make_optimizer
 
@@ -117,7 +119,8 @@ class PackedTransformer(nn.Module):
                 kv = self._linear(y, f"{b}.attn.qkv", slice(d, 3 * d))
                 k, v = (self._heads(u) for u in kv.split(d, -1))
                 x, off = x[:, :, p:], p
-            x = x + self._linear(self._merge(_attend(q, k, v, off, sdpa), r), f"{b}.attn.out")
+            z, _ = attend(q, k, v, off, sdpa)
+            x = x + self._linear(self._merge(z, r), f"{b}.attn.out")
             hid = F.gelu(self._linear(self._ln(x, f"{b}.ln2"), f"{b}.mlp.0"))
             x = x + self._linear(hid, f"{b}.mlp.2")
         if self.spec.n_layers == 0:

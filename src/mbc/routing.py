@@ -24,18 +24,6 @@ ROUTING_HEAD_COLUMNS = [
 ]  # fmt: skip
 
 
-@torch.no_grad()
-def attention_to_z(model, batch: EvalBatch) -> torch.Tensor:
-    """(n_layers, n_heads) mean attention mass on the z positions from the first-prediction query."""
-    task = batch.task
-    clean = batch.candidates.view(batch.n_contexts, task.k, -1)[
-        torch.arange(batch.n_contexts), batch.target
-    ]
-    pats = model.attention_patterns(clean)  # per layer (n, h, T-1, T-1)
-    q, z = task.first_pred_pos, list(task.z_positions)
-    return torch.stack([p[:, :, q, z].sum(-1).mean(0) for p in pats]).cpu()
-
-
 def clean_sequences(batch: EvalBatch) -> torch.Tensor:
     k = batch.task.k
     return batch.candidates.view(batch.n_contexts, k, -1)[
@@ -43,33 +31,63 @@ def clean_sequences(batch: EvalBatch) -> torch.Tensor:
     ]
 
 
+def _layers(model, point: str) -> list[str]:
+    return [f"blocks.{i}.attn.{point}" for i in range(model.spec.n_layers)]
+
+
+@torch.no_grad()
+def attention_to_z(model, batch: EvalBatch) -> torch.Tensor:
+    """(n_layers, n_heads) mean attention mass on the z positions from the first-prediction query."""
+    pats: list[torch.Tensor] = []  # per layer (n, h, T-1, T-1), read at hook_pattern
+    model(clean_sequences(batch), hooks=dict.fromkeys(_layers(model, "hook_pattern"), pats.append),
+          all_positions=True)  # fmt: skip
+    q, z = batch.task.first_pred_pos, list(batch.task.z_positions)
+    return torch.stack([p[:, :, q, z].sum(-1).mean(0) for p in pats]).cpu()
+
+
+def _replace_heads(scale: torch.Tensor, base: torch.Tensor | None):
+    """A hook_z that keeps head h where scale[h] = 1 and puts base (zeros when None) where
+    scale[h] = 0."""
+
+    def hook(z: torch.Tensor) -> torch.Tensor:
+        s = scale.view(1, -1, 1, 1).to(z.dtype)
+        return s * z + (1 - s) * (0.0 if base is None else base.unsqueeze(0).to(z.dtype))
+
+    return hook
+
+
 @torch.no_grad()
 def ablations(model, batch: EvalBatch) -> list[tuple[int, int, str, float, float]]:
-    """(layer, head, kind, delta_loss, delta_delta_z) for every head and ablation kind."""
+    """(layer, head, kind, delta_loss, delta_delta_z) for every head and ablation kind.
+
+    zero: the head's output z replaced by 0; mean: by its mean over the batch's clean
+    sequences (per position); sufficiency: every other head of the layer mean-ablated.
+    """
     clean = clean_sequences(batch)
     n_layers, n_heads = model.spec.n_layers, model.spec.n_heads
 
-    def measure(scale=None, replace=None):
-        lc = token_loss(model, clean, head_scale=scale, head_replace=replace)
-        ls = token_loss(model, batch.shuffled, head_scale=scale, head_replace=replace)
+    def measure(hooks=None):
+        lc = token_loss(model, clean, hooks=hooks)
+        ls = token_loss(model, batch.shuffled, hooks=hooks)
         return float(lc), float(ls - lc)
 
     base_loss, base_dz = measure()
-    means = torch.stack([z.mean(0) for z in model.head_outputs(clean)])  # (L, H, T-1, d_head)
+    z_out: list[torch.Tensor] = []  # per layer (n, h, t_q, d_head), read at hook_z
+    model(clean, hooks=dict.fromkeys(_layers(model, "hook_z"), z_out.append))
+    means = [z.mean(0) for z in z_out]  # per layer (h, t_q, d_head)
+    names = _layers(model, "hook_z")
     out = []
     for layer in range(n_layers):
         for head in range(n_heads):
-            scale = torch.ones(n_layers, n_heads, device=clean.device)
-            scale[layer, head] = 0
-            keep_one = torch.ones_like(scale)
-            keep_one[layer] = 0
-            keep_one[layer, head] = 1
+            drop = torch.ones(n_heads, device=clean.device)
+            drop[head] = 0
+            keep_one = 1 - drop
             for kind, s, r in (
-                ("zero", scale, None),
-                ("mean", scale, means),
-                ("sufficiency", keep_one, means),
+                ("zero", drop, None),
+                ("mean", drop, means[layer]),
+                ("sufficiency", keep_one, means[layer]),
             ):
-                loss, dz = measure(s, r)
+                loss, dz = measure({names[layer]: _replace_heads(s, r)})
                 out.append((layer, head, kind, loss - base_loss, dz - base_dz))
     return out
 

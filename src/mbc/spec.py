@@ -156,9 +156,9 @@ class TrainSpec:
     # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
     early_stop_tau_factor: float = 3.0
     early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
-    # How the step and the in-loop evaluation are computed, not what: `fast` is
-    # `mbc.engine` (last layer at the target positions only, shared-prefix evaluation),
-    # `plain` is `mbc.model` + `mbc.metrics`; equal to float32 rounding (tests/test_train.py).
+    # How the in-loop evaluation is computed, not what: `fast` runs each context's shared
+    # prefix once for its K candidates, `plain` every candidate sequence in full; equal to
+    # float32 rounding (tests/test_train.py). Training has one forward either way.
     # `compile`: torch.compile the training loss (a cold compile costs about a minute).
     # Both are IMPLEMENTATION_FIELDS: outside the run id (see RunSpec.content_hash).
     engine: str = "fast"  # fast | plain

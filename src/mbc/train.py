@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mbc import engine, metrics
+from mbc import metrics
 from mbc.data import STREAM_EVAL, STREAM_INIT, STREAM_ORDER, Dataset, stream_seed
 from mbc.io import (
     CorruptArtifactError,
@@ -128,9 +128,39 @@ class BatchOrder:
         return out[0] if len(out) == 1 else torch.cat(out)
 
 
+def train_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    seqs: torch.Tensor,
+    loss_fn=None,
+    *,
+    lr: float | None = None,
+    clip_norm: float = 0.0,
+):
+    """One optimiser step of `train_run`; returns the detached loss.
+
+    lr: this step's learning rate (None keeps the optimiser's); clip_norm > 0 clips the
+    gradient's global L2 norm before the update (`torch.nn.utils.clip_grad_norm_`); the
+    norm before clipping is kept on the model as `model.grad_norm_before_clip` (what
+    `train_run` logs as grad_norm: after clipping it would read at most clip_norm).
+    """
+    loss = (loss_fn or (lambda s: metrics.training_loss(model, s)))(seqs)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if clip_norm > 0:
+        model.grad_norm_before_clip = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), clip_norm
+        ).detach()
+    if lr is not None:
+        for group in opt.param_groups:
+            group["lr"] = lr
+    opt.step()
+    return loss.detach()
+
+
 ENGINES = {
     # train.engine -> (training loss, in-loop evaluation); equal to float32 rounding
-    "fast": (engine.training_loss, engine.evaluate),
+    "fast": (metrics.training_loss, metrics.evaluate_shared_prefix),
     "plain": (metrics.training_loss, metrics.evaluate),
 }
 
@@ -138,7 +168,8 @@ ENGINES = {
 def step_functions(train: TrainSpec, model: torch.nn.Module):
     """(loss(seqs), evaluate(batch)) of `model` as `train_run` computes them.
 
-    train.engine picks the implementation (`fast`: mbc.engine, `plain`: mbc.metrics);
+    train.engine picks the evaluation (`fast`: shared-prefix, `plain`: every candidate
+    sequence in full; both mbc.metrics);
     train.compile wraps the loss in torch.compile (compiled on its first call).
     """
     if train.engine not in ENGINES:
@@ -204,7 +235,7 @@ class FreshRun(NamedTuple):
     def step(self, s: int) -> torch.Tensor:
         """The optimiser step on the batch of 1-based step s; returns the detached loss."""
         seqs = self.tokens[self.order.indices(s)]
-        return engine.train_step(
+        return train_step(
             self.model,
             self.opt,
             seqs,
