@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import matplotlib
@@ -316,6 +316,11 @@ def _tidy_log_axes(fig: Figure) -> None:
             axis.set_major_formatter(FuncFormatter(_log_label))
 
 
+def _hollow(ax: Axes, x, y, color, **kw) -> None:
+    """Hollow markers (censored, onset not reached, not converged): edge colour only."""
+    ax.scatter(x, y, facecolors="none", edgecolors=color, zorder=3, **kw)
+
+
 def _tau_points(
     ax: Axes,
     x: np.ndarray,
@@ -343,17 +348,8 @@ def _tau_points(
     if obs.any() or (label and not cen.any()):
         ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
     if cen.any():
-        ax.scatter(
-            x[cen],
-            budget[cen],
-            s=size * 1.3,
-            marker="^",
-            facecolors="none",
-            edgecolors=color,
-            linewidths=0.9,
-            zorder=3,
-            label=None if obs.any() else label,
-        )
+        lab = None if obs.any() else label
+        _hollow(ax, x[cen], budget[cen], color, s=size * 1.3, marker="^", linewidths=0.9, label=lab)
     return int(obs.sum()), int(cen.sum())
 
 
@@ -468,6 +464,14 @@ def _tau_marker_handle() -> Line2D:
     return Line2D([], [], marker="o", ls="none", color="0.3", mec="white", label="tau")
 
 
+def _tau_axes(ax: Axes, xlabel: str) -> None:
+    """Log-log axes of tau (steps) against `xlabel`."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("tau (steps)")
+
+
 def _threshold_lines(ax: Axes, thresholds: Iterable[float]) -> None:
     ax.axhline(1.0, color="0.4", ls=":", lw=0.8, label="log K (plateau)")
     for thr in sorted({float(t) for t in thresholds if np.isfinite(t)}):
@@ -536,10 +540,7 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame]) -> Figure:
         )
         any_cens |= nc > 0
     _fit_line(ax, _fit_row(tables["fits"], "tau_vs_d"), tau["d"])
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("dataset size D (examples)")
-    ax.set_ylabel("tau (steps)")
+    _tau_axes(ax, "dataset size D (examples)")
     missing = [e for e, df in (("E1", e1), ("E2", e2)) if df.empty]
     if missing:
         _note(ax, "missing: " + ", ".join(missing))
@@ -590,10 +591,7 @@ def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
     else:
         _, nc = _tau_points(a, *_tau_budget_arrays(e6, "lr"), color="C0", label="E6 runs")
         _fit_line(a, _fit_row(fits, "tau_vs_lr"), e6["lr"])
-        a.set_xscale("log")
-        a.set_yscale("log")
-        a.set_xlabel("learning rate")
-        a.set_ylabel("tau (steps)")
+        _tau_axes(a, "learning rate")
         _legend(a, censored=nc > 0, below=True)
 
     e7 = _tau_rows(tables["tau"], ["E7"])
@@ -630,6 +628,26 @@ def _tau_fraction(df: pd.DataFrame) -> np.ndarray:
     return np.where(np.isfinite(tf), tf, alt)
 
 
+def _along_training(df: pd.DataFrame, values: Iterable[str]) -> pd.DataFrame:
+    """Rows of runs along training: k, tau, step, tau_fraction and `values` numeric, run_id
+    as text, and (when there are rows) x = step / tau."""
+    df = _numeric(df, ("k", "tau", "step", "tau_fraction", *values))
+    df["run_id"] = _text_col(df, "run_id")
+    if not df.empty:
+        df["x"] = _tau_fraction(df)
+    return df
+
+
+def _runs_by_k(df: pd.DataFrame) -> Iterator[tuple[pd.DataFrame, float, tuple | str]]:
+    """Each run with a tau, in order of K: its rows sorted by x, its K and its K colour."""
+    kcol = _colors(df["k"])
+    runs = df[np.isfinite(df["x"])].groupby("run_id")
+    for _, g in sorted(runs, key=lambda kv: kv[1]["k"].min()):
+        g = g.sort_values("x")
+        k = float(g["k"].iloc[0])
+        yield g, k, kcol.get(k, "0.5")
+
+
 @_register("collective", ["collective", "collective_summary"])
 def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
     """Collective transition (E8): fraction of accurate groups and mean accuracy vs step / tau;
@@ -639,30 +657,14 @@ def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
     axes = fig.subplot_mosaic([["a"] * 4, ["h0", "h1", "h2", "h3"]], height_ratios=[1.3, 1])
     a = axes["a"]
     a.set_title("(a) groups solved vs step / tau", loc="left")
-    s = _numeric(
-        tables["collective_summary"],
-        (
-            "k",
-            "tau",
-            "step",
-            "tau_fraction",
-            "frac_accurate",
-            "mean_accuracy",
-            "accurate_threshold",
-        ),
+    s = _along_training(
+        tables["collective_summary"], ("frac_accurate", "mean_accuracy", "accurate_threshold")
     )
-    s["run_id"] = _text_col(s, "run_id")
     if s.empty:
         _no_data(a, "empty collective_summary")
     else:
-        s["x"] = _tau_fraction(s)
-        kcol = _colors(s["k"])
         seen_k: set[float] = set()
-        runs = s[np.isfinite(s["x"])].groupby("run_id")
-        for _, g in sorted(runs, key=lambda kv: kv[1]["k"].min()):
-            g = g.sort_values("x")
-            k = float(g["k"].iloc[0])
-            col = kcol.get(k, "0.5")
+        for g, k, col in _runs_by_k(s):
             lab = None if k in seen_k else f"K={_fmt(k)}"
             seen_k.add(k)
             a.plot(g["x"], g["frac_accurate"], "-o", ms=2.5, color=col, label=lab)
@@ -691,10 +693,7 @@ def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
         if not np.isfinite(s["x"]).any():
             _no_data(a, "no run with a tau")
 
-    c = _numeric(tables["collective"], ("k", "tau", "step", "tau_fraction", "accuracy"))
-    c["run_id"] = _text_col(c, "run_id")
-    if not c.empty:
-        c["x"] = _tau_fraction(c)
+    c = _along_training(tables["collective"], ("accuracy",))
     kcol = _colors(c["k"]) if not c.empty else {}
     bins = np.linspace(0.0, 1.0, 21)
     for i, f in enumerate(fractions):
@@ -809,15 +808,7 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
         col = kcol[k]
         c.scatter(lo[sel & both], dz[sel & both], s=14, color=col, label=f"K={_fmt(k)}", zorder=3)
         if (sel & part).any():
-            c.scatter(
-                x_part[sel & part],
-                y_part[sel & part],
-                s=18,
-                marker="^",
-                facecolors="none",
-                edgecolors=col,
-                zorder=3,
-            )
+            _hollow(c, x_part[sel & part], y_part[sel & part], col, s=18, marker="^")
     vals = np.concatenate([lo[both], dz[both], x_part[part], y_part[part]])
     vals = vals[np.isfinite(vals) & (vals > 0)]
     if vals.size:
@@ -850,38 +841,21 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.2))
     a.set_title(r"(a) $\lambda_\max$ and $|\lambda_\min|$ along training", loc="left")
     b.set_title("(b) anisotropy on the plateau", loc="left")
-    h = _numeric(
+    h = _along_training(
         tables["hessian"],
-        (
-            "k",
-            "tau",
-            "step",
-            "tau_fraction",
-            "lambda_max",
-            "lambda_min",
-            "residual_max",
-            "residual_min",
-            "anisotropy",
-            "anisotropy_power",
-        ),
-    )
-    h["run_id"] = _text_col(h, "run_id")
+        ("lambda_max", "lambda_min", "residual_max", "residual_min", "anisotropy",
+         "anisotropy_power"),
+    )  # fmt: skip
     for col in ("converged_max", "converged_min"):
         h[col] = _as_bool(h[col]) if col in h.columns else False
     if h.empty:
         _no_data(a, "empty hessian table")
         _no_data(b, "empty hessian table")
         return fig
-    h["x"] = _tau_fraction(h)
     h["abs_min"] = h["lambda_min"].abs()
-    kcol = _colors(h["k"])
     seen: set[float] = set()
     any_hollow = False
-    runs = sorted(h[np.isfinite(h["x"])].groupby("run_id"), key=lambda kv: kv[1]["k"].min())
-    for _, g in runs:
-        g = g.sort_values("x")
-        k = float(g["k"].iloc[0])
-        col = kcol.get(k, "0.5")
+    for g, k, col in _runs_by_k(h):
         for ycol, rcol, ccol, ls, mk in (
             ("lambda_max", "residual_max", "converged_max", "-", "o"),
             ("abs_min", "residual_min", "converged_min", "--", "s"),
@@ -910,15 +884,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
             )
             conv = gg[ccol].to_numpy(bool)
             a.scatter(gg["x"][conv], y[conv], marker=mk, s=12, color=col, zorder=3)
-            a.scatter(
-                gg["x"][~conv],
-                y[~conv],
-                marker=mk,
-                s=12,
-                facecolors="none",
-                edgecolors=col,
-                zorder=3,
-            )
+            _hollow(a, gg["x"][~conv], y[~conv], col, marker=mk, s=12)
             any_hollow |= bool((~conv).any())
     if seen:
         a.set_yscale("log")
@@ -957,15 +923,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
         p["k"][conv], p["anisotropy"][conv], s=16, color="C0", label="both converged", zorder=3
     )
     if (~conv).any():
-        b.scatter(
-            p["k"][~conv],
-            p["anisotropy"][~conv],
-            s=16,
-            facecolors="none",
-            edgecolors="C0",
-            label="not converged",
-            zorder=3,
-        )
+        _hollow(b, p["k"][~conv], p["anisotropy"][~conv], "C0", s=16, label="not converged")
     _fit_line(b, _fit_row(tables["fits"], "anisotropy_vs_k"), p["k"])
     # the author's estimator on the same checkpoints: power iteration
     pw = p[_finite(p["anisotropy_power"]) & (p["anisotropy_power"] > 0)]
@@ -1033,13 +991,22 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
     return fig
 
 
+def _one_experiment(
+    tables: dict[str, pd.DataFrame], experiment: str
+) -> tuple[Figure, Axes, pd.DataFrame]:
+    """A one-column figure and `experiment`'s tau rows ("no data" drawn when it has none)."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    rows = _tau_rows(tables["tau"], [experiment])
+    if rows.empty:
+        _no_data(ax, f"no {experiment} runs")
+    return fig, ax, rows
+
+
 @_register("appendix_direction", ["tau"])
 def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
     """E14: tau of (B,z)->A vs A->B per K; bars = mean over uncensored seeds, seeds as points."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
-    e14 = _tau_rows(tables["tau"], ["E14"])
+    fig, ax, e14 = _one_experiment(tables, "E14")
     if e14.empty:
-        _no_data(ax, "no E14 runs")
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
     reverse = next((d for d in REVERSE_DIRECTIONS if (e14["task"] == d).any()), "az_to_b")
@@ -1116,16 +1083,7 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
     x, y = e12["label_noise"].to_numpy(float), e12["final_candidate_accuracy"].to_numpy(float)
     b.scatter(x[ok & ~cen], y[ok & ~cen], s=16, color="C2", label="crossed threshold", zorder=3)
     if (ok & cen).any():
-        b.scatter(
-            x[ok & cen],
-            y[ok & cen],
-            s=20,
-            marker="^",
-            facecolors="none",
-            edgecolors="C2",
-            label=CENSORED_LABEL,
-            zorder=3,
-        )
+        _hollow(b, x[ok & cen], y[ok & cen], "C2", s=20, marker="^", label=CENSORED_LABEL)
     b.set_xlabel("label noise p")
     b.set_ylabel("final candidate accuracy")
     b.set_ylim(-0.03, 1.03)
@@ -1136,10 +1094,8 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
 @_register("appendix_sharing", ["tau", "fits"])
 def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
     """E11: tau vs sharing factor n_groups / G (log-log), fitted line from `fits`."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
-    e11 = _tau_rows(tables["tau"], ["E11"])
+    fig, ax, e11 = _one_experiment(tables, "E11")
     if e11.empty:
-        _no_data(ax, "no E11 runs")
         return fig
     any_cens = False
     for i, (kind, g) in enumerate(e11.groupby("sharing", sort=True)):
@@ -1148,10 +1104,7 @@ def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
         )
         any_cens |= nc > 0
     _fit_line(ax, _fit_row(tables["fits"], "tau_vs_sharing"), e11["sharing_factor"])
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("sharing factor (groups per selector set)")
-    ax.set_ylabel("tau (steps)")
+    _tau_axes(ax, "sharing factor (groups per selector set)")
     _legend(ax, censored=any_cens, loc="best", fontsize=6.5)
     return fig
 
@@ -1195,10 +1148,7 @@ def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
 
 def _tau_panel(ax: Axes, xlabel: str, title: str, censored: bool) -> None:
     """Log-log axes of tau (steps) against `xlabel`, titled, legend below."""
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel("tau (steps)")
+    _tau_axes(ax, xlabel)
     ax.set_title(title, fontsize=8)
     _legend(ax, censored=censored, below=True)
 
