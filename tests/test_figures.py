@@ -388,7 +388,7 @@ def test_figure_text_is_readable_at_print_size(full):
     """Every figure's smallest font, scaled by the width main.tex prints it at, is at
     least MIN_PRINTED_PT (a 7 in two-panel figure at \\linewidth prints at 0.9x)."""
     out, _ = full
-    tex = (Path(figures.__file__).parents[3] / "paper" / "main.tex").read_text()
+    tex = (Path(__file__).resolve().parents[1] / "paper" / "main.tex").read_text()
     widths = {name: float(w or 1.0) for w, name in re.findall(
         r"\\includegraphics\[width=([0-9.]*)\\linewidth\]\{figures/([a-z_]+)\.pdf\}", tex)}  # fmt: skip
     src = _figures_source() + figures.STYLE.read_text()
