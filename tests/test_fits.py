@@ -1,4 +1,4 @@
-"""Tests of mbc.fits: power-law fits (OLS / Tobit), unit bootstrap, waiting times."""
+"""Tests of mbc.fits: power-law fits (OLS / Tobit) and the unit bootstrap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mbc import fits
-from mbc.fits import PowerLawFit, fit_power_law, slope_test, tau_at_threshold
+from mbc.fits import PowerLawFit, fit_power_law, slope_test
 
 X_VALUES = np.array([1000.0, 2000.0, 5000.0, 10000.0, 20000.0])  # e.g. dataset sizes D
 
@@ -269,44 +269,3 @@ def test_mismatched_lengths_raise():
         fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], censored=[True, False], seed=0)
     with pytest.raises(ValueError, match="units has 1"):
         fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], units=["a"], seed=0)
-
-
-# --------------------------------------------------------------------------------------------
-# tau_at_threshold
-
-
-def test_tau_at_threshold_finds_first_crossing():
-    log_k = math.log(20)
-    steps = [0, 100, 200, 300, 400, 500]
-    loss = np.array([3.0, 1.0, 0.9, 0.2, 0.6, 0.1]) * log_k  # 0.2 log K first at step 300
-    assert tau_at_threshold(steps, loss, log_k, 0.5) == 300.0
-    assert tau_at_threshold(steps, loss, log_k, 0.95) == 200.0
-    assert isinstance(tau_at_threshold(steps, loss, log_k, 0.5), float)
-
-
-def test_tau_at_threshold_never_crossing_is_censored():
-    log_k = math.log(10)
-    steps = np.arange(0, 5000, 500)
-    loss = np.full(steps.size, log_k)  # plateau at log K throughout the budget
-    assert tau_at_threshold(steps, loss, log_k, 0.5) is None
-    assert tau_at_threshold([], [], log_k, 0.5) is None
-    loss_nan = np.full(steps.size, np.nan)
-    assert tau_at_threshold(steps, loss_nan, log_k, 0.5) is None
-
-
-def test_tau_at_threshold_is_strict():
-    log_k = math.log(4)
-    steps = [10, 20, 30]
-    threshold_value = 0.5 * log_k
-    loss = [log_k, threshold_value, np.nextafter(threshold_value, 0.0)]
-    assert tau_at_threshold(steps, loss, log_k, 0.5) == 30.0  # equality is not a crossing
-    assert tau_at_threshold(steps[:2], loss[:2], log_k, 0.5) is None
-
-
-def test_tau_at_threshold_rejects_bad_input():
-    with pytest.raises(ValueError, match="strictly increasing"):
-        tau_at_threshold([0, 200, 100], [1.0, 1.0, 0.1], math.log(5), 0.5)
-    with pytest.raises(ValueError, match="entries"):
-        tau_at_threshold([0, 100], [1.0], math.log(5), 0.5)
-    with pytest.raises(ValueError, match="log_k"):
-        tau_at_threshold([0, 100], [1.0, 0.1], 0.0, 0.5)

@@ -38,6 +38,7 @@ import torch
 import yaml
 
 from mbc import config as mbc_config
+from mbc.crossing import first_crossing
 from mbc.data import build_dataset
 from mbc.spec import RunSpec
 from mbc.train import eval_schedule, fresh_run, pick_device, read_log
@@ -77,7 +78,8 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
         step += 1
         run.step(step)
         if step in evals:
-            if run.evaluate(run.eval_batch)["candidate_loss"] < limit:
+            loss = run.evaluate(run.eval_batch)["candidate_loss"]
+            if first_crossing([step], [loss], limit) is not None:
                 return step, True
             if time.perf_counter() - t0 > budget_s:
                 break

@@ -28,6 +28,7 @@ import pandas as pd
 import torch
 
 from mbc import engine, metrics
+from mbc.crossing import first_crossing
 from mbc.data import STREAM_EVAL, STREAM_INIT, STREAM_ORDER, Dataset, stream_seed
 from mbc.io import (
     CorruptArtifactError,
@@ -324,14 +325,13 @@ def train_run(
         def log(row: dict) -> None:
             nonlocal tau
             _append(fh, row)
-            if (
-                tau is None
-                and grid_mask(ev, row["step"])
-                and row["candidate_loss"] < ev.threshold * task.log_k
-            ):
-                tau = row["step"]
-                _append(fh, {"event": "tau", "step": tau, "tau": tau})
-                say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
+            if tau is None and grid_mask(ev, row["step"]):
+                # rows come in step order and no earlier grid row crossed (tau is None)
+                bound = ev.threshold * task.log_k
+                tau = first_crossing([row["step"]], [row["candidate_loss"]], bound)
+                if tau is not None:
+                    _append(fh, {"event": "tau", "step": tau, "tau": tau})
+                    say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
 
         if step == 0:
             prev_row = _eval_row(evaluate, batch, 0, t.batch_size, math.nan, math.nan, t0)
