@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from mbc import fits
-from mbc.fits import PowerLawFit, fit_power_law, slope_test
+from mbc.fits import PowerLawFit, fit_power_law
+from mbc.hypotheses import decide
+
+
+def verdict(fit: PowerLawFit, threshold: float = 0.0) -> str:
+    """The hypotheses' rule on the exponent (mbc.hypotheses.decide, `greater`): inconclusive
+    when the CI holds `threshold`, supported above it, not enough data without a CI."""
+    return decide(fit.exponent, fit.ci_low, fit.ci_high, "greater", threshold)
+
 
 X_VALUES = np.array([1000.0, 2000.0, 5000.0, 10000.0, 20000.0])  # e.g. dataset sizes D
 
@@ -44,15 +52,15 @@ def test_planted_power_law_is_recovered():
     assert fit.r2 > 0.95
     assert fit.prefactor == pytest.approx(3.0, rel=0.5)
     assert (fit.n, fit.n_censored, fit.n_boot, fit.ci_level) == (15, 0, 1000, 0.95)
-    assert slope_test(fit, 1.2) is True
-    assert slope_test(fit, 0.0) is False
+    assert verdict(fit, 1.2) == "inconclusive"  # the CI holds the planted exponent
+    assert verdict(fit, 0.0) == "supported"
 
 
 def test_zero_exponent_ci_contains_zero():
     x, tau, units = planted(0.0, prefactor=5000.0, sigma=0.1, rng_seed=3)
     fit = fit_power_law(x, tau, units=units, seed=2)
     assert fit.ci_low < 0.0 < fit.ci_high
-    assert slope_test(fit) is True
+    assert verdict(fit) == "inconclusive"
     assert abs(fit.exponent) < 0.1
 
 
@@ -74,7 +82,7 @@ def test_ols_matches_numpy_polyfit():
     assert fit.exponent == pytest.approx(slope, abs=1e-12)
     assert fit.prefactor == pytest.approx(math.exp(intercept), rel=1e-10)
     assert math.isnan(fit.ci_low) and math.isnan(fit.ci_high) and fit.n_boot == 0
-    assert slope_test(fit) is None
+    assert verdict(fit) == "not enough data"
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +225,7 @@ def test_resamples_with_one_distinct_x_are_skipped(seed):
     assert fit.n_boot == expected
     if expected < 100:
         assert math.isnan(fit.ci_low) and math.isnan(fit.ci_high)
-        assert slope_test(fit) is None
+        assert verdict(fit) == "not enough data"
     else:
         # every valid resample holds both units: the slope is the full-data slope
         assert fit.ci_low == pytest.approx(fit.exponent) == pytest.approx(fit.ci_high)

@@ -41,7 +41,6 @@ __all__ = [
     "PowerLawFit",
     "exponent_difference",
     "fit_power_law",
-    "slope_test",
 ]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -423,10 +422,3 @@ def fit_power_law(
             alpha = (1.0 - ci) / 2.0
             lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
     return result(method, b, a, r2, lo, hi, n_valid, slopes)
-
-
-def slope_test(fit: PowerLawFit, null: float = 0.0) -> bool | None:
-    """True if ``null`` lies in ``[ci_low, ci_high]`` (not rejected); None if the CI is NaN."""
-    if math.isnan(fit.ci_low) or math.isnan(fit.ci_high):
-        return None
-    return bool(fit.ci_low <= null <= fit.ci_high)
