@@ -5,13 +5,12 @@ Every macro and table cell comes from a results table; the paper source types no
 
 from __future__ import annotations
 
-import math
 import re
 
 import pandas as pd
 
 from mbc.hypotheses import verdicts
-from mbc.latex import Raw, booktabs_table, format_number, macro_name, numbers_tex
+from mbc.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 
 ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
 
@@ -293,7 +292,3 @@ def scorecard_table(card: pd.DataFrame) -> str:
         align="p{4.4cm}llllll",
         size="scriptsize",
     )
-
-
-def is_missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))
