@@ -205,10 +205,10 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
     """One source for defaults: a RunSpec built without config is the paper setting."""
     import dataclasses
 
-    from mbc.spec import EvalSpec, ModelSpec, TaskSpec, TrainSpec
+    from mbc.config import SECTIONS
 
-    for name, cls in {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec,
-                      "eval": EvalSpec}.items():  # fmt: skip
+    assert set(SECTIONS) == set(raw["defaults"]) == {"task", "model", "train", "eval"}
+    for name, cls in SECTIONS.items():
         assert dataclasses.asdict(cls()) == raw["defaults"][name], name
 
 

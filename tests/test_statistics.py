@@ -6,6 +6,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from mbc.analysis import FIT_COLUMNS
+from mbc.collective import SUMMARY_COLUMNS
+from mbc.pipeline import HESSIAN_COLUMNS
+from mbc.routing import ABLATION_COLUMNS
 from mbc.statistics import (
     collective_fraction_at,
     compute_statistics,
@@ -61,17 +65,17 @@ def test_routing_head_layer_mode():
     assert routing_head_layer(abl) == 0.0
 
 
+def no_rows() -> tuple[pd.DataFrame, ...]:
+    """fits.csv, collective_summary.csv, routing_ablation.csv, hessian.csv without rows."""
+    return tuple(pd.DataFrame(columns=c) for c in (FIT_COLUMNS, SUMMARY_COLUMNS,
+                                                   ABLATION_COLUMNS, HESSIAN_COLUMNS))  # fmt: skip
+
+
 def test_statistics_without_data_are_nan_rows_not_dropped():
     empty = pd.DataFrame(columns=TAU_COLUMNS)
-    fits = pd.DataFrame(
-        columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"]
-    )
-    cols = ["run_id", "tau_fraction", "frac_accurate", "phase", "kind", "layer", "delta_delta_z",
-            "anisotropy", "converged_min"]  # fmt: skip
-    blank = pd.DataFrame(columns=cols)
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     cfg, lead = raw["statistics"], raw["diagnostics"]["lead"]["source"]
-    s = compute_statistics(empty, fits, blank, blank, blank, BOOT, cfg, lead)
+    s = compute_statistics(empty, *no_rows(), BOOT, cfg, lead)
     assert {"plateau_height_over_log_k", "direction_ratio", "lead_fraction_mean"} <= set(s.name)
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()
 
@@ -124,12 +128,8 @@ def test_the_lead_statistics_read_their_configured_source():
     t = tau_rows(experiment=["E1", "E1", "E2", "E2"], lead_fraction=[0.2, 0.4, 0.8, 0.9],
                  lead_fraction_first=[0.1, 0.3, 0.5, 0.7], first_target_censored=[False] * 4)  # fmt: skip
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    fits = pd.DataFrame(columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored",
-                                 "method"])  # fmt: skip
-    blank = pd.DataFrame(columns=["run_id", "tau_fraction", "frac_accurate", "phase", "kind",
-                                  "layer", "delta_delta_z", "anisotropy", "converged_min"])  # fmt: skip
     for source, lead, first in (("E1", 0.3, 0.2), ("E2", 0.85, 0.6)):
-        s = compute_statistics(t, fits, blank, blank, blank, BOOT, raw["statistics"], source)
+        s = compute_statistics(t, *no_rows(), BOOT, raw["statistics"], source)
         s = s.set_index("name")
         assert s.loc["lead_fraction_mean", "value"] == pytest.approx(lead)
         assert s.loc["lead_fraction_first_mean", "value"] == pytest.approx(first)

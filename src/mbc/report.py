@@ -12,8 +12,6 @@ import pandas as pd
 from mbc.hypotheses import verdicts
 from mbc.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 
-ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
-
 
 def readable(name: str, labels: dict[str, str]) -> str:
     """A statistic's name as the paper's tables print it (config `labels`): `fit:<fit>` is
@@ -84,8 +82,8 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
             .sum()
         ),
     }
-    for i in range(7):
-        out[f"VerdictH{ORDINAL[i]}"] = v.get(f"H{i + 1}")
+    for i in range(1, 8):  # H1 -> VerdictHOne
+        out[macro_name("Verdict", f"H{i}")] = v.get(f"H{i}")
     return out
 
 
