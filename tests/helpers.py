@@ -1,6 +1,5 @@
 """Shared test helpers: tiny configs; the Slurm tests' "required in CI" checks."""
 
-import json
 import os
 import shutil
 import subprocess
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
+from mbc.runlog import read_log
 from mbc.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
 
@@ -68,19 +68,8 @@ def snakemake_exe() -> str:
 def last_resume_step(log_jsonl: Path) -> int:
     """Step of the last complete `resume` entry in a run's state/log.jsonl (0: none yet).
     The entry is written after resume.pt, so a complete one means a usable checkpoint."""
-    try:
-        lines = log_jsonl.read_text().splitlines()
-    except OSError:
-        return 0
-    step = 0
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:  # the line being written
-            continue
-        if row.get("event") == "resume":
-            step = row["step"]
-    return step
+    marks = [r["step"] for r in read_log(log_jsonl) if r.get("event") == "resume"]
+    return marks[-1] if marks else 0
 
 
 REPO = Path(__file__).resolve().parents[1]

@@ -119,6 +119,31 @@ def test_bad_config_names_key_and_value(raw, path, value, key):
     assert repr(shown) in msg or str(shown) in msg or "{...}" in msg, msg
 
 
+@pytest.mark.parametrize("preset", [None, "smoke"])
+def test_unknown_experiment_of_a_statistic_is_refused_naming_the_key(raw, preset):
+    """Every experiment a statistic reads (statistics.sources, statistics.plateau_heights,
+    diagnostics.lead.source) must be declared; one line names the key where it was written."""
+    where = "" if preset is None else f"presets.{preset}."
+    keys = [("statistics", s, name) for s in ("sources", "plateau_heights")
+            for name in raw["statistics"][s]] + [("diagnostics", "lead", "source")]  # fmt: skip
+    assert {k[2] for k in keys} >= {"label_noise", "linear", "direction", "lr", "batch"}
+    for path in keys:
+        value = "E99" if path[-1] == "source" else ["E1", "E99"]
+        with pytest.raises(ConfigError) as exc:
+            load(with_(raw, path, value, preset=preset), {"preset": "smoke"})
+        msg = str(exc.value)
+        assert msg == f"config key '{where}{'.'.join(path)}' = 'E99': unknown experiment", msg
+
+
+def test_the_lead_statistics_need_their_source(raw):
+    cfg = copy.deepcopy(raw)
+    del cfg["diagnostics"]["lead"]["source"]
+    with pytest.raises(
+        ConfigError, match=r"^config key 'diagnostics.lead' .*'source' is a required"
+    ):
+        load(cfg)
+
+
 def test_unknown_preset(raw):
     with pytest.raises(ConfigError, match="preset.*'tiny'.*unknown preset"):
         resolve(raw, {"preset": "tiny"})
@@ -180,10 +205,10 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
     """One source for defaults: a RunSpec built without config is the paper setting."""
     import dataclasses
 
-    from mbc.spec import EvalSpec, ModelSpec, TaskSpec, TrainSpec
+    from mbc.config import SECTIONS
 
-    for name, cls in {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec,
-                      "eval": EvalSpec}.items():  # fmt: skip
+    assert set(SECTIONS) == set(raw["defaults"]) == {"task", "model", "train", "eval"}
+    for name, cls in SECTIONS.items():
         assert dataclasses.asdict(cls()) == raw["defaults"][name], name
 
 

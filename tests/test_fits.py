@@ -1,4 +1,4 @@
-"""Tests of mbc.fits: power-law fits (OLS / Tobit), unit bootstrap, waiting times."""
+"""Tests of mbc.fits: power-law fits (OLS / Tobit) and the unit bootstrap."""
 
 from __future__ import annotations
 
@@ -8,7 +8,15 @@ import numpy as np
 import pytest
 
 from mbc import fits
-from mbc.fits import PowerLawFit, fit_power_law, slope_test, tau_at_threshold
+from mbc.fits import PowerLawFit, fit_power_law
+from mbc.hypotheses import decide
+
+
+def verdict(fit: PowerLawFit, threshold: float = 0.0) -> str:
+    """The hypotheses' rule on the exponent (mbc.hypotheses.decide, `greater`): inconclusive
+    when the CI holds `threshold`, supported above it, not enough data without a CI."""
+    return decide(fit.exponent, fit.ci_low, fit.ci_high, "greater", threshold)
+
 
 X_VALUES = np.array([1000.0, 2000.0, 5000.0, 10000.0, 20000.0])  # e.g. dataset sizes D
 
@@ -44,15 +52,15 @@ def test_planted_power_law_is_recovered():
     assert fit.r2 > 0.95
     assert fit.prefactor == pytest.approx(3.0, rel=0.5)
     assert (fit.n, fit.n_censored, fit.n_boot, fit.ci_level) == (15, 0, 1000, 0.95)
-    assert slope_test(fit, 1.2) is True
-    assert slope_test(fit, 0.0) is False
+    assert verdict(fit, 1.2) == "inconclusive"  # the CI holds the planted exponent
+    assert verdict(fit, 0.0) == "supported"
 
 
 def test_zero_exponent_ci_contains_zero():
     x, tau, units = planted(0.0, prefactor=5000.0, sigma=0.1, rng_seed=3)
     fit = fit_power_law(x, tau, units=units, seed=2)
     assert fit.ci_low < 0.0 < fit.ci_high
-    assert slope_test(fit) is True
+    assert verdict(fit) == "inconclusive"
     assert abs(fit.exponent) < 0.1
 
 
@@ -74,7 +82,7 @@ def test_ols_matches_numpy_polyfit():
     assert fit.exponent == pytest.approx(slope, abs=1e-12)
     assert fit.prefactor == pytest.approx(math.exp(intercept), rel=1e-10)
     assert math.isnan(fit.ci_low) and math.isnan(fit.ci_high) and fit.n_boot == 0
-    assert slope_test(fit) is None
+    assert verdict(fit) == "not enough data"
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +225,7 @@ def test_resamples_with_one_distinct_x_are_skipped(seed):
     assert fit.n_boot == expected
     if expected < 100:
         assert math.isnan(fit.ci_low) and math.isnan(fit.ci_high)
-        assert slope_test(fit) is None
+        assert verdict(fit) == "not enough data"
     else:
         # every valid resample holds both units: the slope is the full-data slope
         assert fit.ci_low == pytest.approx(fit.exponent) == pytest.approx(fit.ci_high)
@@ -269,44 +277,3 @@ def test_mismatched_lengths_raise():
         fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], censored=[True, False], seed=0)
     with pytest.raises(ValueError, match="units has 1"):
         fit_power_law([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], units=["a"], seed=0)
-
-
-# --------------------------------------------------------------------------------------------
-# tau_at_threshold
-
-
-def test_tau_at_threshold_finds_first_crossing():
-    log_k = math.log(20)
-    steps = [0, 100, 200, 300, 400, 500]
-    loss = np.array([3.0, 1.0, 0.9, 0.2, 0.6, 0.1]) * log_k  # 0.2 log K first at step 300
-    assert tau_at_threshold(steps, loss, log_k, 0.5) == 300.0
-    assert tau_at_threshold(steps, loss, log_k, 0.95) == 200.0
-    assert isinstance(tau_at_threshold(steps, loss, log_k, 0.5), float)
-
-
-def test_tau_at_threshold_never_crossing_is_censored():
-    log_k = math.log(10)
-    steps = np.arange(0, 5000, 500)
-    loss = np.full(steps.size, log_k)  # plateau at log K throughout the budget
-    assert tau_at_threshold(steps, loss, log_k, 0.5) is None
-    assert tau_at_threshold([], [], log_k, 0.5) is None
-    loss_nan = np.full(steps.size, np.nan)
-    assert tau_at_threshold(steps, loss_nan, log_k, 0.5) is None
-
-
-def test_tau_at_threshold_is_strict():
-    log_k = math.log(4)
-    steps = [10, 20, 30]
-    threshold_value = 0.5 * log_k
-    loss = [log_k, threshold_value, np.nextafter(threshold_value, 0.0)]
-    assert tau_at_threshold(steps, loss, log_k, 0.5) == 30.0  # equality is not a crossing
-    assert tau_at_threshold(steps[:2], loss[:2], log_k, 0.5) is None
-
-
-def test_tau_at_threshold_rejects_bad_input():
-    with pytest.raises(ValueError, match="strictly increasing"):
-        tau_at_threshold([0, 200, 100], [1.0, 1.0, 0.1], math.log(5), 0.5)
-    with pytest.raises(ValueError, match="entries"):
-        tau_at_threshold([0, 100], [1.0], math.log(5), 0.5)
-    with pytest.raises(ValueError, match="log_k"):
-        tau_at_threshold([0, 100], [1.0, 0.1], 0.0, 0.5)

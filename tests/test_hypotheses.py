@@ -8,6 +8,7 @@ import yaml
 
 from mbc.hypotheses import combine, decide, evaluate_hypotheses, verdicts
 from mbc.scorecard import agreement, scorecard
+from mbc.statistics import COLUMNS as STATISTICS_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = yaml.safe_load((ROOT / "config.yaml").read_text())
@@ -18,9 +19,7 @@ def stats_for(values: dict[str, tuple]) -> pd.DataFrame:
         {"name": n, "value": v, "ci_low": lo, "ci_high": hi, "n": 3, "n_censored": 0, "what": ""}
         for n, (v, lo, hi) in values.items()
     ]
-    return pd.DataFrame(
-        rows, columns=["name", "value", "ci_low", "ci_high", "n", "n_censored", "what"]
-    )
+    return pd.DataFrame(rows, columns=STATISTICS_COLUMNS)
 
 
 def side(test, where: str) -> tuple:

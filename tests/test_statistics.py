@@ -1,9 +1,15 @@
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
+from mbc.analysis import FIT_COLUMNS
+from mbc.collective import SUMMARY_COLUMNS
+from mbc.pipeline import HESSIAN_COLUMNS
+from mbc.routing import ABLATION_COLUMNS
 from mbc.statistics import (
     collective_fraction_at,
     compute_statistics,
@@ -14,6 +20,7 @@ from mbc.statistics import (
 from mbc.summary import TAU_COLUMNS
 
 BOOT = {"n_boot": 200, "ci": 0.95, "seed": 0}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def tau_rows(**cols) -> pd.DataFrame:
@@ -30,7 +37,7 @@ def tau_rows(**cols) -> pd.DataFrame:
 def test_direction_ratio_is_the_geometric_mean_of_paired_ratios():
     t = tau_rows(experiment=["E14"] * 4, task=["a_to_b", "bz_to_a"] * 2, k=[5, 5, 10, 10],
                  seed=[0] * 4, tau=[400, 100, 900, 100])  # fmt: skip
-    r = direction_ratio(t, BOOT)
+    r = direction_ratio(t, ["E14"], BOOT)
     assert r["value"] == pytest.approx(math.sqrt(4 * 9))
     assert r["ci_low"] <= r["value"] <= r["ci_high"]
 
@@ -38,7 +45,7 @@ def test_direction_ratio_is_the_geometric_mean_of_paired_ratios():
 def test_extreme_ratio_lr_and_censored_budget_bound():
     t = tau_rows(experiment=["E6"] * 4, lr=[1e-3, 1e-3, 5e-3, 5e-3], tau=[100, 100, 300, np.nan],
                  censored=[False, False, False, True], steps=[1000, 1000, 1000, 500])  # fmt: skip
-    r = extreme_ratio(t, "E6", "lr", "tau", BOOT, "lr_tau_ratio", "")
+    r = extreme_ratio(t, ["E6"], "lr", "tau", BOOT, "lr_tau_ratio", "")
     assert r["value"] == pytest.approx(
         (300 + 500) / 2 / 100
     )  # the censored run counts at its budget
@@ -58,15 +65,17 @@ def test_routing_head_layer_mode():
     assert routing_head_layer(abl) == 0.0
 
 
+def no_rows() -> tuple[pd.DataFrame, ...]:
+    """fits.csv, collective_summary.csv, routing_ablation.csv, hessian.csv without rows."""
+    return tuple(pd.DataFrame(columns=c) for c in (FIT_COLUMNS, SUMMARY_COLUMNS,
+                                                   ABLATION_COLUMNS, HESSIAN_COLUMNS))  # fmt: skip
+
+
 def test_statistics_without_data_are_nan_rows_not_dropped():
     empty = pd.DataFrame(columns=TAU_COLUMNS)
-    fits = pd.DataFrame(
-        columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"]
-    )
-    cols = ["run_id", "tau_fraction", "frac_accurate", "phase", "kind", "layer", "delta_delta_z",
-            "anisotropy", "converged_min"]  # fmt: skip
-    blank = pd.DataFrame(columns=cols)
-    s = compute_statistics(empty, fits, blank, blank, blank, BOOT, {"collective_fraction": 0.5})
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    cfg, lead = raw["statistics"], raw["diagnostics"]["lead"]["source"]
+    s = compute_statistics(empty, *no_rows(), BOOT, cfg, lead)
     assert {"plateau_height_over_log_k", "direction_ratio", "lead_fraction_mean"} <= set(s.name)
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()
 
@@ -80,15 +89,15 @@ def test_lr_duration_ratio_is_the_configured_pair_and_needs_both_windows():
                  transition_duration=[100, 300, 700, 900, np.nan, 50],
                  transition_censored=[False, False, False, False, True, False])  # fmt: skip
     pair = {"lrs": [2e-3, 3e-4]}
-    r = lr_duration_ratio(t, pair, BOOT)
+    r = lr_duration_ratio(t, ["E6"], pair, BOOT)
     assert r["value"] == pytest.approx(800 / 200)
     assert r["ci_low"] <= r["value"] <= r["ci_high"]
     assert "lr 0.002 / lr 0.0003" in r["what"] and r["n"] == 4 and r["n_censored"] == 0
     cut = t.assign(transition_censored=[False, False, True, False, True, False],
                    transition_duration=[100, 300, np.nan, 900, np.nan, 50])  # fmt: skip
-    r = lr_duration_ratio(cut, pair, BOOT)
+    r = lr_duration_ratio(cut, ["E6"], pair, BOOT)
     assert math.isnan(r["value"]) and r["n_censored"] == 1
-    assert math.isnan(lr_duration_ratio(t, {}, BOOT)["value"])
+    assert math.isnan(lr_duration_ratio(t, ["E6"], {}, BOOT)["value"])
 
 
 def test_batch_pair_ratios_in_steps_and_examples():
@@ -98,15 +107,30 @@ def test_batch_pair_ratios_in_steps_and_examples():
                  batch_size=[128, 128, 256, 256, 128, 256],
                  first_target_tau=[1800, 1800, 1000, 1000, 10, 10],
                  first_target_censored=[False] * 6)  # fmt: skip
-    steps, examples = batch_pair_ratios(t, {"batches": [128, 256], "k": 20}, BOOT)
+    steps, examples = batch_pair_ratios(t, ["E7"], {"batches": [128, 256], "k": 20}, BOOT)
     assert steps["name"] == "batch_steps_ratio" and steps["value"] == pytest.approx(1.8)
     assert examples["value"] == pytest.approx(1.8 * 128 / 256)
     # K unset: the smallest K of E7
-    assert batch_pair_ratios(t, {"batches": [128, 256]}, BOOT)[0]["value"] == pytest.approx(1.8)
-    assert math.isnan(batch_pair_ratios(t, {}, BOOT)[0]["value"])
+    assert batch_pair_ratios(t, ["E7"], {"batches": [128, 256]}, BOOT)[0]["value"] == pytest.approx(
+        1.8
+    )
+    assert math.isnan(batch_pair_ratios(t, ["E7"], {}, BOOT)[0]["value"])
 
 
 def test_direction_ratio_prefers_the_authors_az_to_b():
     t = tau_rows(experiment=["E14"] * 3, task=["az_to_b", "bz_to_a", "a_to_b"], k=[5] * 3,
                  seed=[0] * 3, tau=[300, 100, 900])  # fmt: skip
-    assert direction_ratio(t, BOOT)["value"] == pytest.approx(3.0)
+    assert direction_ratio(t, ["E14"], BOOT)["value"] == pytest.approx(3.0)
+
+
+def test_the_lead_statistics_read_their_configured_source():
+    """lead_fraction_mean and lead_fraction_first_mean read diagnostics.lead.source's runs."""
+    t = tau_rows(experiment=["E1", "E1", "E2", "E2"], lead_fraction=[0.2, 0.4, 0.8, 0.9],
+                 lead_fraction_first=[0.1, 0.3, 0.5, 0.7], first_target_censored=[False] * 4)  # fmt: skip
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    for source, lead, first in (("E1", 0.3, 0.2), ("E2", 0.85, 0.6)):
+        s = compute_statistics(t, *no_rows(), BOOT, raw["statistics"], source)
+        s = s.set_index("name")
+        assert s.loc["lead_fraction_mean", "value"] == pytest.approx(lead)
+        assert s.loc["lead_fraction_first_mean", "value"] == pytest.approx(first)
+        assert f"over {source} runs" in s.loc["lead_fraction_mean", "what"]

@@ -7,7 +7,6 @@ from helpers import tiny_spec
 
 from mbc.summary import (
     author_statistics,
-    first_step_below,
     plateau_height,
     plateau_sensitivity,
     summarize_run,
@@ -53,11 +52,6 @@ def test_plateau_height_window_ends_at_the_first_sign_of_transition():
     assert s["height_over_log_k"] == 1.0
     assert s["delta_z_onset"] == 100 and s["loss_onset"] == 130
     assert s["lead"] == 30 and s["lead_fraction"] == 30 / 130
-
-
-def test_first_step_below():
-    assert first_step_below(np.array([0, 5, 9]), np.array([3.0, 1.0, 0.5]), 1.0) == 9
-    assert first_step_below(np.array([0, 5]), np.array([3.0, 2.0]), 1.0) is None
 
 
 def _sensitivity_inputs():

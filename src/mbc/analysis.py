@@ -13,8 +13,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from mbc.crossing import first_crossing
 from mbc.fits import PowerLawFit, exponent_difference, fit_power_law
-from mbc.summary import first_step_below
 
 FIT_COLUMNS = [
     "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
@@ -100,13 +100,15 @@ def fit_table(
 
 
 def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """tau.csv rows with tau recomputed at another threshold from the per-run metrics."""
+    """tau.csv rows with tau recomputed at another threshold from the per-run metrics: every
+    row of metrics.csv, including the evaluations before eval.dense_every that the run
+    summaries (`mbc.summary.summarize_run`, on the grid) leave out."""
     out = tau.copy()
     taus = {}
     for run_id, m in metrics.groupby("run_id"):
         m = m.sort_values("step")
         k = int(tau.loc[tau.run_id == run_id, "k"].iloc[0])
-        taus[run_id] = first_step_below(
+        taus[run_id] = first_crossing(
             m["step"].to_numpy(), m["candidate_loss"].to_numpy(), threshold * math.log(k)
         )
     out["tau"] = [taus.get(r) for r in out.run_id]

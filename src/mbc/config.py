@@ -324,7 +324,7 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
         exp = resolve_like(name, experiments)
         runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
     _check_same_id_same_spec(runs)
-    _check_references(cfg, set(only))
+    _check_references(cfg, written)
     return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
 
 
@@ -372,24 +372,28 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
             )
 
 
-def _check_references(cfg: dict, known: set[str]) -> None:
-    """Diagnostics, fits and the sensitivity tables may only name declared experiments;
-    the plateau band must contain 1 (height = log K)."""
+def _check_references(cfg: dict, written=_dotted) -> None:
+    """Diagnostics, fits, statistics and the sensitivity tables may only name declared
+    experiments (an error names the key where the user wrote it: `written`); the plateau
+    band must contain 1 (height = log K)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
-            raise ConfigError(f"diagnostics.{name}.source", src, "unknown experiment")
+            raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
     for i, fit in enumerate(cfg.get("fits", [])):
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
-    for name, exps in (cfg.get("statistics") or {}).get("plateau_heights", {}).items():
-        for exp in exps:
-            if exp not in cfg["experiments"]:
-                raise ConfigError(f"statistics.plateau_heights.{name}", exp, "unknown experiment")
+    stats = cfg.get("statistics") or {}
+    for section in ("sources", "plateau_heights"):
+        for name, exps in stats.get(section, {}).items():
+            for exp in exps:
+                if exp not in cfg["experiments"]:
+                    key = written(("statistics", section, name))
+                    raise ConfigError(key, exp, "unknown experiment")
     sweep = (cfg.get("robustness") or {}).get("sweep")
     if sweep is not None and sweep not in cfg["experiments"]:
-        raise ConfigError("robustness.sweep", sweep, "unknown experiment")
+        raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")
     fit_names = {f["name"] for f in cfg.get("fits", [])}
     for i, diff in enumerate(cfg.get("fit_differences", [])):
         for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
@@ -398,10 +402,10 @@ def _check_references(cfg: dict, known: set[str]) -> None:
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:
-                raise ConfigError(f"{section}.experiments", exp, "unknown experiment")
+                raise ConfigError(written((section, "experiments")), exp, "unknown experiment")
     band = cfg.get("plateau_sensitivity", {}).get("band")
     if band is not None and not band[0] < 1 < band[1]:
-        raise ConfigError("plateau_sensitivity.band", band, "need low < 1 < high")
+        raise ConfigError(written(("plateau_sensitivity", "band")), band, "need low < 1 < high")
 
 
 def read_yaml(path: str | Path) -> dict:

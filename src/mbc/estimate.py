@@ -38,9 +38,11 @@ import torch
 import yaml
 
 from mbc import config as mbc_config
+from mbc.crossing import first_crossing
 from mbc.data import build_dataset
+from mbc.runlog import logged_tau, read_log
 from mbc.spec import RunSpec
-from mbc.train import eval_schedule, fresh_run, pick_device, read_log
+from mbc.train import eval_schedule, fresh_run, pick_device
 
 D_EXPONENT = 1.2
 
@@ -77,7 +79,8 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
         step += 1
         run.step(step)
         if step in evals:
-            if run.evaluate(run.eval_batch)["candidate_loss"] < limit:
+            loss = run.evaluate(run.eval_batch)["candidate_loss"]
+            if first_crossing([step], [loss], limit) is not None:
                 return step, True
             if time.perf_counter() - t0 > budget_s:
                 break
@@ -96,10 +99,10 @@ def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
                 steps = getattr(row, "steps", float("nan"))
                 out[row.run_id] = {"tau": tau, "steps": None if pd.isna(steps) else int(steps)}
     for run_id in specs:
-        log = Path(outdir) / "runs" / run_id / "state" / "log.jsonl"
-        if run_id in out or not log.exists():
+        if run_id in out:
             continue
-        tau = next((r["tau"] for r in read_log(log) if r.get("event") == "tau"), None)
+        log = Path(outdir) / "runs" / run_id / "state" / "log.jsonl"
+        tau = logged_tau(read_log(log))
         if tau is not None:
             out[run_id] = {"tau": float(tau), "steps": None}
     return out

@@ -3,8 +3,9 @@
 Conventions (docs/method.md#fits, #waiting-time):
 
 - A waiting time ``tau`` is measured in optimiser steps: the first *evaluated* step at which the
-  candidate loss falls below ``threshold * log K`` (nats). A run that never crosses within its
-  step budget is *censored*: its tau is unknown and only known to exceed the budget.
+  candidate loss falls below ``threshold * log K`` (nats; :mod:`mbc.crossing`). A run that never
+  crosses within its step budget is *censored*: its tau is unknown and only known to exceed the
+  budget.
 - A power law ``tau = prefactor * x ** exponent`` is fitted on the natural-log scale,
   ``log tau = log prefactor + exponent * log x``. ``x`` is whatever is swept (dataset size D, K,
   learning rate, batch size, sharing factor, ...), in its own units; ``prefactor`` is in steps
@@ -38,9 +39,8 @@ from scipy import optimize, special
 
 __all__ = [
     "PowerLawFit",
+    "exponent_difference",
     "fit_power_law",
-    "slope_test",
-    "tau_at_threshold",
 ]
 
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
@@ -422,42 +422,3 @@ def fit_power_law(
             alpha = (1.0 - ci) / 2.0
             lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
     return result(method, b, a, r2, lo, hi, n_valid, slopes)
-
-
-def tau_at_threshold(
-    steps: Sequence[int] | np.ndarray,
-    candidate_loss: Sequence[float] | np.ndarray,
-    log_k: float,
-    threshold: float,
-) -> float | None:
-    """Waiting time: first evaluated step with ``candidate_loss < threshold * log_k``.
-
-    Args:
-        steps: evaluated optimiser steps, strictly increasing.
-        candidate_loss: candidate loss L_cand (nats) at those steps; NaN never crosses.
-        log_k: natural log of K (nats), > 0.
-        threshold: fraction of log K (the paper's 0.5; also 0.3-0.7).
-
-    Returns:
-        The step (optimiser steps, as float) of the first strict crossing, or None if the loss
-        never drops below the threshold within the evaluated steps (censored run).
-    """
-    st = np.asarray(steps, dtype=float).ravel()
-    loss = np.asarray(candidate_loss, dtype=float).ravel()
-    if st.size != loss.size:
-        raise ValueError(f"steps has {st.size} entries, candidate_loss has {loss.size}")
-    if st.size > 1 and not np.all(np.diff(st) > 0):
-        raise ValueError("steps must be strictly increasing")
-    if not (math.isfinite(log_k) and log_k > 0):
-        raise ValueError(f"log_k must be finite and > 0, got {log_k!r}")
-    if not math.isfinite(threshold):
-        raise ValueError(f"threshold must be finite, got {threshold!r}")
-    hit = np.flatnonzero(loss < threshold * log_k)  # NaN compares False
-    return float(st[hit[0]]) if hit.size else None
-
-
-def slope_test(fit: PowerLawFit, null: float = 0.0) -> bool | None:
-    """True if ``null`` lies in ``[ci_low, ci_high]`` (not rejected); None if the CI is NaN."""
-    if math.isnan(fit.ci_low) or math.isnan(fit.ci_high):
-        return None
-    return bool(fit.ci_low <= null <= fit.ci_high)

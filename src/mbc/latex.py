@@ -34,6 +34,7 @@ __all__ = [
     "booktabs_table",
     "escape_latex",
     "format_number",
+    "is_missing",
     "macro_name",
     "macro_names",
     "numbers_tex",
@@ -103,7 +104,8 @@ def escape_latex(text: Any) -> str:
     return re.sub(r"[\r\n\t]+", " ", out)
 
 
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
+    """None, pandas' NA/NaT or a NaN number: printed as an en dash."""
     if value is None or value is pd.NA or value is pd.NaT:
         return True
     if isinstance(value, numbers.Real) and not isinstance(value, bool | numbers.Integral):
@@ -135,7 +137,7 @@ def format_number(value: Any, spec: str | None = None, *, missing: str = EN_DASH
     NaN and None become ``missing``; booleans become ``yes``/``no``. Other characters
     of the formatted text (``%`` of a ``"%"`` spec, a template's words) are escaped.
     """
-    if _is_missing(value):
+    if is_missing(value):
         return missing
     if isinstance(value, bool | np.bool_):
         return "yes" if value else "no"
@@ -157,7 +159,7 @@ def format_number(value: Any, spec: str | None = None, *, missing: str = EN_DASH
 
 
 def _render_cell(value: Any, spec: str | None) -> str:
-    if _is_missing(value):
+    if is_missing(value):
         return EN_DASH
     if isinstance(value, Raw):
         return str(value)
@@ -350,7 +352,7 @@ def _check_braces(text: str, name: str) -> None:
 
 
 def _render_value(value: Any, spec: str | None) -> str:
-    if _is_missing(value):
+    if is_missing(value):
         return NA_VALUE
     if isinstance(value, Raw):
         return str(value)

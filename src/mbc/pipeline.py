@@ -248,6 +248,7 @@ def make_fits(raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_thr
 
 
 def make_statistics(raw: dict, paths: dict, out_path) -> None:
+    """raw: config `bootstrap` and `statistics`, and `lead_source` (diagnostics.lead.source)."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
@@ -255,7 +256,7 @@ def make_statistics(raw: dict, paths: dict, out_path) -> None:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        raw["bootstrap"], raw["statistics"],
+        raw["bootstrap"], raw["statistics"], raw["lead_source"],
     )  # fmt: skip
     write_csv_atomic(out_path, df)
     print(df.to_string())

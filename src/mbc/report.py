@@ -5,15 +5,12 @@ Every macro and table cell comes from a results table; the paper source types no
 
 from __future__ import annotations
 
-import math
 import re
 
 import pandas as pd
 
 from mbc.hypotheses import verdicts
-from mbc.latex import Raw, booktabs_table, format_number, macro_name, numbers_tex
-
-ORDINAL = ["One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
+from mbc.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 
 
 def readable(name: str, labels: dict[str, str]) -> str:
@@ -85,8 +82,8 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
             .sum()
         ),
     }
-    for i in range(7):
-        out[f"VerdictH{ORDINAL[i]}"] = v.get(f"H{i + 1}")
+    for i in range(1, 8):  # H1 -> VerdictHOne
+        out[macro_name("Verdict", f"H{i}")] = v.get(f"H{i}")
     return out
 
 
@@ -293,7 +290,3 @@ def scorecard_table(card: pd.DataFrame) -> str:
         align="p{4.4cm}llllll",
         size="scriptsize",
     )
-
-
-def is_missing(x) -> bool:
-    return x is None or (isinstance(x, float) and math.isnan(x))

@@ -8,7 +8,7 @@ Krylov methods that touch ``A`` through matvecs alone:
 - :func:`lanczos`: Lanczos with full reorthogonalisation. ``m`` matvecs give the extreme Ritz
   values of ``A`` on the ``m``-dimensional Krylov space; both ends converge together, and much
   faster than power iteration when the spectrum is ill-conditioned (the paper's plateau Hessian).
-- :func:`power_iteration` / :func:`extremes_by_power`: the simplest baseline; ``lambda_min`` comes
+- :func:`extremes_by_power`: power iteration, the simplest baseline; ``lambda_min`` comes
   from power iteration on ``A - lambda_max I`` (the shift trick), whose convergence rate is
   ``|lambda_2' - lambda_max| / |lambda_min - lambda_max|`` -- close to 1 when ``lambda_min`` sits
   at the edge of a dense bulk, so it is slow exactly where the paper needs it.
@@ -41,7 +41,6 @@ __all__ = [
     "SpectrumEstimate",
     "extremes_by_power",
     "lanczos",
-    "power_iteration",
 ]
 
 Matvec = Callable[[torch.Tensor], torch.Tensor]
@@ -109,7 +108,7 @@ class SpectrumEstimate:
 
 @dataclass(frozen=True)
 class PowerEstimate:
-    """One eigenvalue from :func:`power_iteration`.
+    """One eigenvalue from power iteration (one end of :func:`extremes_by_power`).
 
     Attributes:
         eigenvalue: Rayleigh quotient ``v^T A v`` of the final unit vector ``v``.
@@ -260,7 +259,12 @@ def _estimate(
 
 
 def _power(matvec: Matvec, v: torch.Tensor, *, n_iter: int, shift: float, tol: float):
-    """Power iteration on ``B = A - shift I`` from unit vector v (n,); see :func:`power_iteration`.
+    """Power iteration on ``B = A - shift I`` from unit vector v (n,): the eigenvalue of ``A``
+    farthest from ``shift`` (with ``shift = 0`` the largest-magnitude one, with
+    ``shift = lambda_max`` ``lambda_min``). Runs at most ``n_iter`` steps (one matvec each) and
+    stops as soon as the relative residual is ``<= tol``. Converges at rate ``|mu_2 / mu_1|``
+    of the shifted operator and stalls if its two dominant eigenvalues have equal magnitude
+    (e.g. ``+c`` and ``-c``).
 
     The Rayleigh quotient ``mu = v^T B v`` and the residual ``||B v - mu v||`` come free with the
     matvec of each step, and ``B v - mu v = A v - (mu + shift) v``, so the residual is the true
@@ -277,29 +281,6 @@ def _power(matvec: Matvec, v: torch.Tensor, *, n_iter: int, shift: float, tol: f
         if rel <= tol or steps == n_iter:
             return PowerEstimate(eigenvalue, residual, rel, rel <= tol, steps)
         v = w / torch.linalg.vector_norm(w)  # w != 0 here: w == 0 gives residual 0 above
-
-
-def power_iteration(
-    matvec: Matvec,
-    n: int,
-    *,
-    n_iter: int,
-    seed: int,
-    shift: float = 0.0,
-    tol: float = 1e-3,
-    dtype: torch.dtype = torch.float64,
-    device: torch.device | str = "cpu",
-) -> PowerEstimate:
-    """Eigenvalue of ``A`` farthest from ``shift``: dominant eigenvalue of ``A - shift I``, plus shift.
-
-    With ``shift = 0`` this is the largest-magnitude eigenvalue; with ``shift = lambda_max`` it
-    is ``lambda_min``. Runs at most ``n_iter`` steps (one matvec each) and stops as soon as the
-    relative residual is ``<= tol``. Converges at rate ``|mu_2 / mu_1|`` of the shifted operator
-    and stalls if its two dominant eigenvalues have equal magnitude (e.g. ``+c`` and ``-c``).
-    """
-    _check_sizes(n, n_iter)
-    v = _start_vector(torch.Generator().manual_seed(seed), n, dtype, device)
-    return _power(matvec, v, n_iter=n_iter, shift=shift, tol=tol)
 
 
 def extremes_by_power(

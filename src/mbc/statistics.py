@@ -3,7 +3,8 @@
 One row per statistic: name, value, ci_low, ci_high, n, n_censored, what. Fit exponents
 come from fits.csv (`fit:<name>`, `fit_r2:<name>`); the others are computed here from the
 tidy tables, with percentile bootstrap CIs over independent runs. Nothing here knows
-the paper's values.
+the paper's values, nor which experiment a statistic reads: config `statistics.sources`
+and `statistics.plateau_heights` name them, and `diagnostics.lead.source` the lead's.
 """
 
 from __future__ import annotations
@@ -46,6 +47,15 @@ def _row(name, vci, n, n_cens, what) -> dict:
     )
 
 
+def runs_of(tau: pd.DataFrame, experiments: list[str]) -> pd.DataFrame:
+    """The tau.csv rows of `experiments`, one per run (a run shared by two counts once)."""
+    return tau[tau.experiment.isin(experiments)].drop_duplicates("run_id")
+
+
+def _names(experiments: list[str]) -> str:
+    return "+".join(experiments)
+
+
 def _tau_or_bound(df: pd.DataFrame, column: str = "tau") -> np.ndarray:
     """tau (or another waiting time), or the step budget for a censored run (a lower
     bound on it)."""
@@ -71,35 +81,37 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
 
 def compute_statistics(
     tau: pd.DataFrame, fits: pd.DataFrame, collective: pd.DataFrame, routing_ablation: pd.DataFrame,
-    hessian: pd.DataFrame, boot: dict, cfg: dict,
+    hessian: pd.DataFrame, boot: dict, cfg: dict, lead_source: str,
 ) -> pd.DataFrame:  # fmt: skip
-    """All statistics; a statistic without data is a row of NaNs (never dropped)."""
-    rows = fit_statistics(fits)
-    cens = tau["censored"].astype(bool)
+    """All statistics; a statistic without data is a row of NaNs (never dropped).
 
-    heights = cfg.get("plateau_heights") or {"plateau_height_over_log_k": ["E1"]}
-    for name, experiments in heights.items():
+    cfg: config `statistics` (the experiments each statistic reads: `sources`,
+    `plateau_heights`); lead_source: `diagnostics.lead.source`, the lead's experiment."""
+    rows = fit_statistics(fits)
+    src = cfg["sources"]
+
+    for name, experiments in cfg["plateau_heights"].items():
         e = tau[tau.experiment.isin(experiments) & (tau.k >= 3) & (tau.model == "transformer")]
         e = e.drop_duplicates("run_id")
         h = e.height_over_log_k.dropna().to_numpy(float)
         rows.append(_row(name, _boot(h, np.mean, boot), h.size, int(e.censored.sum()),
-                         f"mean plateau height / log K over {'+'.join(experiments)} runs (K >= 3)"))  # fmt: skip
+                         f"mean plateau height / log K over {_names(experiments)} runs (K >= 3)"))  # fmt: skip
 
-    e1 = tau[(tau.experiment == "E1") & (tau.k >= 3)].drop_duplicates("run_id")
+    e1 = tau[(tau.experiment == lead_source) & (tau.k >= 3)].drop_duplicates("run_id")
 
     lead = e1.lead_fraction.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_mean", _boot(lead, np.mean, boot), lead.size, int(e1.censored.sum()),
-                     "mean (loss onset - delta_z onset) / loss onset over E1 runs (L_cand, delta_z)"))  # fmt: skip
+                     f"mean (loss onset - delta_z onset) / loss onset over {lead_source} runs (L_cand, delta_z)"))  # fmt: skip
     lead1 = e1.lead_fraction_first.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_first_mean", _boot(lead1, np.mean, boot), lead1.size,
                      int(e1.first_target_censored.sum()),
-                     "mean lead fraction over E1 runs on the first-target loss L1 and its delta_z"))  # fmt: skip
+                     f"mean lead fraction over {lead_source} runs on the first-target loss L1 and its delta_z"))  # fmt: skip
 
     frac = collective_fraction_at(collective, cfg["collective_fraction"])
     rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
                      f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
 
-    e12 = tau[tau.experiment == "E12"].drop_duplicates("run_id")
+    e12 = runs_of(tau, src["label_noise"])
     for name, col, cens in (("label_noise_spearman_abs", "tau", "censored"),
                             ("label_noise_spearman_abs_first", "first_target_tau",
                              "first_target_censored")):  # fmt: skip
@@ -111,9 +123,11 @@ def compute_statistics(
             else (NAN,) * 3
         )
         rows.append(_row(name, rho, len(e12), int(e12[cens].sum()) if len(e12) else 0,
-                         f"|Spearman rho| of {col} (censored: budget) with label noise p, E12"))  # fmt: skip
+                         f"|Spearman rho| of {col} (censored: budget) with label noise p, "
+                         f"{_names(src['label_noise'])}"))  # fmt: skip
 
-    e13 = tau[(tau.experiment == "E13") & (tau.model == "linear")].drop_duplicates("run_id")
+    e13 = runs_of(tau, src["linear"])
+    e13 = e13[e13.model == "linear"]
     trans = (~e13.censored.astype(bool)).to_numpy(float)
     rows.append(_row("linear_transition_fraction", _boot(trans, np.mean, boot), len(e13),
                      int(e13.censored.sum()), "fraction of linear-baseline runs that cross the threshold"))  # fmt: skip
@@ -121,13 +135,15 @@ def compute_statistics(
     rows.append(_row("linear_final_lcand_over_log_k", _boot(final, np.mean, boot), len(e13),
                      int(e13.censored.sum()), "final L_cand / log K of the linear baseline"))  # fmt: skip
 
-    rows.append(direction_ratio(tau, boot))
-    rows.append(extreme_ratio(tau, "E6", "lr", "tau", boot, "lr_tau_ratio",
-                              "tau at the largest lr / tau at the smallest lr (E6)"))  # fmt: skip
-    rows.append(extreme_ratio(tau, "E7", "batch_size", "examples", boot, "batch_examples_ratio",
-                              "examples to tau at the smallest batch / at the largest (E7)", invert=True))  # fmt: skip
-    rows.append(lr_duration_ratio(tau, cfg.get("lr_pair", {}), boot))
-    rows.extend(batch_pair_ratios(tau, cfg.get("batch_pair", {}), boot))
+    rows.append(direction_ratio(tau, src["direction"], boot))
+    lr, batch = src["lr"], src["batch"]
+    rows.append(extreme_ratio(tau, lr, "lr", "tau", boot, "lr_tau_ratio",
+                              f"tau at the largest lr / tau at the smallest lr ({_names(lr)})"))  # fmt: skip
+    rows.append(extreme_ratio(tau, batch, "batch_size", "examples", boot, "batch_examples_ratio",
+                              f"examples to tau at the smallest batch / at the largest ({_names(batch)})",
+                              invert=True))  # fmt: skip
+    rows.append(lr_duration_ratio(tau, lr, cfg.get("lr_pair", {}), boot))
+    rows.extend(batch_pair_ratios(tau, batch, cfg.get("batch_pair", {}), boot))
 
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
     an = plat.anisotropy.to_numpy(float) if not plat.empty else np.array([])
@@ -148,7 +164,6 @@ def compute_statistics(
                      "most common layer of the head whose zero-ablation removes most delta_z (mid)"))  # fmt: skip
     rows.append(_row("n_runs", (float(tau.run_id.nunique()), NAN, NAN), tau.run_id.nunique(),
                      int(tau.drop_duplicates("run_id").censored.sum()), "distinct training runs"))  # fmt: skip
-    del cens
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -162,21 +177,23 @@ def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray
     return np.array(out)
 
 
-def direction_ratio(tau: pd.DataFrame, boot: dict) -> dict:
-    """Geometric mean over (K, seed) of tau(reverse) / tau(bz_to_a), E14 (censored: bound);
-    the reverse task is az_to_b (the author's) or, failing that, a_to_b."""
-    e14 = tau[tau.experiment == "E14"].drop_duplicates("run_id")
+def direction_ratio(tau: pd.DataFrame, experiments: list[str], boot: dict) -> dict:
+    """Geometric mean over (K, seed) of tau(reverse) / tau(bz_to_a) over the runs of
+    `experiments` (the author's E14; censored: bound); the reverse task is az_to_b (the
+    author's) or, failing that, a_to_b."""
+    e14 = runs_of(tau, experiments)
+    names = _names(experiments)
     if e14.empty:
-        return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}")
     e14 = e14.assign(t=_tau_or_bound(e14))
     piv = e14.pivot_table(index=["k", "seed"], columns="task", values="t", aggfunc="first")
     reverse = next((d for d in REVERSE_DIRECTIONS if d in piv.columns), None)
     if reverse is None or "bz_to_a" not in piv.columns:
-        return _row("direction_ratio", (NAN,) * 3, 0, 0, "tau(A->B) / tau((B,z)->A), E14")
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}")
     logr = np.log(piv[reverse] / piv["bz_to_a"]).dropna().to_numpy()
     v, lo, hi = _boot(logr, np.mean, boot)
     return _row("direction_ratio", (math.exp(v), math.exp(lo), math.exp(hi)), logr.size,
-                int(e14.censored.sum()), "geometric mean tau(A->B) / tau((B,z)->A) over K, seeds (E14)")  # fmt: skip
+                int(e14.censored.sum()), f"geometric mean tau(A->B) / tau((B,z)->A) over K, seeds ({names})")  # fmt: skip
 
 
 def _ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
@@ -196,18 +213,20 @@ def _ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, fl
     return float(a.mean() / b.mean()), *ci
 
 
-def lr_duration_ratio(tau: pd.DataFrame, cfg: dict, boot: dict) -> dict:
-    """The author's learning-rate statistic (E6): mean transition-window duration at
-    lr `lrs[0]` over that at `lrs[1]` (his 3.6 = lr 2e-3 over lr 3e-4). A duration is
-    measured only once the window closes: with a run of the pair censored, not measured."""
+def lr_duration_ratio(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot: dict) -> dict:
+    """The author's learning-rate statistic (his E6) over the runs of `experiments`: mean
+    transition-window duration at lr `lrs[0]` over that at `lrs[1]` (his 3.6 = lr 2e-3 over
+    lr 3e-4). A duration is measured only once the window closes: with a run of the pair
+    censored, not measured."""
     name = "lr_duration_ratio"
-    e = tau[tau.experiment == "E6"].drop_duplicates("run_id")
+    e = runs_of(tau, experiments)
+    names = _names(experiments)
     if e.empty or not cfg.get("lrs"):
-        return _row(name, (NAN,) * 3, 0, 0, "E6 transition-window duration ratio")
+        return _row(name, (NAN,) * 3, 0, 0, f"{names} transition-window duration ratio")
     hi, lo = cfg["lrs"]
     pair = e[np.isclose(e.lr, hi) | np.isclose(e.lr, lo)]
     n_cens = int(pair.transition_censored.astype(bool).sum())
-    what = f"transition-window duration (0.95 -> 0.05 log K), lr {hi:g} / lr {lo:g} (E6)"
+    what = f"transition-window duration (0.95 -> 0.05 log K), lr {hi:g} / lr {lo:g} ({names})"
     dur = lambda lr: pair.loc[np.isclose(pair.lr, lr), "transition_duration"]  # noqa: E731
     if n_cens or dur(hi).empty or dur(lo).empty:
         return _row(name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window")
@@ -215,14 +234,17 @@ def lr_duration_ratio(tau: pd.DataFrame, cfg: dict, boot: dict) -> dict:
     return _row(name, vci, len(pair), 0, what)
 
 
-def batch_pair_ratios(tau: pd.DataFrame, cfg: dict, boot: dict) -> list[dict]:
-    """The author's batch statistic (E7): first-target tau at batch `batches[0]` over batch
-    `batches[1]` at K = `k` (smallest K of E7 when unset), in steps (his 1.8 = 128 over 256
-    at K = 20) and in examples seen (batch x tau)."""
-    e = tau[tau.experiment == "E7"].drop_duplicates("run_id")
+def batch_pair_ratios(
+    tau: pd.DataFrame, experiments: list[str], cfg: dict, boot: dict
+) -> list[dict]:
+    """The author's batch statistic (his E7) over the runs of `experiments`: first-target
+    tau at batch `batches[0]` over batch `batches[1]` at K = `k` (their smallest K when
+    unset), in steps (his 1.8 = 128 over 256 at K = 20) and in examples seen (batch x tau)."""
+    e = runs_of(tau, experiments)
+    source = _names(experiments)
     names = ("batch_steps_ratio", "batch_examples_ratio_first")
     if e.empty or not cfg.get("batches"):
-        return [_row(n, (NAN,) * 3, 0, 0, "E7 first-target tau ratio") for n in names]
+        return [_row(n, (NAN,) * 3, 0, 0, f"{source} first-target tau ratio") for n in names]
     b0, b1 = cfg["batches"]
     k = cfg.get("k", e.k.min())
     e = e[e.k == k]
@@ -235,13 +257,14 @@ def batch_pair_ratios(tau: pd.DataFrame, cfg: dict, boot: dict) -> list[dict]:
         unit = "examples seen" if per_example else "steps"
         out.append(_row(name, _ratio_of_means(vals[b0], vals[b1], boot), len(e),
                         int(e.first_target_censored.sum()),
-                        f"first-target tau in {unit}, batch {b0} / batch {b1} at K={k:g} (E7)"))  # fmt: skip
+                        f"first-target tau in {unit}, batch {b0} / batch {b1} at K={k:g} ({source})"))  # fmt: skip
     return out
 
 
-def extreme_ratio(tau, experiment, x, y, boot, name, what, invert=False) -> dict:
-    """Mean y at the largest x over mean y at the smallest x (inverted: smallest / largest)."""
-    e = tau[tau.experiment == experiment].drop_duplicates("run_id")
+def extreme_ratio(tau, experiments, x, y, boot, name, what, invert=False) -> dict:
+    """Mean y at the largest x over mean y at the smallest x (inverted: smallest / largest),
+    over the runs of `experiments`."""
+    e = runs_of(tau, experiments)
     if e.empty or e[x].nunique() < 2:
         return _row(name, (NAN,) * 3, len(e), int(e.censored.sum()) if len(e) else 0, what)
     vals = _tau_or_bound(e) * (e.batch_size.to_numpy(float) if y == "examples" else 1.0)

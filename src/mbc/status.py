@@ -23,8 +23,8 @@ import pandas as pd
 import yaml
 
 from mbc import config as mbc_config
+from mbc.runlog import logged_tau, read_log
 from mbc.spec import RunSpec
-from mbc.train import read_log
 
 COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
            "run_id"]  # fmt: skip
@@ -32,13 +32,9 @@ COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_ov
 
 def _last_rows(log: Path) -> tuple[dict | None, int | None]:
     """(last evaluation row, tau) of a live log; a torn last line is ignored."""
-    last, tau = None, None
-    for r in read_log(log):
-        if r.get("event") == "tau":
-            tau = r["tau"]
-        elif "event" not in r:
-            last = r
-    return last, tau
+    rows = read_log(log)
+    last = next((r for r in reversed(rows) if "event" not in r), None)
+    return last, logged_tau(rows)
 
 
 def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: float) -> dict:

@@ -1,9 +1,9 @@
 """Per-run summaries from the tidy metrics table (docs/method.md#metrics): tau, censoring,
 plateau.
 
-tau is the first evaluated step with L_cand < threshold * log K. A run that never
-crosses is censored: tau is missing (never a number) and `steps` is the budget it
-survived, which is what a censored fit needs.
+tau is the first evaluated step with L_cand < threshold * log K (`mbc.crossing`, like
+every onset here). A run that never crosses is censored: tau is missing (never a number)
+and `steps` is the budget it survived, which is what a censored fit needs.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from mbc.config import Run
+from mbc.crossing import first_crossing
 from mbc.spec import RunSpec, grid_mask
 
 TAU_COLUMNS = [
@@ -38,17 +39,6 @@ INT_COLUMNS = [
 ]  # fmt: skip
 
 
-def first_step_below(steps: np.ndarray, values: np.ndarray, bound: float) -> int | None:
-    """First step whose value is strictly below `bound`; None when it never is."""
-    hit = np.flatnonzero(values < bound)
-    return int(steps[hit[0]]) if hit.size else None
-
-
-def first_step_above(steps: np.ndarray, values: np.ndarray, bound: float) -> int | None:
-    hit = np.flatnonzero(values > bound)
-    return int(steps[hit[0]]) if hit.size else None
-
-
 def last_step_above_before(
     steps: np.ndarray, values: np.ndarray, bound: float, before: int
 ) -> int | None:
@@ -63,7 +53,7 @@ def transition_window(
     """The author's transition window (t_start, t_end): t_end is the first evaluation with
     L_cand < end_fraction * log K, t_start the last evaluation before it with
     L_cand > start_fraction * log K. (None, None) when the run never reaches t_end."""
-    t_end = first_step_below(steps, lcand, end_fraction * log_k)
+    t_end = first_crossing(steps, lcand, end_fraction * log_k)
     if t_end is None:
         return None, None
     return last_step_above_before(steps, lcand, start_fraction * log_k, t_end), t_end
@@ -71,7 +61,9 @@ def transition_window(
 
 def z_usage_onset(steps: np.ndarray, delta_z: np.ndarray, threshold: float) -> int | None:
     """First step with delta_z above `threshold`; None also when delta_z was never measured."""
-    return first_step_above(steps, delta_z, threshold) if np.isfinite(delta_z).any() else None
+    if not np.isfinite(delta_z).any():
+        return None
+    return first_crossing(steps, delta_z, threshold, "above")
 
 
 class Plateau(NamedTuple):
@@ -99,7 +91,7 @@ def plateau(
     start: start_fraction * end (at least step 1), past the first updates.
     height: the time mean of L_cand over the evaluations inside the window (`time_mean`).
     """
-    onset = first_step_below(steps, lcand, onset_fraction * log_k)
+    onset = first_crossing(steps, lcand, onset_fraction * log_k)
     ends = [s for s in (onset, z_onset) if s is not None]
     end = min(ends) if ends else steps[-1] + 1
     start = max(1, start_fraction * end)
@@ -133,9 +125,9 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
     steps = m["step"].to_numpy()
     lcand = m["candidate_loss"].to_numpy()
     log_k = spec.task.log_k
-    tau = first_step_below(steps, lcand, spec.eval.threshold * log_k)
+    tau = first_crossing(steps, lcand, spec.eval.threshold * log_k)
     plat, lead_cfg = diag["plateau"], diag["lead"]
-    loss_onset = first_step_below(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
+    loss_onset = first_crossing(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
     dz = m["delta_z"].to_numpy()
     dz_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
     height = plateau_height(
@@ -174,7 +166,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
     (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
     lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
     ft = diag["first_target"]["threshold"]
-    first_tau = first_step_below(steps, l1, ft * log_k)
+    first_tau = first_crossing(steps, l1, ft * log_k)
     win = diag["transition"]
     t_start, t_end = transition_window(steps, lcand, log_k, win["start_fraction"],
                                        win["end_fraction"])  # fmt: skip
@@ -189,7 +181,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
         last_above = last_step_above_before(steps, lcand, start_mark, int(steps[-1]) + 1)
         bound = int(steps[-1]) - (int(steps[0]) if last_above is None else last_above)
     lead_cfg = diag["lead"]
-    l1_onset = first_step_below(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
+    l1_onset = first_crossing(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
     dz1 = m["delta_z_first"].to_numpy(float) if "delta_z_first" in m else np.full(len(m), np.nan)
     dz1_onset = z_usage_onset(steps, dz1, lead_cfg["delta_z_onset"])
     lead = None if l1_onset is None or dz1_onset is None else l1_onset - dz1_onset

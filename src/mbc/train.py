@@ -6,6 +6,7 @@ State that must survive an interruption lives under `<run_dir>/state/` and is no
 Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
 checkpoints with them):
   state/log.jsonl           append-only evaluation log, one JSON object per line
+                            (read by mbc.runlog.read_log)
   state/resume.pt           model + optimiser + step, written atomically at eval steps
   state/snapshots/*.pt      model weights at the snapshot schedule (post-hoc diagnostics)
 The declared outputs, `metrics.csv` and `checkpoints.csv`, are written once at the end.
@@ -28,6 +29,7 @@ import pandas as pd
 import torch
 
 from mbc import metrics
+from mbc.crossing import first_crossing
 from mbc.data import STREAM_EVAL, STREAM_INIT, STREAM_ORDER, Dataset, stream_seed
 from mbc.io import (
     CorruptArtifactError,
@@ -38,6 +40,7 @@ from mbc.io import (
 )
 from mbc.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.model import build_model
+from mbc.runlog import logged_tau, read_log
 from mbc.spec import EvalSpec, RunSpec, TrainSpec, grid_mask
 
 METRIC_COLUMNS = [
@@ -259,19 +262,6 @@ def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun
     return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch, spec.train)
 
 
-def read_log(path: Path) -> list[dict]:
-    """Parse the append-only log; a torn last line (killed mid-write) is dropped."""
-    if not path.exists():
-        return []
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
-
-
 def _json_line(row: dict) -> str:
     """One strict-JSON line: NaN and infinities (no value yet) are written as null."""
     clean = {
@@ -343,7 +333,7 @@ def train_run(
         step = last_resume = state["step"]
         say(f"resuming {spec.run_id} from step {step}")
     write_text_atomic(log_path, "".join(_json_line(r) for r in rows))
-    tau = next((r["tau"] for r in rows if r.get("event") == "tau"), None)
+    tau = logged_tau(rows)
 
     progress = Progress(spec, step, say, progress_every_s)
     losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last logged row
@@ -355,14 +345,13 @@ def train_run(
         def log(row: dict) -> None:
             nonlocal tau
             _append(fh, row)
-            if (
-                tau is None
-                and grid_mask(ev, row["step"])
-                and row["candidate_loss"] < ev.threshold * task.log_k
-            ):
-                tau = row["step"]
-                _append(fh, {"event": "tau", "step": tau, "tau": tau})
-                say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
+            if tau is None and grid_mask(ev, row["step"]):
+                # rows come in step order and no earlier grid row crossed (tau is None)
+                bound = ev.threshold * task.log_k
+                tau = first_crossing([row["step"]], [row["candidate_loss"]], bound)
+                if tau is not None:
+                    _append(fh, {"event": "tau", "step": tau, "tau": tau})
+                    say(f"{spec.run_id}: tau = {tau} (L_cand < {ev.threshold:g} log K)")
 
         if step == 0:
             prev_row = _eval_row(evaluate, batch, 0, t.batch_size, math.nan, math.nan, t0)

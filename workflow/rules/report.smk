@@ -39,7 +39,10 @@ rule statistics:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={k: CFG.raw[k] for k in ("bootstrap", "statistics")},
+        raw={
+            **{k: CFG.raw[k] for k in ("bootstrap", "statistics")},
+            "lead_source": DIAG["lead"]["source"],
+        },
     script:
         "../scripts/statistics.py"
 
