@@ -7,10 +7,10 @@
 What it measures (docs/method.md#model: 4 layers, d_model 128, batch 128, 15 input
 positions, 5 target positions; 807,720 parameters):
 
-(a) ours       the training step exactly as `mbc.train.train_run` runs it: the model of
-               `mbc.model.build_model`, the loss of `mbc.train.step_functions` for the
+(a) ours       the training step exactly as `mbc.training.train.train_run` runs it: the model of
+               `mbc.training.model.build_model`, the loss of `mbc.training.train.step_functions` for the
                default `train` config (the model's forward: last block at the target
-               positions only), the optimiser of `mbc.train.make_optimizer`, batches
+               positions only), the optimiser of `mbc.training.train.make_optimizer`, batches
                from `BatchOrder`;
     plain      the same step with every position through the last block
                (`Transformer.forward(all_positions=True)`): what the pruning buys;
@@ -22,8 +22,8 @@ positions, 5 target positions; 807,720 parameters):
                MLP at the 5 target positions only), timed alone at the step's exact shapes:
                1 / their total time is the steps/s a step made of nothing but matmuls would
                reach. roofline_full: the same for the unpruned model (plain, reference);
-(d) evaluation the in-loop evaluation `train_run` runs (`mbc.metrics.evaluate_shared_prefix`; without
-               --quick also `mbc.metrics.evaluate`) on the evaluation batch `mbc.train`
+(d) evaluation the in-loop evaluation `train_run` runs (`mbc.training.metrics.evaluate_shared_prefix`; without
+               --quick also `mbc.training.metrics.evaluate`) on the evaluation batch `mbc.training.train`
                builds (n_contexts x K candidates + the z-shuffle batch), as a fraction of
                the training time between two uniform evaluations:
                eval_time / (eval_every * ours_step_time), at --eval-every (500, the
@@ -32,12 +32,12 @@ positions, 5 target positions; 807,720 parameters):
                (their metrics.csv: coarse grid + log-spaced start + the 50-step
                evaluations around threshold crossings, `eval.dense_every`).
 Plus a numerics check (same weights, same batches: plain and reference losses versus ours
-over a few steps, relative tolerance 1e-4; ours' evaluation versus `mbc.metrics.evaluate`,
-absolute 1e-5) and, with --packed R, R runs trained as one stacked model (`mbc.packed`)
+over a few steps, relative tolerance 1e-4; ours' evaluation versus `mbc.training.metrics.evaluate`,
+absolute 1e-5) and, with --packed R, R runs trained as one stacked model (`mbc.training.packed`)
 versus R runs stepped one after the other.
 
 --quick: 3 repeats, 2 numerics steps, the evaluation timed for ours only and its agreement
-with mbc.metrics checked on 32 contexts (the plain evaluation of 256 x 37 sequences is what
+with mbc.training.metrics checked on 32 contexts (the plain evaluation of 256 x 37 sequences is what
 makes the full run slow). Under a minute on a loaded 2-core machine.
 
 Variants are timed in interleaved repeats (rotating order) and summarised by the median,
@@ -65,12 +65,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from mbc import metrics
-from mbc.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
-from mbc.metrics import fixed_contexts, make_eval_batch
-from mbc.model import build_model, count_parameters
-from mbc.spec import VOCAB, ModelSpec, RunSpec, TaskSpec
-from mbc.train import BatchOrder, make_optimizer, pick_device, step_functions
+from mbc.core.spec import VOCAB, ModelSpec, RunSpec, TaskSpec
+from mbc.training import metrics
+from mbc.training.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
+from mbc.training.metrics import fixed_contexts, make_eval_batch
+from mbc.training.model import build_model, count_parameters
+from mbc.training.schedule import BatchOrder
+from mbc.training.train import make_optimizer, pick_device, step_functions
 
 PAPER_PARAMS = 807_720
 EVAL_TOL = 1e-5  # absolute, on every metric of evaluate (measured ~2e-8)
@@ -150,7 +151,7 @@ def step_gemms(
     A linear layer y = x W^T with x (M, K), W (N, K) costs one forward GEMM and two in
     backward (dx = dy W, dW = dy^T x): 3x the forward FLOPs. Attention adds batched
     (t x d_head x t) matmuls over batch * heads. prune_last: the last layer as
-    `mbc.model.Transformer` runs it (queries, output projection and MLP at the n_targets positions,
+    `mbc.training.model.Transformer` runs it (queries, output projection and MLP at the n_targets positions,
     keys and values at all t).
     """
     d, f, layers = spec.d_model, spec.d_mlp, spec.n_layers
@@ -261,7 +262,7 @@ def interleaved(
 
 
 class Trainer:
-    """One run's training state, stepping as `mbc.train.train_run` does."""
+    """One run's training state, stepping as `mbc.training.train.train_run` does."""
 
     def __init__(self, model, opt, loss_fn, tokens, order):
         self.model, self.opt, self.loss_fn = model, opt, loss_fn
@@ -286,7 +287,7 @@ def _copy_model(spec: RunSpec, init: dict, device: torch.device) -> nn.Module:
 def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, seed: int = 0):
     """ours / plain / reference, all from our initial weights and one batch order each.
 
-    ours is `train_run`'s step for `spec.train` (its loss from `mbc.train.step_functions`);
+    ours is `train_run`'s step for `spec.train` (its loss from `mbc.training.train.step_functions`);
     plain is the same with every position through the last block (not pruned).
     """
     gen = torch.Generator().manual_seed(stream_seed(seed, STREAM_INIT))
@@ -502,7 +503,7 @@ def main(argv: list[str] | None = None) -> dict:
             dataclasses.replace(spec, task=task), tr["ours"].model.state_dict(), device
         )
         ours_eval = step_functions(spec.train, model)[1]  # what train_run evaluates with
-        # agreement with mbc.metrics.evaluate (on 32 contexts with --quick)
+        # agreement with mbc.training.metrics.evaluate (on 32 contexts with --quick)
         if args.quick:
             rng_q = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
             check = make_eval_batch(eds, fixed_contexts(eds, 32, rng_q), rng_q).to(device)
@@ -546,7 +547,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     # packed vs sequential -----------------------------------------------------------------
     if args.packed > 0:
-        from mbc.packed import PackedRuns
+        from mbc.training.packed import PackedRuns
 
         r = args.packed
         specs = [RunSpec(seed=s) for s in range(r)]
@@ -646,7 +647,7 @@ def report(res: dict) -> None:
             f"{k} initial diff {n[k]['initial_abs_diff']:.1e}, max rel diff {n[k]['max_rel_diff']:.1e}"
             for k in ("plain", "reference")
         )
-        + f"; evaluation vs mbc.metrics max abs diff {n['eval_max_abs_diff']:.1e}"
+        + f"; evaluation vs mbc.training.metrics max abs diff {n['eval_max_abs_diff']:.1e}"
         + f" (tol {n['eval_tolerance_abs']:g})"
     )
     print(f"numerics: {'OK' if n['ok'] else 'MISMATCH'}")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
-from mbc.runlog import read_log
-from mbc.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from mbc.core.runlog import read_log
+from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
 
 def tiny_spec(**task) -> RunSpec:

@@ -1,4 +1,4 @@
-"""A textbook forward of `mbc.model.Transformer` for tests: every position through every
+"""A textbook forward of `mbc.training.model.Transformer` for tests: every position through every
 block, attention as softmax(q k^T / sqrt(d_head)) with a causal mask, then the target rows.
 Written independently of the model's own (pruned, CPU-laid-out) forward, from its weights."""
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mbc.config import ConfigError, load, resolve
+from mbc.core.config import ConfigError, load, resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def test_engine_is_an_implementation_choice_outside_the_run_id(raw):
     the Snakemake params of default specs) are exactly what they were before the keys."""
     import dataclasses
 
-    from mbc.spec import RunSpec
+    from mbc.core.spec import RunSpec
 
     default = RunSpec()
     # Pinned so that an id never moves by accident. It last moved, on purpose, when the
@@ -205,7 +205,7 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
     """One source for defaults: a RunSpec built without config is the paper setting."""
     import dataclasses
 
-    from mbc.config import SECTIONS
+    from mbc.core.config import SECTIONS
 
     assert set(SECTIONS) == set(raw["defaults"]) == {"task", "model", "train", "eval"}
     for name, cls in SECTIONS.items():
@@ -231,7 +231,7 @@ def test_outdir_that_is_a_file_and_paper_pdf_following_outdir(raw, tmp_path):
 
 def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
     """The paper's tables print labels, never internal keys such as fit:tau_vs_sharing."""
-    from mbc.report import readable
+    from mbc.paper.report import readable
 
     labels = raw["labels"]
     names = [f"fit:{f['name']}" for f in raw["fits"]] + [
@@ -260,8 +260,8 @@ def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
     ],
 )
 def test_a_bad_config_file_is_one_line_naming_the_file_or_key(tmp_path, capsys, text, said):
-    """`python -m mbc.config FILE`: what Snakemake's own --configfile reading cannot say."""
-    from mbc.config import main
+    """`python -m mbc.core.config FILE`: what Snakemake's own --configfile reading cannot say."""
+    from mbc.core.config import main
 
     (tmp_path / "my.yaml").write_text(text)
     assert main([str(tmp_path / "my.yaml"), "--base", str(ROOT / "config.yaml")]) == 1
@@ -270,7 +270,7 @@ def test_a_bad_config_file_is_one_line_naming_the_file_or_key(tmp_path, capsys, 
 
 
 def test_config_files_merge_in_order_over_the_base(tmp_path, capsys):
-    from mbc.config import main
+    from mbc.core.config import main
 
     (tmp_path / "a.yaml").write_text("preset: quick\noutdir: /tmp/a\n")
     (tmp_path / "b.yaml").write_text("outdir: /tmp/b\n")

@@ -1,11 +1,11 @@
-"""The one first-crossing definition (mbc.crossing): tau, the onsets, the live tau event."""
+"""The one first-crossing definition (mbc.core.crossing): tau, the onsets, the live tau event."""
 
 import math
 
 import numpy as np
 import pytest
 
-from mbc.crossing import first_crossing
+from mbc.core.crossing import first_crossing
 
 
 def test_first_crossing_below():

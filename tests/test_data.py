@@ -2,8 +2,8 @@ import numpy as np
 import pytest
 import torch
 
-from mbc.data import build_dataset, stream_seed
-from mbc.spec import BOS, CHAR0, EOS, SEP, TaskSpec
+from mbc.core.spec import BOS, CHAR0, EOS, SEP, TaskSpec
+from mbc.training.data import build_dataset, stream_seed
 
 
 def strings(t: torch.Tensor) -> list[tuple]:

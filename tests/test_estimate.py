@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc import config as mbc_config
+from mbc.core import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main, measure_steps_per_s
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
@@ -17,7 +17,7 @@ CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
 @pytest.fixture(autouse=True)
 def _parse_schema_once(monkeypatch):
-    # mbc.config.load re-reads the schema for every run; parse it once (test speed only)
+    # mbc.core.config.load re-reads the schema for every run; parse it once (test speed only)
     monkeypatch.setattr(mbc_config, "schema", functools.cache(mbc_config.schema))
 
 
@@ -82,8 +82,8 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     import torch
     import yaml
 
-    from mbc import config as mbc_config
     from mbc.banner import banner_lines
+    from mbc.core import config as mbc_config
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     smoke = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path)})

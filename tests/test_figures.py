@@ -12,10 +12,10 @@ import pandas as pd
 import pytest
 from matplotlib.legend import Legend
 
-from mbc import figures
-from mbc.analysis import FIT_COLUMNS
-from mbc.io import write_csv_atomic
-from mbc.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
+from mbc.analysis.fit_tables import FIT_COLUMNS
+from mbc.core.io import write_csv_atomic
+from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
+from mbc.paper import figures
 
 NAMES = [
     "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
@@ -348,7 +348,14 @@ def _figures_source() -> str:
 
 def test_figures_code_fits_nothing():
     src = _figures_source()
-    for banned in ("polyfit", "linregress", "curve_fit", "lstsq", "mbc.fits", "import scipy"):
+    for banned in (
+        "polyfit",
+        "linregress",
+        "curve_fit",
+        "lstsq",
+        "mbc.analysis.fits",
+        "import scipy",
+    ):
         assert banned not in src, banned
 
 

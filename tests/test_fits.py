@@ -1,4 +1,4 @@
-"""Tests of mbc.fits: power-law fits (OLS / Tobit) and the unit bootstrap."""
+"""Tests of mbc.analysis.fits: power-law fits (OLS / Tobit) and the unit bootstrap."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from mbc import fits
-from mbc.fits import PowerLawFit, fit_power_law
-from mbc.hypotheses import decide
+from mbc.analysis import fits
+from mbc.analysis.fits import PowerLawFit, fit_power_law
+from mbc.analysis.hypotheses import decide
 
 
 def verdict(fit: PowerLawFit, threshold: float = 0.0) -> str:
-    """The hypotheses' rule on the exponent (mbc.hypotheses.decide, `greater`): inconclusive
+    """The hypotheses' rule on the exponent (mbc.analysis.hypotheses.decide, `greater`): inconclusive
     when the CI holds `threshold`, supported above it, not enough data without a CI."""
     return decide(fit.exponent, fit.ci_low, fit.ci_high, "greater", threshold)
 

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mbc.hessian import hessian_estimates, hessian_extremes, hvp_fn, n_params
+from mbc.diagnostics.hessian import hessian_estimates, hessian_extremes, hvp_fn, n_params
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-7, atol=1e-12) -> None:
@@ -106,7 +106,7 @@ def tiny_model(dtype=torch.float64, attention: bool = False):
         h = torch.tanh(x @ w1 + b1)  # (batch, tokens, 5)
         if attention:
             # On parameter-dependent activations, 4-D (batch, heads=1, tokens, d) as in
-            # mbc.model: that layout picks the fused CPU kernel, which has no double backward.
+            # mbc.training.model: that layout picks the fused CPU kernel, which has no double backward.
             a = h.unsqueeze(1)
             h = h + F.scaled_dot_product_attention(a, a, a, is_causal=True).squeeze(1)
         return F.cross_entropy(h.mean(dim=1) @ w2 + b2, y)

@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from mbc.hypotheses import combine, decide, evaluate_hypotheses, verdicts
-from mbc.scorecard import agreement, scorecard
-from mbc.statistics import COLUMNS as STATISTICS_COLUMNS
+from mbc.analysis.hypotheses import combine, decide, evaluate_hypotheses, verdicts
+from mbc.analysis.scorecard import agreement, scorecard
+from mbc.analysis.stats import COLUMNS as STATISTICS_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = yaml.safe_load((ROOT / "config.yaml").read_text())

@@ -1,4 +1,4 @@
-"""Tests for mbc.latex and for paper/main.tex (compiled when latexmk is installed)."""
+"""Tests for mbc.paper.latex and for paper/main.tex (compiled when latexmk is installed)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from mbc.latex import (
+from mbc.paper.latex import (
     EN_DASH,
     NA_VALUE,
     Raw,

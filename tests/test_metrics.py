@@ -5,15 +5,15 @@ import pytest
 import torch
 from torch import nn
 
-from mbc.data import build_dataset
-from mbc.metrics import (
+from mbc.core.spec import VOCAB, TaskSpec
+from mbc.training.data import build_dataset
+from mbc.training.metrics import (
     candidate_loss_from_scores,
     derange_selectors,
     evaluate,
     fixed_contexts,
     make_eval_batch,
 )
-from mbc.spec import VOCAB, TaskSpec
 
 
 class Oracle(nn.Module):

@@ -1,8 +1,8 @@
 import torch
 
-from mbc.data import build_dataset
-from mbc.model import LinearBaseline, Transformer, build_model, count_parameters
-from mbc.spec import VOCAB, ModelSpec, TaskSpec
+from mbc.core.spec import VOCAB, ModelSpec, TaskSpec
+from mbc.training.data import build_dataset
+from mbc.training.model import LinearBaseline, Transformer, build_model, count_parameters
 
 
 def test_parameter_count_paper_model():

@@ -6,18 +6,19 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.data import STREAM_INIT, build_dataset, stream_seed
-from mbc.metrics import training_loss
-from mbc.model import build_model
-from mbc.packed import PackedRuns
-from mbc.train import BatchOrder, make_optimizer
+from mbc.training.data import STREAM_INIT, build_dataset, stream_seed
+from mbc.training.metrics import training_loss
+from mbc.training.model import build_model
+from mbc.training.packed import PackedRuns
+from mbc.training.schedule import BatchOrder
+from mbc.training.train import make_optimizer
 
 CPU = torch.device("cpu")
 STEPS = 20
 
 
 def independent_losses(spec, ds, steps=STEPS):
-    """The step of mbc.train.train_run, verbatim."""
+    """The step of mbc.training.train.train_run, verbatim."""
     model = build_model(
         spec.model, spec.task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
     )
@@ -103,7 +104,12 @@ def test_forward_and_shared_prefix_evaluation_equal_the_textbook_paths(task):
     import numpy as np
     from reference_model import reference_logits
 
-    from mbc.metrics import evaluate, evaluate_shared_prefix, fixed_contexts, make_eval_batch
+    from mbc.training.metrics import (
+        evaluate,
+        evaluate_shared_prefix,
+        fixed_contexts,
+        make_eval_batch,
+    )
 
     spec = _with(tiny_spec(), **task)
     ds = build_dataset(spec.task, 0)

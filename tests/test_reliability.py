@@ -14,11 +14,11 @@ import torch
 import yaml
 from helpers import last_resume_step
 
-from mbc.config import load
-from mbc.data import build_dataset
-from mbc.io import CorruptArtifactError, read_csv_checked, write_csv_atomic
-from mbc.logging import logged
-from mbc.train import train_run
+from mbc.core.config import load
+from mbc.core.io import CorruptArtifactError, read_csv_checked, write_csv_atomic
+from mbc.core.rule_log import logged
+from mbc.training.data import build_dataset
+from mbc.training.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")
@@ -112,7 +112,7 @@ def test_truncated_table_is_detected_and_moved_aside(tmp_path):
 def test_corrupt_snapshot_invalidates_the_run_for_retraining(tmp_path):
     from helpers import tiny_spec
 
-    from mbc.snapshots import load_model, read_index
+    from mbc.training.snapshots import load_model, read_index
 
     spec = tiny_spec()
     run = tmp_path / "run"
@@ -142,8 +142,8 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
 def test_same_config_and_seed_identical_across_fresh_processes(tmp_path):
     """Two fresh interpreters, same spec and seed: identical tables (CPU, same threads)."""
     code = (
-        "import sys, torch; from helpers import tiny_spec; from mbc.data import build_dataset;"
-        "from mbc.train import train_run; torch.set_num_threads(1); s = tiny_spec();"
+        "import sys, torch; from helpers import tiny_spec; from mbc.training.data import build_dataset;"
+        "from mbc.training.train import train_run; torch.set_num_threads(1); s = tiny_spec();"
         "train_run(s, build_dataset(s.task, s.seed), sys.argv[1], torch.device('cpu'),"
         " say=lambda m: None)"
     )

@@ -10,13 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
-from mbc.analysis import fit_table
-from mbc.config import ConfigError, load
-from mbc.fits import exponent_difference, fit_power_law
-from mbc.hypotheses import decide
-from mbc.robustness import comparison_table, init_scale_table, robustness_table
-from mbc.spec import ModelSpec
-from mbc.summary import TAU_COLUMNS
+from mbc.analysis.fit_tables import fit_table
+from mbc.analysis.fits import exponent_difference, fit_power_law
+from mbc.analysis.hypotheses import decide
+from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
+from mbc.core.config import ConfigError, load
+from mbc.core.spec import ModelSpec
+from mbc.diagnostics.summary import TAU_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOT = {"n_boot": 400, "ci": 0.95, "seed": 7}

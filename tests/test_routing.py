@@ -5,10 +5,10 @@ import torch
 from helpers import tiny_spec
 from reference_model import reference_logits
 
-from mbc.data import build_dataset
-from mbc.metrics import EvalBatch, fixed_contexts, make_eval_batch
-from mbc.model import build_model
-from mbc.routing import ablations, attention_to_z, clean_sequences
+from mbc.diagnostics.routing import ablations, attention_to_z, clean_sequences
+from mbc.training.data import build_dataset
+from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
+from mbc.training.model import build_model
 
 
 def _setup():

@@ -1,6 +1,6 @@
-"""The one reader of a run's live log, state/log.jsonl (mbc.runlog)."""
+"""The one reader of a run's live log, state/log.jsonl (mbc.core.runlog)."""
 
-from mbc.runlog import logged_tau, read_log
+from mbc.core.runlog import logged_tau, read_log
 
 
 def test_read_log_drops_a_torn_last_line_and_reads_a_missing_log_as_empty(tmp_path):

@@ -53,7 +53,7 @@ import yaml
 from helpers import last_resume_step, require_plugin, require_slurm, snakemake_exe
 from slurm_cluster import local_slurm
 
-import mbc.config
+import mbc.core.config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -84,7 +84,7 @@ SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+?\
 
 def _config_args(out: Path, **overrides) -> list[str]:
     """--config for the smoke preset into `out`; values are YAML to Snakemake (so nested
-    dicts work: mbc.config deep-merges them over the preset)."""
+    dicts work: mbc.core.config deep-merges them over the preset)."""
     items = {"preset": "smoke", **overrides, "outdir": str(out)}
     items["paper_pdf"] = f"{out}/paper/main.pdf"
     return ["--config"] + [
@@ -218,7 +218,7 @@ class Preemption:
 
     def __init__(self, cluster, root: Path):
         self.cluster = cluster
-        cfg = mbc.config.load(
+        cfg = mbc.core.config.load(
             yaml.safe_load((REPO / "config.yaml").read_text()),
             {"preset": "smoke", **PREEMPT_OVERRIDES},
         )

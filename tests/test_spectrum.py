@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from mbc import spectrum
-from mbc.spectrum import PowerEstimate, SpectrumEstimate, extremes_by_power, lanczos
+from mbc.diagnostics import spectrum
+from mbc.diagnostics.spectrum import PowerEstimate, SpectrumEstimate, extremes_by_power, lanczos
 
 LAMBDA_MAX, LAMBDA_MIN = 50.0, -0.07  # anisotropy ~714, as on the paper's plateau
 

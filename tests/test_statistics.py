@@ -6,18 +6,18 @@ import pandas as pd
 import pytest
 import yaml
 
-from mbc.analysis import FIT_COLUMNS
-from mbc.collective import SUMMARY_COLUMNS
-from mbc.pipeline import HESSIAN_COLUMNS
-from mbc.routing import ABLATION_COLUMNS
-from mbc.statistics import (
+from mbc.analysis.fit_tables import FIT_COLUMNS
+from mbc.analysis.stats import (
     collective_fraction_at,
     compute_statistics,
     direction_ratio,
     extreme_ratio,
     routing_head_layer,
 )
-from mbc.summary import TAU_COLUMNS
+from mbc.diagnostics.collective import SUMMARY_COLUMNS
+from mbc.diagnostics.routing import ABLATION_COLUMNS
+from mbc.diagnostics.summary import TAU_COLUMNS
+from mbc.pipeline import HESSIAN_COLUMNS
 
 BOOT = {"n_boot": 200, "ci": 0.95, "seed": 0}
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,7 +83,7 @@ def test_statistics_without_data_are_nan_rows_not_dropped():
 def test_lr_duration_ratio_is_the_configured_pair_and_needs_both_windows():
     """The author's E6 statistic: transition-window duration at lr 2e-3 over lr 3e-4; a
     censored run of the pair leaves it unmeasured (no window to measure), whatever the rest."""
-    from mbc.statistics import lr_duration_ratio
+    from mbc.analysis.stats import lr_duration_ratio
 
     t = tau_rows(experiment=["E6"] * 6, lr=[3e-4, 3e-4, 2e-3, 2e-3, 5e-3, 5e-3],
                  transition_duration=[100, 300, 700, 900, np.nan, 50],
@@ -101,7 +101,7 @@ def test_lr_duration_ratio_is_the_configured_pair_and_needs_both_windows():
 
 
 def test_batch_pair_ratios_in_steps_and_examples():
-    from mbc.statistics import batch_pair_ratios
+    from mbc.analysis.stats import batch_pair_ratios
 
     t = tau_rows(experiment=["E7"] * 6, k=[20, 20, 20, 20, 36, 36],
                  batch_size=[128, 128, 256, 256, 128, 256],

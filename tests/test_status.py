@@ -5,10 +5,10 @@ from pathlib import Path
 
 import yaml
 
-from mbc import config as mbc_config
-from mbc.data import build_dataset
+from mbc.core import config as mbc_config
 from mbc.status import main, status
-from mbc.train import train_run
+from mbc.training.data import build_dataset
+from mbc.training.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

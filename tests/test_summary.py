@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 from helpers import tiny_spec
 
-from mbc.summary import (
+from mbc.diagnostics.summary import (
     author_statistics,
     plateau_height,
     plateau_sensitivity,

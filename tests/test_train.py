@@ -6,17 +6,18 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.data import build_dataset
-from mbc.metrics import training_loss
-from mbc.model import build_model
-from mbc.train import BatchOrder, eval_schedule, schedule, train_run
+from mbc.training.data import build_dataset
+from mbc.training.metrics import training_loss
+from mbc.training.model import build_model
+from mbc.training.schedule import BatchOrder, eval_schedule, schedule
+from mbc.training.train import train_run
 
 CPU = torch.device("cpu")
 
 
 def first_step_loss(spec):
     ds = build_dataset(spec.task, spec.seed)
-    from mbc.data import STREAM_INIT, stream_seed
+    from mbc.training.data import STREAM_INIT, stream_seed
 
     model = build_model(
         spec.model, spec.task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
@@ -118,8 +119,8 @@ def _with_train(spec, **kw):
 def test_train_engine_selects_the_implementation():
     """`fast` evaluates with the shared prefix, `plain` every candidate sequence in full;
     both train with the one training loss; `fast` is the default."""
-    from mbc import metrics
-    from mbc.train import ENGINES, step_functions
+    from mbc.training import metrics
+    from mbc.training.train import ENGINES, step_functions
 
     spec = tiny_spec()
     assert spec.train.engine == "fast" and spec.train.compile is False
@@ -190,7 +191,7 @@ def _with_eval(spec, **kw):
 def test_learning_rate_schedules_match_their_closed_form():
     import math
 
-    from mbc.train import learning_rate
+    from mbc.training.schedule import learning_rate
 
     const = tiny_spec().train
     assert [learning_rate(const, s) for s in (1, 50, 120)] == [const.lr] * 3
@@ -209,7 +210,7 @@ def test_learning_rate_schedules_match_their_closed_form():
 
 
 def test_clipping_bounds_the_gradient_norm_of_the_update():
-    from mbc.train import train_step
+    from mbc.training.train import train_step
 
     spec = tiny_spec()
     ds = build_dataset(spec.task, 0)
@@ -227,7 +228,7 @@ def test_clipping_bounds_the_gradient_norm_of_the_update():
     assert norms[0.0] > 0.01  # the raw gradient is far larger than the clip
     assert norms[1e-3] == pytest.approx(1e-3, rel=1e-4)
     # what train_run logs as grad_norm is the norm before clipping, not the clip
-    from mbc.train import _grad_norm
+    from mbc.training.train import _grad_norm
 
     assert _grad_norm(model) == pytest.approx(norms[0.0], rel=1e-4)
 
@@ -235,7 +236,7 @@ def test_clipping_bounds_the_gradient_norm_of_the_update():
 def test_crosses_mark_compares_sides_of_each_threshold():
     import math
 
-    from mbc.train import crosses_mark
+    from mbc.training.schedule import crosses_mark
 
     lk = math.log(5)
     a = {"candidate_loss": 1.0 * lk, "first_target_loss": 2 * lk, "delta_z": 0.0}
@@ -269,7 +270,7 @@ def test_dense_evaluation_equals_evaluating_every_dense_step(tmp_path):
     tau = lambda m: m.step[m.candidate_loss < 0.5 * lk].min()  # noqa: E731
     assert tau(a) == tau(b)
     # the intervals left coarse are those without a crossing
-    from mbc.train import crosses_mark
+    from mbc.training.schedule import crosses_mark
 
     rows = b.set_index("step").to_dict("index")
     for s0 in range(0, 160, 40):
@@ -294,7 +295,7 @@ def test_transition_marks_cover_every_threshold_the_config_reads():
 
     import yaml
 
-    from mbc.train import TRANSITION_MARKS
+    from mbc.training.schedule import TRANSITION_MARKS
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
     d = cfg["diagnostics"]
@@ -334,7 +335,7 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
 
     import yaml
 
-    from mbc.summary import summarize_run
+    from mbc.diagnostics.summary import summarize_run
 
     diag = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())["diagnostics"]
     base = _with_train(tiny_spec(), max_steps=160)

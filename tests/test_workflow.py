@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from helpers import smoke_args, snakemake
 
-from mbc.summary import TAU_COLUMNS
+from mbc.diagnostics.summary import TAU_COLUMNS
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def test_cuda_without_cuda_is_refused_at_start_up(tmp_path):
 
 
 def test_smoke_builds_the_whole_paper(smoke):
-    from mbc.figures import FIGURES
+    from mbc.paper.figures import FIGURES
 
     for name in FIGURES:
         for ext in ("pdf", "png"):

@@ -25,8 +25,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from mbc.config import Config
-from mbc.spec import RunSpec
+from mbc.core.config import Config
+from mbc.core.spec import RunSpec
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
 
@@ -74,7 +74,7 @@ def invocation(argv: list[str]) -> tuple[bool, str]:
 def _n_params(spec: RunSpec) -> int:
     import torch
 
-    from mbc.model import build_model, count_parameters
+    from mbc.training.model import build_model, count_parameters
 
     return count_parameters(build_model(spec.model, spec.task, torch.Generator().manual_seed(0)))
 
@@ -94,7 +94,7 @@ def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = T
     import torch
 
     from mbc.estimate import measure_steps_per_s
-    from mbc.train import pick_device
+    from mbc.training.train import pick_device
 
     torch.set_num_threads(threads)
     rate = measure_steps_per_s(spec, pick_device(device), steps=5)
@@ -157,7 +157,7 @@ def banner_lines(
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)
     from mbc.estimate import D_EXPONENT, eval_step_equivalents, expected_steps, measured_taus
-    from mbc.train import eval_schedule
+    from mbc.training.schedule import eval_schedule
 
     measured = measured_taus(cfg.outdir, specs)
     law = [m["tau"] / specs[i].task.d**D_EXPONENT for i, m in measured.items()

@@ -10,13 +10,13 @@ number of steps and the expected wall time on this machine. The assumptions, kep
   2. a power law tau = c * D^1.2 (the paper's tau ~ D^1.2, independent of K), with c
      the median of tau / D^1.2 over the measured taus, or else calibrated by one short
      measured run: the preset's smallest-D transformer run, trained (with the
-     `mbc.train` step and evaluations) until its first crossing, at most
+     `mbc.training.train` step and evaluations) until its first crossing, at most
      --calibrate-s seconds. A run that does not cross in time gives only a lower bound
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
   Linear-baseline runs (E13) are assumed never to transition: their full budget.
 * Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
   sequence layout, train.engine, train.compile) shape, with the config's `threads` and
-  device, through the loss `mbc.train.train_run` uses (`mbc.train.step_functions`); or
+  device, through the loss `mbc.training.train.train_run` uses (`mbc.training.train.step_functions`); or
   --steps-per-s X for every run. Evaluation adds (n_contexts * (K + 1)) sequences
   forward per evaluation point, counted as one third of a training step per `batch_size`
   sequences (benchmarks/train_step.py: the engine's shared-prefix evaluation costs about
@@ -37,12 +37,13 @@ import pandas as pd
 import torch
 import yaml
 
-from mbc import config as mbc_config
-from mbc.crossing import first_crossing
-from mbc.data import build_dataset
-from mbc.runlog import logged_tau, read_log
-from mbc.spec import RunSpec
-from mbc.train import eval_schedule, fresh_run, pick_device
+from mbc.core import config as mbc_config
+from mbc.core.crossing import first_crossing
+from mbc.core.runlog import logged_tau, read_log
+from mbc.core.spec import RunSpec
+from mbc.training.data import build_dataset
+from mbc.training.schedule import eval_schedule
+from mbc.training.train import fresh_run, pick_device
 
 D_EXPONENT = 1.2
 
@@ -55,7 +56,7 @@ def shape_key(spec: RunSpec) -> tuple:
 
 
 def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
-    """Steps/s of `spec`'s training step (the step of `mbc.train.train_run`)."""
+    """Steps/s of `spec`'s training step (the step of `mbc.training.train.train_run`)."""
     step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
     for s in range(1, 3):
         step(s)

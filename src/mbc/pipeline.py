@@ -12,13 +12,13 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mbc.analysis import fit_table, threshold_table
-from mbc.collective import SUMMARY_COLUMNS, collective_tables, group_accuracy, sample_groups
-from mbc.config import Run
-from mbc.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
-from mbc.hessian import hessian_estimates
-from mbc.hypotheses import evaluate_hypotheses
-from mbc.io import (
+from mbc.analysis.fit_tables import fit_table, threshold_table
+from mbc.analysis.hypotheses import evaluate_hypotheses
+from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
+from mbc.analysis.scorecard import scorecard
+from mbc.analysis.stats import compute_statistics
+from mbc.core.config import Run
+from mbc.core.io import (
     read_csv_checked,
     read_json_checked,
     read_sidecar_sha256,
@@ -30,8 +30,24 @@ from mbc.io import (
     write_sidecar_sha256,
     write_text_atomic,
 )
-from mbc.metrics import fixed_contexts, make_eval_batch, training_loss
-from mbc.report import (
+from mbc.core.spec import RunSpec, TaskSpec
+from mbc.diagnostics.collective import (
+    SUMMARY_COLUMNS,
+    collective_tables,
+    group_accuracy,
+    sample_groups,
+)
+from mbc.diagnostics.hessian import hessian_estimates
+from mbc.diagnostics.routing import (
+    ABLATION_COLUMNS,
+    ATTENTION_COLUMNS,
+    ROUTING_HEAD_COLUMNS,
+    ablations,
+    attention_to_z,
+    top_head,
+)
+from mbc.diagnostics.summary import plateau_sensitivity, summarize_run, tau_table
+from mbc.paper.report import (
     fits_table,
     hypotheses_table,
     init_comparison_tex,
@@ -42,21 +58,10 @@ from mbc.report import (
     robustness_tex,
     scorecard_table,
 )
-from mbc.robustness import comparison_table, init_scale_table, robustness_table
-from mbc.routing import (
-    ABLATION_COLUMNS,
-    ATTENTION_COLUMNS,
-    ROUTING_HEAD_COLUMNS,
-    ablations,
-    attention_to_z,
-    top_head,
-)
-from mbc.scorecard import scorecard
-from mbc.snapshots import load_model, nearest, phase_steps, read_index
-from mbc.spec import RunSpec, TaskSpec
-from mbc.statistics import compute_statistics
-from mbc.summary import plateau_sensitivity, summarize_run, tau_table
-from mbc.train import METRIC_COLUMNS, pick_device, train_run
+from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
+from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
+from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
+from mbc.training.train import METRIC_COLUMNS, pick_device, train_run
 
 HESSIAN_COLUMNS = [
     "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",

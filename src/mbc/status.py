@@ -22,9 +22,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from mbc import config as mbc_config
-from mbc.runlog import logged_tau, read_log
-from mbc.spec import RunSpec
+from mbc.core import config as mbc_config
+from mbc.core.runlog import logged_tau, read_log
+from mbc.core.spec import RunSpec
 
 COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
            "run_id"]  # fmt: skip

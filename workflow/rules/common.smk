@@ -4,13 +4,13 @@ import sys
 from pathlib import Path
 
 import mbc.banner
-import mbc.config
-import mbc.integrity
+import mbc.core.config
+import mbc.core.integrity
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
 try:
-    CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
+    CFG = mbc.core.config.load(config, overrides=workflow.config_settings.overwrite_config)
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
     if (
@@ -21,10 +21,10 @@ try:
         import torch
 
         if not torch.cuda.is_available():
-            raise mbc.config.ConfigError(
+            raise mbc.core.config.ConfigError(
                 "device", CFG.raw["device"], "CUDA is not available on this machine"
             )
-except mbc.config.ConfigError as exc:
+except mbc.core.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 SPECS = CFG.specs  # run_id -> RunSpec
@@ -105,10 +105,10 @@ def run_inputs(wc):
     }
 
 
-# A missing or corrupt per-run artefact: rebuild its chain (mbc.integrity).
+# A missing or corrupt per-run artefact: rebuild its chain (mbc.core.integrity).
 if MAIN_PROCESS:
     _runs = [
-        mbc.integrity.RunFiles(
+        mbc.core.integrity.RunFiles(
             run_id=r,
             dataset=Path(f"{OUT}/datasets/{s.dataset_id}.pt"),
             train=[
@@ -125,10 +125,10 @@ if MAIN_PROCESS:
         for r, s in SPECS.items()
     ]
     _aggregates = [Path(f"{OUT}/tau.csv"), *(Path(f"{OUT}/{t}.csv") for t in TABLES)]
-    _findings = mbc.integrity.scan(
+    _findings = mbc.core.integrity.scan(
         _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
     )
-    for line in mbc.integrity.repair(_findings, _runs, _aggregates, dry_run=DRY_RUN):
+    for line in mbc.core.integrity.repair(_findings, _runs, _aggregates, dry_run=DRY_RUN):
         print(f"mbc: repair: {line}", file=sys.stderr)
 
 
@@ -141,8 +141,8 @@ ALL_TARGETS = [
 ]
 
 
-# Figures: name -> tables it reads (mbc.figures registers one function per figure).
-from mbc.figures import FIGURES, TABLES_NEEDED
+# Figures: name -> tables it reads (mbc.paper.figures registers one function per figure).
+from mbc.paper.figures import FIGURES, TABLES_NEEDED
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]

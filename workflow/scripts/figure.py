@@ -1,5 +1,5 @@
-from mbc.figures import render
-from mbc.logging import logged
+from mbc.core.rule_log import logged
+from mbc.paper.figures import render
 
 with logged(snakemake.log[0]):
     render(

@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from mbc.logging import logged
+from mbc.core.rule_log import logged
+from mbc.core.spec import RunSpec
 from mbc.pipeline import diagnose_hessian
-from mbc.spec import RunSpec
 
 with logged(snakemake.log[0]):
     diagnose_hessian(

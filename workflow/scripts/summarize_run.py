@@ -1,6 +1,6 @@
-from mbc.logging import logged
+from mbc.core.rule_log import logged
+from mbc.core.spec import RunSpec
 from mbc.pipeline import summarize
-from mbc.spec import RunSpec
 
 with logged(snakemake.log[0]):
     summarize(

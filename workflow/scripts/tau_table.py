@@ -1,7 +1,7 @@
-from mbc.config import Run
-from mbc.logging import logged
+from mbc.core.config import Run
+from mbc.core.rule_log import logged
+from mbc.core.spec import RunSpec
 from mbc.pipeline import make_tau_table
-from mbc.spec import RunSpec
 
 with logged(snakemake.log[0]):
     runs = [Run(e, RunSpec.from_dict(s)) for e, s in snakemake.params.runs]

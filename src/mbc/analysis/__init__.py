@@ -1,0 +1,1 @@
+"""Analysis (fits.smk): power-law fits, the statistics, verdicts, the scorecard, robustness."""

@@ -1,0 +1,132 @@
+"""Fits over runs (docs/method.md#fits; E3, E4 and the sweeps): config `fits:` entries ->
+results/fits.csv.
+
+Each fit pools the runs of its experiments (a run shared by two experiments counts once),
+fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),
+never as a tau and never silently dropped: `n_censored` is in every row.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from mbc.analysis.fits import PowerLawFit, exponent_difference, fit_power_law
+from mbc.core.crossing import first_crossing
+
+FIT_COLUMNS = [
+    "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
+    "method", "ci_level", "n_boot",
+]  # fmt: skip
+
+
+# fit y -> (tau.csv column, its censoring column, the column holding a censored run's
+# lower bound, counted in examples seen). A censored run without a bound is left out.
+WAITING_TIMES = {
+    "tau": ("tau", "censored", "steps", False),
+    "examples": ("tau", "censored", "steps", True),
+    "first_target_tau": ("first_target_tau", "first_target_censored", "steps", False),
+    "first_target_examples": ("first_target_tau", "first_target_censored", "steps", True),
+    "transition_duration": (
+        "transition_duration", "transition_censored", "transition_bound", False
+    ),
+}  # fmt: skip
+
+
+def _fit(
+    rows: pd.DataFrame, name: str, x: str, y: str, boot: dict, seed_offset: int = 0
+) -> PowerLawFit:
+    rows = rows.drop_duplicates("run_id")
+    censored = None
+    if y.startswith("anisotropy"):
+        yv = rows[y].to_numpy(float)
+    else:
+        col, cens_col, bound_col, per_example = WAITING_TIMES[y]
+        censored = rows[cens_col].astype(bool).to_numpy()
+        # a censored run is known only to exceed its bound (the budget for a waiting time)
+        bound = rows[bound_col] if bound_col in rows else pd.Series(np.nan, index=rows.index)
+        t = rows[col].astype("Float64").fillna(bound.astype("Float64")).to_numpy(float)
+        yv = t * rows["batch_size"].to_numpy(float) if per_example else t
+    keep = np.isfinite(yv) & (yv > 0)
+    return fit_power_law(
+        rows[x].to_numpy(float)[keep],
+        yv[keep],
+        censored=None if censored is None else censored[keep],
+        units=rows["run_id"].to_numpy()[keep],
+        name=name,
+        x_name=x,
+        n_boot=boot["n_boot"],
+        ci=boot["ci"],
+        seed=boot["seed"] + seed_offset,
+    )
+
+
+def fit_table(
+    fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict,
+    differences: list[dict] | None = None,
+) -> pd.DataFrame:  # fmt: skip
+    """One row per fit (and per `by` value), then one per `differences` entry: the exponent
+    of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two."""
+    out, fitted = [], {}  # name -> (fit, its rows, x, y)
+
+    def add(rows: pd.DataFrame, name: str, x: str, y: str) -> None:
+        fit = _fit(rows, name, x, y, boot)
+        fitted[name] = (fit, rows, x, y)
+        out.append(fit.to_row())
+
+    for spec in fits:
+        table = hessian if spec.get("table") == "hessian" else tau
+        if spec.get("table") == "hessian":
+            rows = table[table["phase"] == "plateau"]
+        else:
+            rows = table[table["experiment"].isin(spec.get("experiments", []))]
+        y = spec.get("y", "anisotropy" if spec.get("table") == "hessian" else "tau")
+        if "by" in spec:
+            for value, sub in sorted(rows.groupby(spec["by"]), key=lambda kv: kv[0]):
+                add(sub, f"{spec['name']}_at_{spec['by']}{value:g}", spec["x"], y)
+        else:
+            add(rows, spec["name"], spec["x"], y)
+    for diff in differences or []:
+        a, b = diff["of"]
+        if a not in fitted or b not in fitted:
+            raise ValueError(f"fit_differences {diff['name']!r}: no fit named {a!r} or {b!r}")
+        # the second fit re-drawn with the next bootstrap seed: the two are independent
+        _, rows, x, y = fitted[b]
+        fb = _fit(rows, b, x, y, boot, seed_offset=1)
+        out.append(exponent_difference(fitted[a][0], fb, diff["name"]).to_row())
+    return pd.DataFrame(out, columns=FIT_COLUMNS)
+
+
+def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:
+    """tau.csv rows with tau recomputed at another threshold from the per-run metrics: every
+    row of metrics.csv, including the evaluations before eval.dense_every that the run
+    summaries (`mbc.diagnostics.summary.summarize_run`, on the grid) leave out."""
+    out = tau.copy()
+    taus = {}
+    for run_id, m in metrics.groupby("run_id"):
+        m = m.sort_values("step")
+        k = int(tau.loc[tau.run_id == run_id, "k"].iloc[0])
+        taus[run_id] = first_crossing(
+            m["step"].to_numpy(), m["candidate_loss"].to_numpy(), threshold * math.log(k)
+        )
+    out["tau"] = [taus.get(r) for r in out.run_id]
+    out["censored"] = out["tau"].isna()
+    out["tau"] = out["tau"].astype("Float64")
+    out["threshold"] = threshold
+    return out
+
+
+def threshold_table(
+    cfg: dict, tau: pd.DataFrame, metrics: pd.DataFrame, boot: dict
+) -> pd.DataFrame:
+    """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K."""
+    rows = tau[tau["experiment"].isin(cfg["experiments"])]
+    rows = rows[rows.model == "transformer"]
+    m = metrics[metrics.run_id.isin(rows.run_id)]
+    out = []
+    for thr in cfg["thresholds"]:
+        fit = _fit(retau(rows, m, thr), f"tau_vs_{cfg['x']}_thr{thr:g}", cfg["x"], "tau", boot)
+        out.append({"threshold": thr, **fit.to_row()})
+    return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])

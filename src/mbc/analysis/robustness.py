@@ -1,0 +1,107 @@
+"""E15, beyond the paper: is the duration law robust to the initialisation scale?
+(docs/method.md#e15)
+
+Three tables, all declared under config `robustness:`:
+- init_scale.csv: one row per init std of the sweep experiment (runs, censored runs, tau
+  and plateau height / log K with bootstrap CIs over runs); the tau-vs-std power law
+  itself is a fit in fits.csv (Tobit when runs are censored).
+- init_comparison.csv: each configured statistic under the default init beside the same
+  statistic under the alternative init (`*` globs pair by what they match: `_at_d2000`).
+- robustness.csv: the pre-registered statements, decided by the hypotheses' rule
+  (mbc.analysis.hypotheses.decide, with `within`), in their own table, never mixed into H1-H7.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pandas as pd
+
+from mbc.analysis.hypotheses import combine, decide_pattern, rule_text
+from mbc.analysis.stats import _boot
+
+INIT_SCALE_COLUMNS = [
+    "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "tau_mean",
+    "tau_ci_low", "tau_ci_high", "height_over_log_k", "height_ci_low", "height_ci_high",
+]  # fmt: skip
+COMPARISON_COLUMNS = [
+    "quantity", "match", "default_statistic", "default", "default_ci_low", "default_ci_high",
+    "alternative_statistic", "alternative", "alternative_ci_low", "alternative_ci_high",
+]  # fmt: skip
+ROBUSTNESS_COLUMNS = [
+    "id", "statement", "statistic", "value", "ci_low", "ci_high", "rule", "test_verdict",
+    "verdict",
+]  # fmt: skip
+
+
+def init_scale_table(tau: pd.DataFrame, experiment: str, boot: dict) -> pd.DataFrame:
+    """One row per init std of `experiment`: tau over the runs that crossed (the censored
+    ones are counted; the fit in fits.csv treats them as censored) and the plateau height."""
+    e = tau[tau.experiment == experiment].drop_duplicates("run_id")
+    out = []
+    for (scheme, std), g in sorted(e.groupby(["init", "init_std"]), key=lambda kv: kv[0][1]):
+        crossed = g.loc[~g.censored.astype(bool), "tau"].to_numpy(float)
+        h = g.height_over_log_k.dropna().to_numpy(float)
+        t, h_ci = _boot(crossed, np.mean, boot), _boot(h, np.mean, boot)
+        out.append({
+            "experiment": experiment, "init": scheme, "init_std": float(std),
+            "init_scale": float(g.init_scale.iloc[0]), "n_runs": len(g),
+            "n_censored": int(g.censored.astype(bool).sum()), "tau_mean": t[0],
+            "tau_ci_low": t[1], "tau_ci_high": t[2], "height_over_log_k": h_ci[0],
+            "height_ci_low": h_ci[1], "height_ci_high": h_ci[2],
+        })  # fmt: skip
+    return pd.DataFrame(out, columns=INIT_SCALE_COLUMNS)
+
+
+def _matches(pattern: str, names: pd.Series) -> dict[str, str]:
+    """statistic name -> what the pattern's `*` matched ('' without a glob)."""
+    rx = re.compile(
+        "^" + "(.*)".join(re.escape(p) for p in pattern.split("*")) + "$"
+    )  # one group per `*`
+    out = {}
+    for n in names:
+        m = rx.match(n)
+        if m:
+            out["/".join(m.groups())] = n
+    return out
+
+
+def _value(stats: pd.DataFrame, name: str | None) -> tuple[float, float, float]:
+    if name is None:
+        return (math.nan,) * 3
+    s = stats.loc[stats.name == name].iloc[0]
+    return float(s.value), float(s.ci_low), float(s.ci_high)
+
+
+def comparison_table(compare: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
+    """The default init's statistic beside the alternative's, row by row of `compare`."""
+    out = []
+    for row in compare:
+        d, a = _matches(row["default"], stats.name), _matches(row["alternative"], stats.name)
+        for key in sorted(d.keys() | a.keys()) or [""]:
+            dv, av = _value(stats, d.get(key)), _value(stats, a.get(key))
+            out.append({
+                "quantity": row["quantity"], "match": key,
+                "default_statistic": d.get(key, row["default"]), "default": dv[0],
+                "default_ci_low": dv[1], "default_ci_high": dv[2],
+                "alternative_statistic": a.get(key, row["alternative"]), "alternative": av[0],
+                "alternative_ci_low": av[1], "alternative_ci_high": av[2],
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
+
+
+def robustness_table(tests: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
+    """One row per (statement, matched statistic); `verdict` combines a statement's rows."""
+    out = []
+    for t in tests:
+        parts = decide_pattern(t["statistic"], t, stats)
+        overall = combine([p[4] for p in parts])
+        for n, v, lo, hi, verdict in parts:
+            out.append({
+                "id": t["id"], "statement": t["statement"], "statistic": n, "value": v,
+                "ci_low": lo, "ci_high": hi, "rule": rule_text(t), "test_verdict": verdict,
+                "verdict": overall,
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=ROBUSTNESS_COLUMNS)

@@ -1,0 +1,1 @@
+"""Run specifications, the config and its validation, file I/O, rule logs, integrity checks."""

@@ -1,0 +1,466 @@
+"""config.yaml -> validated, frozen run specifications.
+
+Resolution order: the base config, then the chosen preset's overrides, then the
+command line's `--config` overrides (so `--config outdir=X preset=smoke` keeps X).
+Validation happens once, before any job runs: a JSON schema (unknown keys, types),
+then semantic checks that know the task (K <= 36 with distinct first characters, ...).
+Every error is a `ConfigError` naming the offending key and value.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import itertools
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from mbc.core.spec import A_LEN, B_LEN, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+
+N_CHARS = 36
+SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and the value."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        self.key, self.value = key, value
+        super().__init__(f"config key '{key}' = {value!r}: {why}")
+
+
+class ConfigFileError(ValueError):
+    """A config file that cannot be read or is not a YAML mapping; the message names it."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (experiment, run) membership: identical specs in two experiments train once."""
+
+    experiment: str
+    spec: RunSpec
+
+    @property
+    def run_id(self) -> str:
+        return self.spec.run_id
+
+
+@dataclass(frozen=True)
+class Config:
+    raw: dict  # the resolved config (base + preset + overrides), for rules' params
+    preset: str
+    outdir: str
+    runs: tuple[Run, ...]
+
+    @property
+    def specs(self) -> dict[str, RunSpec]:
+        return {r.run_id: r.spec for r in self.runs}
+
+    def experiment_runs(self, experiment: str) -> list[Run]:
+        return [r for r in self.runs if r.experiment == experiment]
+
+    def run_ids(self, experiment: str | None = None, where: dict | None = None) -> list[str]:
+        out = []
+        for r in self.runs:
+            if experiment is not None and r.experiment != experiment:
+                continue
+            if where and not all(_get(r.spec, k) in v for k, v in where.items()):
+                continue
+            if r.run_id not in out:
+                out.append(r.run_id)
+        return out
+
+
+def deep_merge(base: dict, over: dict) -> dict:
+    """Recursive dict merge; lists and scalars in `over` replace those in `base`."""
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = copy.deepcopy(v)
+    return out
+
+
+def schema() -> dict:
+    return yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
+
+
+def _schema_check(cfg: dict, where: str) -> None:
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        path = [str(p) for p in e.absolute_path]
+        value = e.instance if not isinstance(e.instance, dict) else "{...}"
+        if e.validator == "additionalProperties" and isinstance(e.instance, dict):
+            # name the unknown key itself, as the user wrote it
+            known = set(e.schema.get("properties", {}))
+            unknown = sorted(k for k in e.instance if k not in known)
+            if unknown:
+                path.append(unknown[0])
+                value = e.instance[unknown[0]]
+                hint = ", ".join(sorted(known))
+                raise ConfigError(".".join(path), value, f"unknown key ({where}); known: {hint}")
+        raise ConfigError(".".join(path) or "<top level>", value, f"{e.message} ({where})")
+
+
+def _coerce(value: Any) -> Any:
+    """Snakemake hands nested `--config` values over as strings: restore numbers and bools."""
+    if isinstance(value, dict):
+        return {k: _coerce(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_coerce(v) for v in value]
+    if isinstance(value, str):
+        for cast in (int, float):
+            try:
+                return cast(value)
+            except ValueError:
+                pass
+        return {"true": True, "false": False}.get(value.lower(), value)
+    return value
+
+
+def resolve(raw: dict, overrides: dict | None = None) -> dict:
+    """Apply the preset named by `preset` and then the command-line overrides."""
+    # Snakemake has already merged `--config` into `raw`, so both need the coercion.
+    raw = {k: _coerce(v) if isinstance(v, dict | list) else v for k, v in raw.items()}
+    overrides = {
+        k: _coerce(v) if isinstance(v, dict | list) else v for k, v in (overrides or {}).items()
+    }
+    _schema_check(raw, "config")
+    preset = overrides.get("preset", raw.get("preset", "paper"))
+    presets = raw.get("presets", {})
+    if preset != "paper" and preset not in presets:
+        raise ConfigError("preset", preset, f"unknown preset; known: {sorted(['paper', *presets])}")
+    merged = deep_merge(raw, presets.get(preset, {}))
+    merged = deep_merge(merged, overrides)
+    if "outdir" in overrides and "paper_pdf" not in overrides:
+        # a second outdir must not overwrite the preset's PDF
+        merged["paper_pdf"] = f"{str(merged['outdir']).rstrip('/')}/paper/main.pdf"
+    merged["preset"] = preset
+    merged.pop("presets", None)
+    _schema_check(merged, f"after applying preset {preset!r}")
+    if Path(merged["outdir"]).exists() and not Path(merged["outdir"]).is_dir():
+        raise ConfigError("outdir", merged["outdir"], "exists and is not a directory")
+    return merged
+
+
+def _dotted(path: tuple) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def _origin(key: str, origins: dict[str, str], written=_dotted) -> str:
+    """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
+    set/grid/variants entry that assigned it, else its `defaults` entry."""
+    return origins.get(key) or written(("defaults", *key.split(".", 1)))
+
+
+def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) -> None:
+    """Types and enums of one assembled run (grid values bypass the top-level schema)."""
+    full = schema()
+    sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
+    errors = list(jsonschema.Draft202012Validator(sub).iter_errors(sections))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(p) for p in e.absolute_path)
+        raise ConfigError(_origin(key, origins, written), e.instance, e.message)
+
+
+def _get(spec: RunSpec, dotted: str) -> Any:
+    if dotted == "d":
+        return spec.task.d
+    section, field = dotted.split(".")
+    return getattr(getattr(spec, section), field)
+
+
+def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
+    if key == "d":  # dataset size D: sets n_groups = D / K (applied after K is known)
+        sections["_d"] = value
+        return
+    section, _, field = key.partition(".")
+    cls = SECTIONS.get(section)
+    if cls is None or field not in {f.name for f in dataclasses.fields(cls)}:
+        raise ConfigError(
+            where, value, "not a run parameter (use task.*, model.*, train.*, eval.* or d)"
+        )
+    sections[section][field] = value
+
+
+def expand_experiment(
+    name: str, exp: dict, defaults: dict, seeds: list[int], written=_dotted
+) -> list[Run]:
+    """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs.
+
+    written(path): the config path as the user wrote it (under `presets.<name>.` when
+    the value comes from the preset), used in error messages."""
+    grid = exp.get("grid", {})
+    for key, values in grid.items():
+        if not values:
+            raise ConfigError(f"experiments.{name}.grid.{key}", values, "empty list of values")
+    variants = exp.get("variants", [{}]) or [{}]
+    if not exp.get("seeds", seeds):
+        where = written(("experiments", name, "seeds") if "seeds" in exp else ("seeds",))
+        raise ConfigError(where, exp.get("seeds", seeds), "empty seed list")
+    seeds = exp.get("seeds", seeds)
+    runs = []
+    for combo in itertools.product(*grid.values()):
+        for variant in variants:
+            for seed in seeds:
+                sections = {s: dict(defaults.get(s, {})) for s in SECTIONS}
+                assignments = [
+                    *((f"set.{k}", k, v) for k, v in exp.get("set", {}).items()),
+                    *((f"grid.{k}", k, v) for k, v in zip(grid, combo, strict=True)),
+                    *((f"variants.{k}", k, v) for k, v in variant.items()),
+                ]
+                origins = {}
+                for origin, key, value in assignments:
+                    where = written(("experiments", name, *origin.split(".", 1)))
+                    _apply(sections, key, value, where)
+                    origins["task.n_groups" if key == "d" else key] = where
+                if "_d" in sections:  # n_groups = round(D / K); the table records n_groups * K
+                    d, k = sections.pop("_d"), sections["task"]["k"]
+                    sections["task"]["n_groups"] = max(1, round(d / k))
+                _check_sections(sections, origins, written)
+                spec = RunSpec(
+                    task=TaskSpec(**sections["task"]),
+                    model=ModelSpec(**sections["model"]),
+                    train=TrainSpec(**sections["train"]),
+                    eval=EvalSpec(**sections["eval"]),
+                    seed=int(seed),
+                )
+                check_spec(spec, origins, written)
+                runs.append(Run(name, spec))
+    ids = [r.run_id for r in runs]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    if dup:
+        raise ConfigError(
+            f"experiments.{name}", dup[0], "duplicate run id (a repeated grid value or seed)"
+        )
+    return runs
+
+
+def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=_dotted) -> None:
+    """Semantic checks the schema cannot express; names the offending key where the user
+    wrote it (`origins`: run key -> config path of the experiment entry that set it; any
+    other key came from `defaults`, as `written` places it)."""
+    t, m, o, e = spec.task, spec.model, spec.train, spec.eval
+
+    def bad(key, value, why):
+        raise ConfigError(_origin(key, origins or {}, written), value, why)
+
+    if t.k < 2:
+        bad("task.k", t.k, "K must be at least 2 (K = 1 has no ambiguity)")
+    if t.unique_first_chars and t.k > N_CHARS:
+        bad("task.k", t.k, "K > 36 is impossible with unique_first_chars (36 characters)")
+    if t.k > N_CHARS**t.z_length:
+        bad("task.z_length", t.z_length, f"only {N_CHARS**t.z_length} selectors exist for K={t.k}")
+    if t.n_groups > N_CHARS**B_LEN:
+        bad("task.n_groups", t.n_groups, "more groups than distinct 6-character base strings")
+    # Targets are unique dataset-wide; with distinct first characters each first character
+    # holds about D/36 targets out of 36^3 suffixes. Keep well inside that (half) to draw fast.
+    if t.d > N_CHARS**A_LEN // 2:
+        bad(
+            "task.n_groups",
+            t.n_groups,
+            f"D = {t.d} targets do not fit the 4-character string space",
+        )
+    if t.sharing == "supergroup" and not 1 <= t.n_supergroups <= t.n_groups:
+        bad("task.n_supergroups", t.n_supergroups, f"must be in [1, n_groups={t.n_groups}]")
+    if not 0 <= t.label_noise < 1:
+        bad("task.label_noise", t.label_noise, "must be in [0, 1)")
+    if t.reverse:
+        if t.label_noise > 0:
+            bad("task.label_noise", t.label_noise, "label noise is defined for bz_to_a only")
+        if t.n_groups < t.k:
+            bad(
+                "task.n_groups",
+                t.n_groups,
+                f"{t.direction} needs n_groups >= K={t.k} for candidates",
+            )
+        if m.kind == "linear":
+            bad("model.kind", m.kind, "the linear baseline is defined for bz_to_a only")
+    if m.d_model % m.n_heads:
+        bad("model.d_model", m.d_model, f"not divisible by n_heads={m.n_heads}")
+    if t.seq_len - 1 > m.n_positions:
+        bad("model.n_positions", m.n_positions, f"shorter than the input length {t.seq_len - 1}")
+    if o.lr <= 0:
+        bad("train.lr", o.lr, "learning rate must be positive")
+    if o.batch_size > t.d:
+        bad("train.batch_size", o.batch_size, f"larger than the dataset D={t.d}")
+    if e.dense_every and (e.every <= 0 or e.every % e.dense_every):
+        bad("eval.dense_every", e.dense_every, f"must divide eval.every = {e.every}")
+    if not 0 < e.threshold < 1:
+        bad("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")
+
+
+def load(raw: dict, overrides: dict | None = None) -> Config:
+    """Validate and expand the whole config. Raises ConfigError before any job runs."""
+    cfg = resolve(raw, overrides)
+    experiments = cfg["experiments"]
+    only = cfg.get("only") or list(experiments)
+    for name in only:
+        if name not in experiments:
+            raise ConfigError("only", name, f"unknown experiment; known: {sorted(experiments)}")
+    preset_raw = (raw.get("presets") or {}).get(cfg["preset"], {})
+
+    def written(path: tuple) -> str:
+        node = preset_raw
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return _dotted(path)
+            node = node[part]
+        return f"presets.{cfg['preset']}.{_dotted(path)}"
+
+    # the defaults themselves, even where every experiment overrides a value
+    expand_experiment("defaults", {}, cfg["defaults"], [0], written)
+    runs: list[Run] = []
+    for name in only:
+        exp = resolve_like(name, experiments)
+        runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
+    _check_same_id_same_spec(runs)
+    _check_references(cfg, written)
+    return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+
+
+def resolve_like(name: str, experiments: dict) -> dict:
+    """Experiment `name` with `like: X` expanded: X's grid, variants and seeds, X's `set`
+    updated by this experiment's own, and this experiment's grid/variants/seeds on top
+    (E15 repeats E1 and E2 under another init this way, at whatever sizes the preset gives
+    them)."""
+    exp = experiments[name]
+    base_name = exp.get("like")
+    if base_name is None:
+        return exp
+    where = f"experiments.{name}.like"
+    if base_name not in experiments:
+        raise ConfigError(where, base_name, f"unknown experiment; known: {sorted(experiments)}")
+    base = experiments[base_name]
+    if "like" in base:
+        raise ConfigError(where, base_name, "names an experiment that is itself `like` another")
+    out = {k: copy.deepcopy(v) for k, v in base.items() if k in ("grid", "variants", "seeds")}
+    out["set"] = {**base.get("set", {}), **exp.get("set", {})}
+    out.update({k: copy.deepcopy(v) for k, v in exp.items() if k in ("grid", "variants", "seeds")})
+    return out
+
+
+def _check_same_id_same_spec(runs: list[Run]) -> None:
+    """A run id names one spec. Implementation fields (train.engine, train.compile) are not
+    part of the id, so two experiments asking for one run with different engines conflict."""
+    seen: dict[str, Run] = {}
+    for r in runs:
+        first = seen.setdefault(r.run_id, r)
+        if first.spec != r.spec:
+            a, b = r.spec.to_dict(), first.spec.to_dict()
+            diff = sorted(
+                f"{s}.{k}"
+                for s, v in a.items()
+                if isinstance(v, dict)
+                for k in v.keys() | b[s].keys()
+                if v.get(k) != b[s].get(k)
+            )
+            raise ConfigError(
+                f"experiments.{r.experiment}",
+                r.run_id,
+                f"same run as in experiment {first.experiment} but different {', '.join(diff)}"
+                " (implementation settings must agree for a shared run)",
+            )
+
+
+def _check_references(cfg: dict, written=_dotted) -> None:
+    """Diagnostics, fits, statistics and the sensitivity tables may only name declared
+    experiments (an error names the key where the user wrote it: `written`); the plateau
+    band must contain 1 (height = log K)."""
+    for name, diag in cfg.get("diagnostics", {}).items():
+        src = diag.get("source")
+        if src is not None and src not in cfg["experiments"]:
+            raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
+    for i, fit in enumerate(cfg.get("fits", [])):
+        for exp in fit.get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
+    stats = cfg.get("statistics") or {}
+    for section in ("sources", "plateau_heights"):
+        for name, exps in stats.get(section, {}).items():
+            for exp in exps:
+                if exp not in cfg["experiments"]:
+                    key = written(("statistics", section, name))
+                    raise ConfigError(key, exp, "unknown experiment")
+    sweep = (cfg.get("robustness") or {}).get("sweep")
+    if sweep is not None and sweep not in cfg["experiments"]:
+        raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")
+    fit_names = {f["name"] for f in cfg.get("fits", [])}
+    for i, diff in enumerate(cfg.get("fit_differences", [])):
+        for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
+            if name not in fit_names and name.split("_at_")[0] not in fit_names:
+                raise ConfigError(f"fit_differences[{i}].of", name, "no fit of that name")
+    for section in ("threshold_sensitivity", "plateau_sensitivity"):
+        for exp in cfg.get(section, {}).get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(written((section, "experiments")), exp, "unknown experiment")
+    band = cfg.get("plateau_sensitivity", {}).get("band")
+    if band is not None and not band[0] < 1 < band[1]:
+        raise ConfigError(written(("plateau_sensitivity", "band")), band, "need low < 1 < high")
+
+
+def read_yaml(path: str | Path) -> dict:
+    """A YAML mapping from `path`; a missing file or a syntax error is one ConfigFileError
+    line naming the file (and the line and column, as the user's editor counts them)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigFileError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+
+        def at(mark) -> str:
+            return f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+
+        started = f"; {exc.context} at {at(exc.context_mark)}" if exc.context_mark else ""
+        where = f", {at(exc.problem_mark)}" if exc.problem_mark else ""
+        raise ConfigFileError(f"{path}{where}: not valid YAML ({exc.problem}{started})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigFileError(
+            f"{path}: must be a mapping of config keys, not a {type(data).__name__}"
+        )
+    return data
+
+
+def check_files(paths: list[str], base: str | Path = "config.yaml") -> Config:
+    """What `snakemake --configfile P1 P2 ...` would start with: the files merged in order
+    over `base`, then validated like the workflow does at start-up."""
+    over: dict = {}
+    for path in paths:
+        over = deep_merge(over, read_yaml(path))
+    return load(deep_merge(read_yaml(base), over), over)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m mbc.core.config [--base config.yaml] FILE ...`: check config files before a run.
+    Snakemake reads `--configfile` itself, before our Snakefile runs, so its own messages
+    for a missing file or a YAML error name no file or line; this check does."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m mbc.core.config", description=main.__doc__)
+    parser.add_argument("files", nargs="*", help="files you would pass to --configfile")
+    parser.add_argument("--base", default="config.yaml", help="the workflow's config.yaml")
+    args = parser.parse_args(argv)
+    try:
+        cfg = check_files(args.files, args.base)
+    except (ConfigError, ConfigFileError) as exc:
+        print(f"mbc: {exc}")
+        return 1
+    print(f"mbc: valid: preset {cfg.preset}, {len(cfg.specs)} runs, outdir {cfg.outdir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

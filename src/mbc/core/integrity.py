@@ -1,0 +1,159 @@
+"""Start-up check of every per-run artefact, so that a plain `snakemake all` repairs damage.
+
+Snakemake reruns a job when its output is missing *and* a job that needs to run wants it;
+a deleted run directory under an up-to-date tau.csv is therefore never rebuilt. This check
+runs once in the main Snakemake process before the DAG is built. For each run it follows
+the chain its files form (README: Reliability):
+
+    dataset -> train (metrics.csv, checkpoints.csv, snapshots) -> summary.json -> diagnostics
+
+and finds the first broken link: a missing file, a dataset whose sha256 differs from its
+sidecar, a snapshot listed in checkpoints.csv that is missing (or, with `verify=full`, whose
+sha256 differs from the index). It then moves a corrupt file aside (`*.corrupt-<time>`,
+nothing is lost), deletes what was derived from it (the run's later links and the
+aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
+snapshot is bad (the run is retrained: the same seed gives the same bits on a CPU). The
+next DAG then rebuilds exactly the broken chain and every table depending on it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from mbc.core.io import read_sidecar_sha256, sha256_file
+
+MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
+
+
+@dataclass
+class RunFiles:
+    """The artefacts of one run, link by link."""
+
+    run_id: str
+    dataset: Path
+    train: list[Path]  # metrics.csv, checkpoints.csv
+    summary: Path
+    diagnostics: list[Path] = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.summary.parent
+
+
+@dataclass
+class Finding:
+    run_id: str
+    level: int  # 0 dataset, 1 train, 2 summary, 3 diagnostics
+    path: Path
+    why: str
+    corrupt: bool  # the file exists but is bad (moved aside); else it is missing
+    retrain: bool = False  # a snapshot is bad: state/ goes too
+
+
+def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
+    index_path = f.train[1]
+    try:
+        index = pd.read_csv(index_path)
+        rows = list(zip(index["path"], index["sha256"], strict=True))
+    except Exception as exc:  # a damaged index: the run's train link is broken
+        return Finding(f.run_id, 1, index_path, f"unreadable checkpoint index ({exc})", True)
+    for rel, digest in rows:
+        snap = f.run_dir / rel
+        if not snap.is_file():
+            return Finding(f.run_id, 1, snap, "snapshot missing", False, retrain=True)
+        if verify and sha256_file(snap) != digest:
+            return Finding(f.run_id, 1, snap, "snapshot checksum mismatch", True, retrain=True)
+    return None
+
+
+def scan(
+    runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
+) -> list[Finding]:
+    """The first broken link of every run that should be complete: one whose aggregated
+    tables exist, or that has any file of its own."""
+    tables_exist = any(p.exists() for p in aggregates)
+    checked_datasets: dict[Path, Finding | None] = {}
+    out = []
+    for f in runs:
+        own = [*f.train, f.summary, *f.diagnostics]
+        if not tables_exist and not any(p.exists() for p in own):
+            continue  # not built yet: Snakemake builds it
+        if f.dataset not in checked_datasets:
+            finding = None
+            if not f.dataset.is_file():
+                finding = Finding(f.run_id, 0, f.dataset, "dataset missing", False)
+            else:
+                digest = read_sidecar_sha256(f.dataset)
+                if digest is not None and sha256_file(f.dataset) != digest:
+                    finding = Finding(f.run_id, 0, f.dataset, "dataset checksum mismatch", True)
+            checked_datasets[f.dataset] = finding
+        if checked_datasets[f.dataset] is not None:
+            d = checked_datasets[f.dataset]
+            out.append(Finding(f.run_id, 0, d.path, d.why, d.corrupt))
+            continue
+        if not any(p.exists() for p in own):
+            why = "no outputs (a run new to the config, or its directory was deleted)"
+            out.append(Finding(f.run_id, 1, f.run_dir, why, False))
+            continue
+        missing = next((p for p in f.train if not p.is_file()), None)
+        if missing is not None:
+            out.append(Finding(f.run_id, 1, missing, "missing", False))
+            continue
+        snap = _snapshot_finding(f, verify_snapshots)
+        if snap is not None:
+            out.append(snap)
+            continue
+        if not f.summary.is_file():
+            out.append(Finding(f.run_id, 2, f.summary, "missing", False))
+            continue
+        gone = next((p for p in f.diagnostics if not p.is_file()), None)
+        if gone is not None:
+            out.append(Finding(f.run_id, 3, gone, "missing", False))
+    return out
+
+
+def repair(
+    findings: list[Finding], runs: list[RunFiles], aggregates: list[Path], dry_run: bool = False
+) -> list[str]:
+    """Move corrupt files aside and delete what derives from them; one line per action.
+    Under `dry_run` nothing changes and the lines say what a real run would do."""
+    by_id = {f.run_id: f for f in runs}
+    stamp = int(time.time())
+    lines: list[str] = []
+    shown = 0
+    doomed: set[Path] = set()
+    for fd in findings:
+        f = by_id[fd.run_id]
+        quiet = not fd.corrupt and shown >= MAX_LISTED  # a long list of absent runs: counted
+        if fd.corrupt and fd.path.exists():
+            lines.append(f"{fd.path}: {fd.why}, moved aside to {fd.path.name}.corrupt-{stamp}")
+            if not dry_run:
+                fd.path.rename(fd.path.with_name(f"{fd.path.name}.corrupt-{stamp}"))
+        elif not quiet:
+            lines.append(f"{fd.path}: {fd.why}")
+        shown += not quiet
+        links = [f.train, [f.summary], f.diagnostics]
+        for level, paths in enumerate(links, start=1):
+            if level > fd.level or (level == fd.level and level == 1):
+                doomed.update(p for p in paths if p.exists())
+        if fd.retrain and (f.run_dir / "state").exists():
+            state = f.run_dir / "state"
+            lines.append(f"{state}: moved aside to state.corrupt-{stamp} (the run is retrained)")
+            if not dry_run:
+                state.rename(state.with_name(f"state.corrupt-{stamp}"))
+    if len(findings) > shown:
+        lines.append(f"... and {len(findings) - shown} more run(s) without outputs")
+    if findings:
+        doomed.update(p for p in aggregates if p.exists())
+        lines.append(
+            f"{len(doomed)} derived file(s) deleted so that the next jobs rebuild them"
+            + (" (dry run: nothing changed)" if dry_run else "")
+        )
+        if not dry_run:
+            for p in doomed:
+                p.unlink(missing_ok=True)
+    return lines

@@ -1,0 +1,157 @@
+"""Atomic artefact I/O: every file is written to a temporary sibling, then renamed.
+
+A reader never sees a half-written file: `os.replace` is atomic on POSIX within one
+filesystem, so a killed job leaves either the old file or the new one. Readers check
+what they load and raise `CorruptArtifactError` naming the file instead of returning
+garbage.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
+class CorruptArtifactError(RuntimeError):
+    """An artefact on disk is truncated, unreadable or does not have the expected shape.
+
+    `path` is the bad file; `invalidate` lists what must be regenerated with it (moved
+    aside by `mbc.core.rule_log.logged`, so the next workflow run rebuilds it and nothing is lost).
+    """
+
+    def __init__(self, message: str, path=None, invalidate=()):
+        super().__init__(message)
+        self.path = None if path is None else Path(path)
+        self.invalidate = [Path(p) for p in invalidate] or ([self.path] if path else [])
+
+
+def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artefacts are shared files
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    _atomic_write(path, data)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    _atomic_write(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+
+
+def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:
+    write_text_atomic(path, df.to_csv(index=False, lineterminator="\n"))
+
+
+def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
+    """Save with torch.save atomically; return the sha256 of the bytes written."""
+    import torch  # lazily: table-only jobs (figures, fits) need not pay torch's import
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
+    _atomic_write(path, data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    """`<file>.sha256`: the checksum of a file that has no index recording one (datasets)."""
+    return Path(f"{path}.sha256")
+
+
+def write_sidecar_sha256(path: str | os.PathLike, digest: str) -> None:
+    write_text_atomic(sidecar(path), digest + "\n")
+
+
+def read_sidecar_sha256(path: str | os.PathLike) -> str | None:
+    """The recorded sha256 of `path`, or None without a (readable) sidecar."""
+    try:
+        text = sidecar(path).read_text().strip()
+    except OSError:
+        return None
+    return text if len(text) == 64 else None
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def torch_load_checked(path: str | os.PathLike, *, sha256: str | None = None) -> Any:
+    """Load a torch file; raise CorruptArtifactError on a checksum mismatch or a bad file."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise CorruptArtifactError(f"{path}: missing", path)
+    if sha256 is not None and sha256_file(path) != sha256:
+        raise CorruptArtifactError(f"{path}: checksum mismatch (truncated or modified)", path)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises several types for truncated zips
+        raise CorruptArtifactError(f"{path}: unreadable torch file ({exc})", path) from exc
+
+
+def read_json_checked(path: str | os.PathLike, *, required: Iterable[str] = ()) -> dict:
+    path = Path(path)
+    try:
+        obj = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CorruptArtifactError(f"{path}: unreadable JSON ({exc})", path) from exc
+    missing = [k for k in required if k not in obj]
+    if missing:
+        raise CorruptArtifactError(f"{path}: missing keys {missing}", path)
+    return obj
+
+
+def read_csv_checked(
+    path: str | os.PathLike, *, required: Iterable[str] = (), min_rows: int = 0
+) -> pd.DataFrame:
+    """Read a CSV table and check its columns and row count."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:  # our writer always ends a table with a newline
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    raise CorruptArtifactError(f"{path}: truncated (no final newline)", path)
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        df = pd.DataFrame()
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise CorruptArtifactError(f"{path}: unreadable CSV ({exc})", path) from exc
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise CorruptArtifactError(f"{path}: missing columns {missing}", path)
+    if len(df) < min_rows:
+        raise CorruptArtifactError(f"{path}: {len(df)} rows, expected at least {min_rows}", path)
+    return df

@@ -1,0 +1,34 @@
+"""Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.train):
+one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume).
+
+Every reader goes through `read_log`: the training job when it resumes and when it writes
+metrics.csv, `mbc.status`, `mbc.estimate` and the tests that wait for a resume point.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_log(path: str | Path) -> list[dict]:
+    """The log's rows up to its first line that is not complete JSON: a torn last line (a
+    job killed mid-write, or a line still being written when another process reads) is
+    dropped, and so is everything after a corrupt line, which a resume must not trust.
+    A log not written yet reads as no rows."""
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return []
+    rows = []
+    for line in text.splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def logged_tau(rows: list[dict]) -> int | None:
+    """tau as the training job logged it (its `tau` event), None before the crossing."""
+    return next((r["tau"] for r in rows if r.get("event") == "tau"), None)

@@ -1,0 +1,271 @@
+"""Frozen run specifications: the typed boundary between config.yaml and the package.
+
+A `RunSpec` fully determines one training run (task, model, optimiser, evaluation,
+seed); its `run_id` is derived from its content, never from a timestamp, so the same
+spec always maps to the same directory and identical specs in two experiments train once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
+PAD, BOS, EOS, SEP = 0, 1, 2, 3
+CHAR0 = 4  # characters take ids 4..39
+VOCAB = CHAR0 + len(ALPHABET)
+B_LEN = 6  # base string length
+A_LEN = 4  # target string length
+REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's reverse task
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """The task (docs/method.md#task-variants). `direction`: bz_to_a (the main task, B and z
+    in, A out) or a reverse task, B out: az_to_b (A and z in, the author's reverse task; z is redundant since every
+    A is unique) or a_to_b (A alone in)."""
+
+    k: int = 10
+    n_groups: int = 1000
+    z_length: int = 2
+    sharing: str = "shared"  # shared | supergroup | private
+    n_supergroups: int = 1  # used when sharing == "supergroup"
+    label_noise: float = 0.0
+    direction: str = "bz_to_a"
+    unique_first_chars: bool = True
+
+    @property
+    def d(self) -> int:
+        """Dataset size D = n_groups * K (every example is trained on)."""
+        return self.n_groups * self.k
+
+    @property
+    def n_selector_sets(self) -> int:
+        """G: how many independent selector lists exist."""
+        return {"shared": 1, "supergroup": self.n_supergroups, "private": self.n_groups}[
+            self.sharing
+        ]
+
+    @property
+    def sharing_factor(self) -> float:
+        """Groups per selector list, n_groups / G (docs/method.md#e11)."""
+        return self.n_groups / self.n_selector_sets
+
+    @property
+    def reverse(self) -> bool:
+        """B is the answer (a_to_b, az_to_b)."""
+        return self.direction in REVERSE_DIRECTIONS
+
+    @property
+    def seq_len(self) -> int:
+        if self.direction == "a_to_b":
+            return 1 + A_LEN + 1 + B_LEN + 1
+        if self.direction == "az_to_b":
+            return 1 + A_LEN + 1 + self.z_length + 1 + B_LEN + 1
+        return 1 + B_LEN + 1 + self.z_length + 1 + A_LEN + 1
+
+    @property
+    def n_targets(self) -> int:
+        """Target tokens scored by the loss: the answer's characters plus EOS."""
+        return (B_LEN if self.reverse else A_LEN) + 1
+
+    @property
+    def first_pred_pos(self) -> int:
+        """Input position whose output predicts the first target token."""
+        return self.seq_len - self.n_targets - 1
+
+    @property
+    def z_positions(self) -> tuple[int, ...]:
+        if self.direction == "a_to_b":
+            return ()
+        start = 1 + (A_LEN if self.direction == "az_to_b" else B_LEN) + 1
+        return tuple(range(start, start + self.z_length))
+
+    @property
+    def log_k(self) -> float:
+        return math.log(self.k)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """The model (docs/method.md#model). kind: transformer (pre-LN decoder) or linear (E13
+    baseline)."""
+
+    kind: str = "transformer"
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    d_mlp: int = 512
+    n_positions: int = 32
+    linear_hidden: int = 512
+    # Every weight matrix (embeddings and unembedding included) ~ N(0, std), biases 0,
+    # LayerNorm 1/0. `transformer_lens`: the author's model (HookedTransformer,
+    # init_mode="gpt2", default initializer_range), std = 0.8 / sqrt(width); `normal`:
+    # std = 0.02 (Hugging Face GPT-2's constant, without its residual rescaling).
+    # `init_std` overrides the scheme's std.
+    init: str = "transformer_lens"  # transformer_lens | normal
+    init_std: float | None = None
+
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def width(self) -> int:
+        """The residual width the init rule scales with: d_model, or the linear baseline's
+        hidden width (its analogue of the residual stream)."""
+        return self.linear_hidden if self.kind == "linear" else self.d_model
+
+    @property
+    def weight_std(self) -> float:
+        """Standard deviation of every weight matrix at initialisation."""
+        if self.init_std is not None:
+            return float(self.init_std)
+        if self.init == "transformer_lens":
+            return 0.8 / math.sqrt(self.width)
+        if self.init == "normal":
+            return 0.02
+        raise ValueError(f"model.init = {self.init!r}: expected transformer_lens or normal")
+
+    @property
+    def init_scale(self) -> float:
+        """weight_std in units of the author's std at this width, 0.8 / sqrt(width) (E15)."""
+        return self.weight_std / (0.8 / math.sqrt(self.width))
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    lr: float = 1e-3
+    batch_size: int = 128
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    max_steps: int = 50_000
+    # Learning-rate schedule (`mbc.training.train.learning_rate`): `constant` (the paper's main runs)
+    # or `warmup_cosine` (the author's base regime, used for his batch-size and z-sharing
+    # runs: linear warmup over warmup_steps, then cosine decay to 0 at max_steps).
+    schedule: str = "constant"  # constant | warmup_cosine
+    warmup_steps: int = 0
+    clip_norm: float = 0.0  # clip the gradient's global L2 norm to this; 0: no clipping
+    # Stop once converged and at least `early_stop_tau_factor` * tau steps have run
+    # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
+    early_stop_tau_factor: float = 3.0
+    early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
+    # How the in-loop evaluation is computed, not what: `fast` runs each context's shared
+    # prefix once for its K candidates, `plain` every candidate sequence in full; equal to
+    # float32 rounding (tests/test_train.py). Training has one forward either way.
+    # `compile`: torch.compile the training loss (a cold compile costs about a minute).
+    # Both are IMPLEMENTATION_FIELDS: outside the run id (see RunSpec.content_hash).
+    engine: str = "fast"  # fast | plain
+    compile: bool = False
+
+
+# Fields that choose an implementation, not the computation: a numerically equivalent
+# engine must not move a run to a new directory (nor retrain every existing run), so they
+# are left out of the content hash, and out of `to_dict` at their defaults (Snakemake
+# params, whose change would otherwise trigger reruns, stay exactly what they were).
+IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """In-loop evaluation on fixed contexts: log-spaced early, every `every` steps, and
+    every `dense_every` steps wherever the run crosses a transition mark (mbc.training.train)."""
+
+    every: int = 500
+    n_log: int = 40
+    n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
+    threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
+    # The author evaluated every 50 steps. Between two evaluations whose metrics lie on
+    # different sides of a transition mark (`mbc.training.train.TRANSITION_MARKS`), the weights
+    # kept every `dense_every` steps are evaluated too: each crossing is then located to
+    # dense_every steps, at the cost of evaluating densely only around the transition.
+    # 0: off. Must divide `every`.
+    dense_every: int = 50
+    # The author's grid: every evaluation from dense_every on falls on a multiple of it (the
+    # log-spaced ones rounded up), and every statistic reads those rows only, so tau, the
+    # onsets and the transition window are first crossings on his 50-step grid. The rows
+    # before dense_every draw the curves' start only. False: the schedule as it was before.
+    on_grid: bool = True
+    checkpoint_every: int = 500  # model snapshots for post-hoc diagnostics
+    checkpoint_n_log: int = 24
+    resume_every: int = 2500  # full optimiser state for resuming an interrupted run
+
+
+def grid_mask(spec: EvalSpec, steps):
+    """Which evaluated steps a statistic reads (EvalSpec.on_grid): the multiples of
+    dense_every, or every step without the grid."""
+    import numpy as np
+
+    steps = np.asarray(steps)
+    if not (spec.on_grid and spec.dense_every):
+        return np.ones(steps.shape, dtype=bool)
+    return steps % spec.dense_every == 0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    task: TaskSpec = field(default_factory=TaskSpec)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    eval: EvalSpec = field(default_factory=EvalSpec)
+    seed: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, except implementation fields at their defaults (see above)."""
+        d = dataclasses.asdict(self)
+        for section, defaults in IMPLEMENTATION_FIELDS.items():
+            for name, default in defaults.items():
+                if d[section][name] == default:
+                    del d[section][name]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunSpec:
+        return cls(
+            task=TaskSpec(**d["task"]),
+            model=ModelSpec(**d["model"]),
+            train=TrainSpec(**d["train"]),
+            eval=EvalSpec(**d["eval"]),
+            seed=int(d["seed"]),
+        )
+
+    @property
+    def content_hash(self) -> str:
+        """Hash of what the run computes. Implementation fields are excluded whatever their
+        value: `fast` and `plain` train the same model to float32 rounding, so they are one
+        run (one directory, one resume state) and every run id predating them is unchanged.
+        """
+        d = self.to_dict()
+        for section, defaults in IMPLEMENTATION_FIELDS.items():
+            for name in defaults:
+                d[section].pop(name, None)
+        blob = json.dumps(d, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:8]
+
+    @property
+    def run_id(self) -> str:
+        """Readable prefix (what usually varies) plus a hash of the whole spec."""
+        t, m, o = self.task, self.model, self.train
+        sharing = t.sharing if t.sharing != "supergroup" else f"G{t.n_supergroups}"
+        return (
+            f"{t.direction}-{m.kind}-K{t.k}-G{t.n_groups}-z{t.z_length}-{sharing}"
+            f"-p{t.label_noise:g}-lr{o.lr:g}-B{o.batch_size}-s{self.seed}-{self.content_hash}"
+        )
+
+    @property
+    def dataset_id(self) -> str:
+        """Runs that share task and seed share one dataset file."""
+        blob = json.dumps(
+            {"task": dataclasses.asdict(self.task), "seed": self.seed}, sort_keys=True
+        )
+        t = self.task
+        return (
+            f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-"
+            + hashlib.sha256(blob.encode()).hexdigest()[:8]
+        )

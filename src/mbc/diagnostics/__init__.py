@@ -1,0 +1,1 @@
+"""Per-run diagnostics (summary.smk, diagnostics.smk): tau and summaries, collective, routing, Hessian."""

@@ -1,0 +1,277 @@
+"""Per-run summaries from the tidy metrics table (docs/method.md#metrics): tau, censoring,
+plateau.
+
+tau is the first evaluated step with L_cand < threshold * log K (`mbc.core.crossing`, like
+every onset here). A run that never crosses is censored: tau is missing (never a number)
+and `steps` is the budget it survived, which is what a censored fit needs.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from mbc.core.config import Run
+from mbc.core.crossing import first_crossing
+from mbc.core.spec import RunSpec, grid_mask
+
+TAU_COLUMNS = [
+    "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
+    "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor",
+    "label_noise", "seed",
+    "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
+    "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
+    "delta_z_onset", "lead", "lead_fraction",
+    # the author's statistics (docs/method.md#author-statistics): first-target tau, the
+    # transition window (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead
+    # on the first-target loss
+    "first_target_tau", "first_target_censored", "transition_start", "transition_end",
+    "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
+    "delta_z_first_onset", "lead_first", "lead_fraction_first",
+]  # fmt: skip
+INT_COLUMNS = [
+    "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
+    "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
+    "delta_z_first_onset", "lead_first",
+]  # fmt: skip
+
+
+def last_step_above_before(
+    steps: np.ndarray, values: np.ndarray, bound: float, before: int
+) -> int | None:
+    """Last step < `before` whose value is strictly above `bound`; None when none is."""
+    hit = np.flatnonzero((values > bound) & (steps < before))
+    return int(steps[hit[-1]]) if hit.size else None
+
+
+def transition_window(
+    steps: np.ndarray, lcand: np.ndarray, log_k: float, start_fraction: float, end_fraction: float
+) -> tuple[int | None, int | None]:
+    """The author's transition window (t_start, t_end): t_end is the first evaluation with
+    L_cand < end_fraction * log K, t_start the last evaluation before it with
+    L_cand > start_fraction * log K. (None, None) when the run never reaches t_end."""
+    t_end = first_crossing(steps, lcand, end_fraction * log_k)
+    if t_end is None:
+        return None, None
+    return last_step_above_before(steps, lcand, start_fraction * log_k, t_end), t_end
+
+
+def z_usage_onset(steps: np.ndarray, delta_z: np.ndarray, threshold: float) -> int | None:
+    """First step with delta_z above `threshold`; None also when delta_z was never measured."""
+    if not np.isfinite(delta_z).any():
+        return None
+    return first_crossing(steps, delta_z, threshold, "above")
+
+
+class Plateau(NamedTuple):
+    start: float  # the window is [start, end) in steps
+    end: float
+    n_evals: int  # evaluations inside the window
+    height: float  # mean L_cand over them (NaN when there are none)
+
+
+def plateau(
+    steps: np.ndarray,
+    lcand: np.ndarray,
+    log_k: float,
+    *,
+    start_fraction: float,
+    onset_fraction: float,
+    z_onset: int | None = None,
+) -> Plateau:
+    """The plateau window [start_fraction * end, end) and the mean L_cand over it.
+
+    end: the first sign of the transition, i.e. the loss onset (first step with
+    L_cand < onset_fraction * log K) or, when given and earlier, the z-usage onset (first
+    step with delta_z above its threshold): once the model reads z it has left the
+    marginal solution. A run that never leaves the plateau uses every step.
+    start: start_fraction * end (at least step 1), past the first updates.
+    height: the time mean of L_cand over the evaluations inside the window (`time_mean`).
+    """
+    onset = first_crossing(steps, lcand, onset_fraction * log_k)
+    ends = [s for s in (onset, z_onset) if s is not None]
+    end = min(ends) if ends else steps[-1] + 1
+    start = max(1, start_fraction * end)
+    window = (steps >= start) & (steps < end)
+    return Plateau(
+        float(start), float(end), int(window.sum()), time_mean(steps[window], lcand[window])
+    )
+
+
+def time_mean(steps: np.ndarray, values: np.ndarray) -> float:
+    """Mean of a curve over the steps it spans (trapezoid rule), so that evaluations packed
+    densely near the transition (eval.dense_every) weigh only the steps they cover."""
+    if steps.size == 0:
+        return math.nan
+    if steps.size == 1 or steps[-1] == steps[0]:
+        return float(values.mean())
+    v, s = values.astype(float), steps.astype(float)
+    return float(((v[1:] + v[:-1]) / 2 * np.diff(s)).sum() / (s[-1] - s[0]))
+
+
+def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window) -> float:
+    """Mean L_cand over the plateau window (see `plateau` for the window's keywords)."""
+    return plateau(steps, lcand, log_k, **window).height
+
+
+def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
+    """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss.
+    Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`)."""
+    m = metrics.sort_values("step")
+    m = m[grid_mask(spec.eval, m["step"].to_numpy())]
+    steps = m["step"].to_numpy()
+    lcand = m["candidate_loss"].to_numpy()
+    log_k = spec.task.log_k
+    tau = first_crossing(steps, lcand, spec.eval.threshold * log_k)
+    plat, lead_cfg = diag["plateau"], diag["lead"]
+    loss_onset = first_crossing(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
+    dz = m["delta_z"].to_numpy()
+    dz_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
+    height = plateau_height(
+        steps,
+        lcand,
+        log_k,
+        start_fraction=plat["start_fraction"],
+        onset_fraction=plat["onset_fraction"],
+        z_onset=dz_onset if plat.get("end_at_z_onset", False) else None,
+    )
+    lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
+    author = author_statistics(steps, m, log_k, diag)
+    return {
+        "run_id": spec.run_id,
+        "tau": tau,
+        "censored": tau is None,
+        "threshold": spec.eval.threshold,
+        "plateau_height": height,
+        "height_over_log_k": height / log_k,
+        "final_candidate_loss": float(lcand[-1]),
+        "final_candidate_accuracy": float(m["candidate_accuracy"].iloc[-1]),
+        "steps": int(steps[-1]),
+        "loss_onset": loss_onset,
+        "delta_z_onset": dz_onset,
+        "lead": lead,
+        "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
+        **author,
+    }
+
+
+def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
+    """The per-run quantities the author's headline numbers were computed from
+    (docs/method.md#author-statistics), beside our uniform candidate-tau ones: first-target
+    tau (L1 < threshold * log K), the transition window and its duration, and the lead on
+    the first-target loss
+    (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
+    lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
+    ft = diag["first_target"]["threshold"]
+    first_tau = first_crossing(steps, l1, ft * log_k)
+    win = diag["transition"]
+    t_start, t_end = transition_window(steps, lcand, log_k, win["start_fraction"],
+                                       win["end_fraction"])  # fmt: skip
+    if t_end is not None and t_start is None:
+        t_start = int(steps[0])  # never above the start mark: the window opens at the start
+    # A run without t_end whose L_cand has left the start mark for good is inside its
+    # window: its duration is at least the steps since the last evaluation above the mark.
+    # One still above it has not opened the window: no bound (left out of duration fits).
+    bound = None
+    start_mark = win["start_fraction"] * log_k
+    if t_end is None and lcand.size and lcand[-1] <= start_mark:
+        last_above = last_step_above_before(steps, lcand, start_mark, int(steps[-1]) + 1)
+        bound = int(steps[-1]) - (int(steps[0]) if last_above is None else last_above)
+    lead_cfg = diag["lead"]
+    l1_onset = first_crossing(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
+    dz1 = m["delta_z_first"].to_numpy(float) if "delta_z_first" in m else np.full(len(m), np.nan)
+    dz1_onset = z_usage_onset(steps, dz1, lead_cfg["delta_z_onset"])
+    lead = None if l1_onset is None or dz1_onset is None else l1_onset - dz1_onset
+    return {
+        "first_target_tau": first_tau,
+        "first_target_censored": first_tau is None,
+        "transition_start": t_start,
+        "transition_end": t_end,
+        "transition_duration": None if t_end is None else t_end - t_start,
+        "transition_censored": t_end is None,
+        "transition_bound": bound,
+        "first_target_loss_onset": l1_onset,
+        "delta_z_first_onset": dz1_onset,
+        "lead_first": lead,
+        "lead_fraction_first": None if lead is None or not l1_onset else lead / l1_onset,
+    }
+
+
+def run_columns(run: Run) -> dict:
+    """The descriptive columns of one (experiment, run) row."""
+    t, o, m = run.spec.task, run.spec.train, run.spec.model
+    return {
+        "run_id": run.run_id, "experiment": run.experiment, "task": t.direction,
+        "model": m.kind, "init": m.init, "init_std": m.weight_std, "init_scale": m.init_scale,
+        "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
+        "batch_size": o.batch_size, "z_length": t.z_length, "sharing": t.sharing,
+        "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor,
+        "label_noise": t.label_noise, "seed": run.spec.seed,
+    }  # fmt: skip
+
+
+def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
+    """One row per (experiment, run): results/tau.csv."""
+    rows = [{**run_columns(r), **summaries[r.run_id]} for r in runs]
+    df = pd.DataFrame(rows, columns=TAU_COLUMNS)
+    for c in INT_COLUMNS:  # nullable: censored runs have no tau
+        df[c] = df[c].astype("Int64")
+    return df
+
+
+PLATEAU_SENSITIVITY_COLUMNS = [
+    "experiment", "run_id", "k", "d", "seed", "window_end", "delta_z_onset", "primary",
+    "window_start", "window_stop", "n_evals", "height_over_log_k", "in_band", "band_low",
+    "band_high",
+]  # fmt: skip
+LOSS_ONSET_ONLY = "loss onset only"
+
+
+def plateau_sensitivity(
+    cfg: dict, diag: dict, tau: pd.DataFrame, metrics: pd.DataFrame
+) -> pd.DataFrame:
+    """Plateau height / log K of every run of `cfg["experiments"]` under other window ends.
+
+    The run summaries end the window where `diagnostics.plateau` says (by default the
+    z-usage onset at delta_z > `diagnostics.lead.delta_z_onset`). A model that starts to
+    read z can rank the candidates worse than uniform for a while (L_cand above log K)
+    before the loss falls, so where the window ends decides how much of that enters the
+    height. This table repeats the measurement with the window ended by the z-usage onset
+    at each threshold of `cfg["delta_z_onsets"]`, and by the loss onset alone; the row
+    that reproduces the summaries is marked `primary`. `in_band`: height / log K within
+    `cfg["band"]`.
+    """
+    plat = diag["plateau"]
+    primary = diag["lead"]["delta_z_onset"] if plat.get("end_at_z_onset", False) else None
+    thresholds = {float(t) for t in cfg["delta_z_onsets"]} | ({primary} if primary else set())
+    ends = [(f"delta_z > {t:g}", t) for t in sorted(thresholds)]
+    ends.append((LOSS_ONSET_ONLY, None))
+    lo, hi = cfg["band"]
+    rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
+    out = []
+    for _, r in rows.iterrows():
+        m = by_run.get(r.run_id)
+        if m is None:
+            raise ValueError(f"metrics.csv has no rows for run {r.run_id} (listed in tau.csv)")
+        steps, lcand = m["step"].to_numpy(), m["candidate_loss"].to_numpy()
+        dz = m["delta_z"].to_numpy()
+        log_k = math.log(int(r.k))
+        for label, thr in ends:
+            pl = plateau(
+                steps, lcand, log_k, start_fraction=plat["start_fraction"],
+                onset_fraction=plat["onset_fraction"],
+                z_onset=None if thr is None else z_usage_onset(steps, dz, thr),
+            )  # fmt: skip
+            h = pl.height / log_k
+            out.append({
+                "experiment": r.experiment, "run_id": r.run_id, "k": int(r.k), "d": int(r.d),
+                "seed": int(r.seed), "window_end": label, "delta_z_onset": thr,
+                "primary": thr == primary, "window_start": pl.start, "window_stop": pl.end,
+                "n_evals": pl.n_evals, "height_over_log_k": h, "in_band": bool(lo <= h <= hi),
+                "band_low": lo, "band_high": hi,
+            })  # fmt: skip
+    return pd.DataFrame(out, columns=PLATEAU_SENSITIVITY_COLUMNS)

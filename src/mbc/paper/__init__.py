@@ -1,0 +1,1 @@
+"""The paper (report.smk): figures, LaTeX tables and numbers."""

@@ -1,0 +1,277 @@
+"""Appendix figures (the section "Supplementary experiments"): the linear network (E13),
+the task direction (E14), label noise (E12), sharing (E11), the threshold (E4) and the
+plateau window."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+from mbc.paper.figures.common import (  # isort: skip
+    _FIT_NUMERIC, CENSORED_LABEL, ONE_COL, TWO_COL, _as_bool, _colors, _finite, _fit_line, _fit_row,
+    _fmt, _hollow, _legend, _metrics_rows, _no_data, _note, _numeric, _one_seed_per, _register,
+    _run_curves, _tau_axes, _tau_budget_arrays, _tau_marker_handle, _tau_points, _tau_rows,
+    _text_col, _threshold_lines,
+)  # fmt: skip
+from mbc.core.spec import REVERSE_DIRECTIONS
+
+
+@_register("appendix_linear", ["metrics", "tau"])
+def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E13: L_cand / log K of the linear network vs the matching transformer runs (same K, D)."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    all_tau = _tau_rows(tables["tau"])
+    m = _metrics_rows(tables["metrics"])
+    lin = all_tau[all_tau["experiment"] == "E13"]
+    if (lin["model"] != "").any():
+        lin = lin[lin["model"] == "linear"]
+    lin = _one_seed_per(lin[lin["run_id"].isin(set(m["run_id"]))], "k")
+    if lin.empty:
+        _no_data(ax, "no E13 runs with metrics")
+        return fig
+    trans = all_tau[(all_tau["model"] == "transformer") & all_tau["run_id"].isin(set(m["run_id"]))]
+    # Prefer the E1 run with the same K and D, else any transformer run with that K and D.
+    trans = trans.assign(_pref=(trans["experiment"] != "E1").astype(int))
+    kcol = _colors(lin["k"])
+    any_cens, n_matched = False, 0
+    for _, row in lin.iterrows():
+        col = kcol.get(float(row["k"]), "0.5")
+        any_cens |= _run_curves(ax, None, m[m["run_id"] == row["run_id"]], row, color=col, ls="--")
+        same = trans[(trans["k"] == row["k"]) & ((trans["d"] == row["d"]) | trans["d"].isna())]
+        same = same.sort_values(["_pref", "seed", "run_id"])
+        if same.empty:
+            continue
+        t = same.iloc[0]
+        n_matched += 1
+        any_cens |= _run_curves(ax, None, m[m["run_id"] == t["run_id"]], t, color=col)
+        ax.plot([], [], color=col, label=f"K={_fmt(row['k'])}")
+    if n_matched == 0:
+        for k, col in kcol.items():
+            ax.plot([], [], color=col, label=f"K={_fmt(k)}")
+        _note(ax, "no matching transformer runs", "lower left")
+    _threshold_lines(ax, lin["threshold"])
+    ax.set_xscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(r"$L_\mathrm{cand}$ / log K")
+    extra = [
+        Line2D([], [], color="0.3", ls="--", label="linear (E13)"),
+        Line2D([], [], color="0.3", ls="-", label="transformer"),
+        _tau_marker_handle(),
+    ]
+    _legend(ax, censored=any_cens, extra=extra, loc="lower left", fontsize=6.5, ncol=2)
+    return fig
+
+
+def _one_experiment(
+    tables: dict[str, pd.DataFrame], experiment: str
+) -> tuple[Figure, Axes, pd.DataFrame]:
+    """A one-column figure and `experiment`'s tau rows ("no data" drawn when it has none)."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    rows = _tau_rows(tables["tau"], [experiment])
+    if rows.empty:
+        _no_data(ax, f"no {experiment} runs")
+    return fig, ax, rows
+
+
+@_register("appendix_direction", ["tau"])
+def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E14: tau of (B,z)->A vs A->B per K; bars = mean over uncensored seeds, seeds as points."""
+    fig, ax, e14 = _one_experiment(tables, "E14")
+    if e14.empty:
+        return fig
+    ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
+    reverse = next((d for d in REVERSE_DIRECTIONS if (e14["task"] == d).any()), "az_to_b")
+    rev_label = "(A,z)\u2192B" if reverse == "az_to_b" else "A\u2192B"
+    tasks = (("bz_to_a", "(B,z)\u2192A", "C0", -0.2), (reverse, rev_label, "C1", 0.2))
+    any_cens = False
+    rng = np.random.default_rng(0)  # fixed jitter: reproducible figure bytes
+    for task, label, col, off in tasks:
+        g = e14[e14["task"] == task]
+        heights = []
+        for i, k in enumerate(ks):
+            gk = g[g["k"] == k]
+            obs = gk.loc[~gk["censored"], "tau"].dropna()
+            heights.append(obs.mean() if len(obs) else np.nan)
+            x = np.full(len(gk), i + off) + rng.uniform(-0.05, 0.05, len(gk))
+            _, nc = _tau_points(
+                ax,
+                x,
+                gk["tau"],
+                gk["steps"],
+                gk["censored"].to_numpy(bool),
+                color="0.15",
+                size=9,
+                positive=False,
+            )
+            any_cens |= nc > 0
+        ax.bar(
+            np.arange(len(ks)) + off,
+            heights,
+            width=0.38,
+            color=col,
+            alpha=0.75,
+            label=label,
+            zorder=1,
+        )
+    ax.set_xticks(range(len(ks)), [f"K={_fmt(k)}" for k in ks])
+    ax.set_ylabel("tau (steps)")
+    extra = [
+        Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
+        Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
+    ]
+    _legend(ax, censored=any_cens, extra=extra, loc="upper left")
+    missing = [lab for t, lab, _, _ in tasks if not (e14["task"] == t).any()]
+    if missing:
+        _note(ax, "missing: " + ", ".join(missing), "upper right")
+    return fig
+
+
+@_register("appendix_label_noise", ["tau"])
+def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E12: tau vs label-noise probability, and the final candidate accuracy."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 2.5))
+    a.set_title("(a) waiting time", loc="left")
+    b.set_title("(b) final candidate accuracy", loc="left")
+    e12 = _tau_rows(tables["tau"], ["E12"])
+    if e12.empty:
+        _no_data(a, "no E12 runs")
+        _no_data(b, "no E12 runs")
+        return fig
+    _, nc = _tau_points(
+        a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label="E12 runs", positive=False
+    )
+    ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
+    for axis in (a, b):
+        axis.set_xticks(ps, [f"{v:g}" for v in ps])
+    a.set_xlabel("label noise p")
+    a.set_ylabel("tau (steps)")
+    _legend(a, censored=nc > 0, loc="upper left")
+    ok = _finite(e12["label_noise"], e12["final_candidate_accuracy"])
+    if not ok.any():
+        _no_data(b, "no final accuracy")
+        return fig
+    cen = e12["censored"].to_numpy(bool)
+    x, y = e12["label_noise"].to_numpy(float), e12["final_candidate_accuracy"].to_numpy(float)
+    b.scatter(x[ok & ~cen], y[ok & ~cen], s=16, color="C2", label="crossed threshold", zorder=3)
+    if (ok & cen).any():
+        _hollow(b, x[ok & cen], y[ok & cen], "C2", s=20, marker="^", label=CENSORED_LABEL)
+    b.set_xlabel("label noise p")
+    b.set_ylabel("final candidate accuracy")
+    b.set_ylim(-0.03, 1.03)
+    b.legend(loc="lower left")
+    return fig
+
+
+@_register("appendix_sharing", ["tau", "fits"])
+def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E11: tau vs sharing factor n_groups / G (log-log), fitted line from `fits`."""
+    fig, ax, e11 = _one_experiment(tables, "E11")
+    if e11.empty:
+        return fig
+    any_cens = False
+    for i, (kind, g) in enumerate(e11.groupby("sharing", sort=True)):
+        _, nc = _tau_points(
+            ax, *_tau_budget_arrays(g, "sharing_factor"), color=f"C{i % 8}", label=kind or "runs"
+        )
+        any_cens |= nc > 0
+    _fit_line(ax, _fit_row(tables["fits"], "tau_vs_sharing"), e11["sharing_factor"])
+    _tau_axes(ax, "sharing factor (groups per selector set)")
+    _legend(ax, censored=any_cens, loc="best", fontsize=6.5)
+    return fig
+
+
+@_register("appendix_threshold", ["threshold_sensitivity"])
+def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
+    """E4: exponent of tau vs D (with CI) as a function of the threshold (fraction of log K)."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.5))
+    t = _numeric(tables["threshold_sensitivity"], ("threshold", *_FIT_NUMERIC))
+    t = t[np.isfinite(t["threshold"])].sort_values("threshold")
+    if t.empty:
+        _no_data(ax, "empty threshold_sensitivity")
+        return fig
+    x, e = t["threshold"].to_numpy(float), t["exponent"].to_numpy(float)
+    lo, hi = t["ci_low"].to_numpy(float), t["ci_high"].to_numpy(float)
+    ok = np.isfinite(e)
+    ci = ok & _finite(lo, hi)
+    if ci.any():
+        ax.errorbar(
+            x[ci],
+            e[ci],
+            yerr=[np.maximum(e[ci] - lo[ci], 0), np.maximum(hi[ci] - e[ci], 0)],
+            fmt="o",
+            color="C0",
+            ms=4,
+            label="exponent, CI",
+        )
+    if (ok & ~ci).any():
+        ax.plot(x[ok & ~ci], e[ok & ~ci], "o", mfc="none", color="C0", label="exponent (no CI)")
+    if ok.any():
+        ax.plot(x[ok], e[ok], "-", color="C0", lw=0.6, alpha=0.6)
+    else:
+        _no_data(ax, "no fit succeeded")
+        return fig
+    top = np.where(ci, hi, e)
+    for xi, yi, nc in zip(x[ok], top[ok], t["n_censored"].to_numpy(float)[ok], strict=True):
+        if np.isfinite(nc) and nc > 0:
+            ax.annotate(
+                f"{int(nc)} censored", (xi, yi), textcoords="offset points", xytext=(0, 3),
+                ha="center", va="bottom", fontsize=6.5, color="0.35",
+            )  # fmt: skip
+    for xi in x[~ok]:  # a threshold whose fit failed: shown, not dropped
+        ax.axvline(xi, color="0.8", lw=0.6)
+        ax.annotate(
+            "fit n/a", (xi, np.nanmean(e[ok])), ha="center", va="center", rotation=90,
+            fontsize=6.5, color="0.35", backgroundcolor="white",
+        )  # fmt: skip
+    ax.margins(x=0.1, y=0.12)
+    ax.set_xlabel("threshold (fraction of log K)")
+    ax.set_ylabel("exponent of tau vs D")
+    ax.set_xticks(x, [f"{v:g}" for v in x])
+    _legend(ax, loc="best")
+    return fig
+
+
+@_register("appendix_plateau", ["plateau_sensitivity"])
+def fig_appendix_plateau(tables: dict[str, pd.DataFrame]) -> Figure:
+    """Plateau height / log K of each E1/E2 run under each window end, with the band."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low",
+                                                  "band_high"))  # fmt: skip
+    if t.empty:
+        _no_data(ax, "empty plateau_sensitivity")
+        return fig
+    t["primary"] = _as_bool(t["primary"]) if "primary" in t else False
+    ends = list(dict.fromkeys(_text_col(t, "window_end")))  # table order: thresholds, loss onset
+    lo, hi = t["band_low"].iloc[0], t["band_high"].iloc[0]
+    if np.isfinite(lo) and np.isfinite(hi):
+        ax.axhspan(lo, hi, color="0.92", zorder=0, label=f"band {lo:g}-{hi:g}")
+    ax.axhline(1.0, color="0.5", lw=0.6, ls="--", zorder=1)
+    colors = _colors(sorted(t["k"].dropna().unique()))
+    rng = np.random.default_rng(0)  # fixed jitter: the figure is reproducible
+    for i, end in enumerate(ends):
+        g = t[_text_col(t, "window_end") == end]
+        for k, gk in g.groupby("k"):
+            y = gk["height_over_log_k"].to_numpy(float)
+            x = i + rng.uniform(-0.18, 0.18, y.size)
+            ax.scatter(x, y, s=9, color=colors[k], label=f"K={k:g}" if i == 0 else None,
+                       zorder=3)  # fmt: skip
+        y = g["height_over_log_k"].to_numpy(float)
+        ok = np.isfinite(y)
+        n_in = int(((y >= lo) & (y <= hi))[ok].sum())
+        ax.annotate(f"{n_in}/{ok.sum()}", (i, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
+                    fontsize=6.5, color="0.35")  # fmt: skip
+    primary = set(_text_col(t[t["primary"]], "window_end"))
+    labels = [f"{e}\n(used)" if e in primary else e for e in ends]
+    ax.set_xticks(range(len(ends)), [lab.replace("delta_z > ", "dz>") for lab in labels],
+                  fontsize=6.5)  # fmt: skip
+    ax.set_xlim(-0.6, len(ends) - 0.4)
+    ax.set_xlabel("plateau window ends at (dz: z-shuffle gap)")
+    ax.set_ylabel("plateau height / log K")
+    _note(ax, "above: runs in band / runs", loc="lower left")
+    _legend(ax, loc="upper left", fontsize=6.5)
+    return fig
