@@ -6,8 +6,10 @@ Every macro and table cell comes from a results table; the paper source types no
 from __future__ import annotations
 
 import re
+from importlib import resources
 
 import pandas as pd
+import yaml
 
 from mbc.analysis.hypotheses import verdicts
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
@@ -122,31 +124,29 @@ def robustness_numbers(
     return out
 
 
+def _layouts() -> dict[str, dict]:
+    """tables.yaml: each generated table's caption, label, column headers and layout, as
+    `booktabs_table` keywords; the fields its `tex` lists stay LaTeX, the rest is escaped."""
+    text = resources.files("mbc.paper").joinpath("tables.yaml").read_text()
+    out = {}
+    for name, spec in yaml.safe_load(text).items():
+        tex = set(spec.pop("tex", []))
+        if "caption" in tex:
+            spec["caption"] = Raw(spec["caption"])
+        spec["columns"] = {c: Raw(h) if c in tex else h for c, h in spec["columns"].items()}
+        out[name] = spec
+    return out
+
+
+LAYOUTS = _layouts()
+
+
 def init_scale_tex(table: pd.DataFrame) -> str:
     table = table.assign(
         tau_ci=ci_cells(table, "tau_mean", "tau_ci_low", "tau_ci_high"),
         height_ci=ci_cells(table, "height_over_log_k", "height_ci_low", "height_ci_high", ".3f"),
     )
-    return booktabs_table(
-        table,
-        caption=Raw(
-            r"E15, the initialisation-scale sweep: per init std (scale: in units of the "
-            r"author's $0.8/\sqrt{d_\mathrm{model}}$), the runs, how many never crossed, the "
-            r"mean $\tau$ of those that did and the plateau height / $\log K$, with bootstrap "
-            r"CIs over runs; the power law $\tau \propto \mathrm{std}^b$ is in Table~\ref{tab:fits}."
-        ),
-        label="tab:init_scale",
-        columns={
-            "init_std": "init std",
-            "init_scale": "scale",
-            "n_runs": "runs",
-            "n_censored": "censored",
-            "tau_ci": Raw(r"$\tau$ [CI]"),
-            "height_ci": Raw(r"height / $\log K$ [CI]"),
-        },  # fmt: skip
-        formats={"init_std": ".4g", "init_scale": ".3g"},
-        size="scriptsize",
-    )
+    return booktabs_table(table, **LAYOUTS["init_scale"])
 
 
 def init_comparison_tex(table: pd.DataFrame) -> str:
@@ -155,39 +155,11 @@ def init_comparison_tex(table: pd.DataFrame) -> str:
         default_ci=ci_cells(table, "default", "default_ci_low", "default_ci_high"),
         alternative_ci=ci_cells(table, "alternative", "alternative_ci_low", "alternative_ci_high"),
     )  # fmt: skip
-    return booktabs_table(
-        table,
-        caption="E15: the duration law and the plateau under the default init (the author's) "
-        "beside the same statistics under the alternative init (experiments E15_E1 and E15_E2).",
-        label="tab:init_comparison",
-        columns={
-            "row": "quantity",
-            "default_ci": "default init [CI]",
-            "alternative_ci": "alternative init [CI]",
-        },  # fmt: skip
-        align="p{5.5cm}ll",
-        size="scriptsize",
-    )
+    return booktabs_table(table, **LAYOUTS["init_comparison"])
 
 
 def robustness_tex(table: pd.DataFrame, labels: dict | None = None) -> str:
-    return booktabs_table(
-        _verdict_rows(table, labels),
-        caption="Robustness to the initialisation scale (E15): statements pre-registered in "
-        "config.yaml before any E15 run, each decided on its statistic's CI; kept apart from "
-        "the hypotheses H1--H7.",
-        label="tab:robustness",
-        columns={
-            "id": "",
-            "statement": "statement",
-            "statistic": "statistic",
-            "value_ci": "value [CI]",
-            "test_verdict": "test",
-            "verdict": "verdict",
-        },  # fmt: skip
-        align="lp{5cm}llll",
-        size="scriptsize",
-    )
+    return booktabs_table(_verdict_rows(table, labels), **LAYOUTS["robustness"])
 
 
 def numbers_file(values: dict) -> str:
@@ -196,32 +168,8 @@ def numbers_file(values: dict) -> str:
 
 
 def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
-    return booktabs_table(
-        fits.assign(name=[readable(n, labels or {}) for n in fits.name]),
-        caption=Raw(
-            r"Power-law fits $y = c\,x^b$ across runs, with bootstrap confidence intervals "
-            r"over runs; censored runs enter a Tobit fit and are counted, never dropped."
-        ),
-        label="tab:fits",
-        columns={
-            "name": "fit",
-            "exponent": Raw("$b$"),
-            "ci_low": "CI low",
-            "ci_high": "CI high",
-            "prefactor": Raw("$c$"),
-            "r2": Raw("$R^2$"),
-            "n": "n",
-            "n_censored": "censored",
-            "method": "method",
-        },  # fmt: skip
-        formats={
-            "exponent": ".3f",
-            "ci_low": ".3f",
-            "ci_high": ".3f",
-            "prefactor": ".3g",
-            "r2": ".3f",
-        },
-    )
+    rows = fits.assign(name=[readable(n, labels or {}) for n in fits.name])
+    return booktabs_table(rows, **LAYOUTS["fits"])
 
 
 def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") -> list[Raw]:
@@ -246,23 +194,7 @@ def _verdict_rows(df: pd.DataFrame, labels: dict | None) -> pd.DataFrame:
 
 
 def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
-    return booktabs_table(
-        _verdict_rows(hyp, labels),
-        caption="The seven candidate mechanisms: each test reads the statistic the claim was "
-        "made with (the author's definition) under a pre-registered rule; the last column is "
-        "the verdict when our uniform candidate-tau statistics are read instead.",
-        label="tab:hypotheses",
-        columns={
-            "id": "",
-            "statistic": "statistic",
-            "value_ci": "value [CI]",
-            "test_verdict": "test",
-            "verdict": "verdict",
-            "ours_verdict": "ours",
-        },  # fmt: skip
-        align="llllll",
-        size="scriptsize",
-    )
+    return booktabs_table(_verdict_rows(hyp, labels), **LAYOUTS["hypotheses"])
 
 
 def scorecard_table(card: pd.DataFrame) -> str:
@@ -271,22 +203,4 @@ def scorecard_table(card: pd.DataFrame) -> str:
         measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
         ours_ci=ci_cells(card, "ours_measured", "ours_ci_low", "ours_ci_high"),
     )
-    return booktabs_table(
-        card,
-        caption="Reproduction scorecard: each claim measured the way the author computed it, "
-        "beside the paper's reported value (a labelled reference, never an input; source: "
-        "traced to a run of the author's, or only to the paper's text) and the agreement by "
-        "the stated tolerance; `ours' is our uniform candidate-tau version and its agreement.",
-        label="tab:scorecard",
-        columns={
-            "claim": "claim",
-            "measured_ci": "measured [CI]",
-            "paper_reference": "paper",
-            "source": "source",
-            "agreement": "agreement",
-            "ours_ci": "ours [CI]",
-            "ours_agreement": "ours agr.",
-        },  # fmt: skip
-        align="p{4.4cm}llllll",
-        size="scriptsize",
-    )
+    return booktabs_table(card, **LAYOUTS["scorecard"])
