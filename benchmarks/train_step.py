@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
     device = pick_device(args.device)
     global CLOCK
     CLOCK = args.clock if args.clock != "auto" else ("cpu" if device.type == "cpu" else "wall")
-    spec = RunSpec()  # the paper setting of spec section 2 (K = 10, 1000 groups)
+    spec = RunSpec()  # the paper setting (docs/method.md#model; K = 10, 1000 groups)
     ds = build_dataset(spec.task, spec.seed)
     tokens = ds.tokens.to(device)
     b, t_in, n_t = spec.train.batch_size, spec.task.seq_len - 1, spec.task.n_targets

@@ -15,9 +15,9 @@ from mbc.analysis.stats import (
     routing_head_layer,
 )
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
+from mbc.diagnostics.hessian import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS
 from mbc.diagnostics.summary import TAU_COLUMNS
-from mbc.pipeline import HESSIAN_COLUMNS
 
 BOOT = {"n_boot": 200, "ci": 0.95, "seed": 0}
 ROOT = Path(__file__).resolve().parents[1]

@@ -37,7 +37,7 @@ from mbc.diagnostics.collective import (
     group_accuracy,
     sample_groups,
 )
-from mbc.diagnostics.hessian import hessian_estimates
+from mbc.diagnostics.hessian import HESSIAN_COLUMNS, hessian_estimates
 from mbc.diagnostics.routing import (
     ABLATION_COLUMNS,
     ATTENTION_COLUMNS,
@@ -62,15 +62,6 @@ from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.training.train import METRIC_COLUMNS, pick_device, train_run
-
-HESSIAN_COLUMNS = [
-    "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
-    "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
-    # the author's estimator on the same checkpoint and subsample: power iteration for
-    # lambda_max, then on H - lambda_max I for lambda_min (hessian.power_n_iter steps each)
-    "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
-    "converged_max_power", "converged_min_power", "anisotropy_power",
-]  # fmt: skip
 
 
 def load_dataset(path) -> Dataset:

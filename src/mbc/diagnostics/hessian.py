@@ -22,6 +22,16 @@ from mbc.diagnostics.spectrum import SpectrumEstimate, extremes_by_power, lanczo
 
 __all__ = ["hessian_estimates", "hessian_extremes", "hvp_fn", "n_params"]
 
+# hessian.csv, one row per checkpoint
+HESSIAN_COLUMNS = [
+    "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
+    "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
+    # the author's estimator on the same checkpoint and subsample: power iteration for
+    # lambda_max, then on H - lambda_max I for lambda_min (hessian.power_n_iter steps each)
+    "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
+    "converged_max_power", "converged_min_power", "anisotropy_power",
+]  # fmt: skip
+
 METHODS = ("lanczos", "power")
 
 
