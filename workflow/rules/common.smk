@@ -10,7 +10,9 @@ import mbc.core.integrity
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
 try:
-    CFG = mbc.core.config.load(config, overrides=workflow.config_settings.overwrite_config)
+    CFG = mbc.core.config.load(
+        config, overrides=workflow.config_settings.overwrite_config
+    )
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
     if (
@@ -128,7 +130,9 @@ if MAIN_PROCESS:
     _findings = mbc.core.integrity.scan(
         _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
     )
-    for line in mbc.core.integrity.repair(_findings, _runs, _aggregates, dry_run=DRY_RUN):
+    for line in mbc.core.integrity.repair(
+        _findings, _runs, _aggregates, dry_run=DRY_RUN
+    ):
         print(f"mbc: repair: {line}", file=sys.stderr)
 
 
