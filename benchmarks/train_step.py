@@ -17,11 +17,18 @@ positions, 5 target positions; 807,720 parameters):
 (b) reference  the same architecture written the plain way (nn.MultiheadAttention, logits
                at all 15 positions, loss on the 5 target positions, torch.optim.AdamW with
                default implementation choice), started from our initial weights;
+    author     the author's own model, TransformerLens' HookedTransformer (3.x), our initial
+               weights copied in, logits at all positions, torch AdamW: the anchor of every
+               "x/author" ratio (benchmarks/author_model.py; skipped, and said so, when
+               transformer_lens is not installed: pip install -e ".[bench]");
+    ours_bf16  ours with `train.precision: bf16` (bf16 autocast of forward and backward);
+               with --compile also ours_compiled and ours_bf16_compiled;
 (c) roofline   the GEMMs of ours' step (forward, input- and weight-gradients: 3x the
                forward FLOPs; the model's last layer runs queries, output projection and
                MLP at the 5 target positions only), timed alone at the step's exact shapes:
                1 / their total time is the steps/s a step made of nothing but matmuls would
                reach. roofline_full: the same for the unpruned model (plain, reference);
+               roofline_bf16: ours' GEMMs in bf16 (what bf16 matmuls could reach);
 (d) evaluation the in-loop evaluation `train_run` runs (`mbc.training.metrics.evaluate_shared_prefix`; without
                --quick also `mbc.training.metrics.evaluate`) on the evaluation batch `mbc.training.train`
                builds (n_contexts x K candidates + the z-shuffle batch), as a fraction of
@@ -31,8 +38,8 @@ positions, 5 target positions; 807,720 parameters):
                --schedule-from, also at the evaluations-per-step ratio of finished runs
                (their metrics.csv: coarse grid + log-spaced start + the 50-step
                evaluations around threshold crossings, `eval.dense_every`).
-Plus a numerics check (same weights, same batches: plain and reference losses versus ours
-over a few steps, relative tolerance 1e-4; ours' evaluation versus `mbc.training.metrics.evaluate`,
+Plus a numerics check (same weights, same batches: plain, reference and author losses versus
+ours over a few steps, relative tolerance 1e-4, ours_bf16 3e-2; ours' evaluation versus `mbc.training.metrics.evaluate`,
 absolute 1e-5) and, with --packed R, R runs trained as one stacked model (`mbc.training.packed`)
 versus R runs stepped one after the other.
 
@@ -73,7 +80,11 @@ from mbc.training.model import build_model, count_parameters
 from mbc.training.schedule import BatchOrder
 from mbc.training.train import make_optimizer, pick_device, step_functions
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import author_model  # noqa: E402  (benchmarks/author_model.py, beside this file)
+
 PAPER_PARAMS = 807_720
+BF16_TOL = 3e-2  # relative, bf16 autocast vs fp32 loss over a few steps
 EVAL_TOL = 1e-5  # absolute, on every metric of evaluate (measured ~2e-8)
 
 
@@ -187,17 +198,21 @@ def step_flops(
 
 
 def gemm_pass(
-    spec: ModelSpec, batch: int, t: int, n_targets: int, device, prune_last: bool = False
-) -> Callable:
-    """A callable running the step's GEMMs once, in the layouts autograd uses."""
+    spec: ModelSpec, batch: int, t: int, n_targets: int, device, prune_last: bool = False,
+    dtype: torch.dtype = torch.float32,
+) -> Callable:  # fmt: skip
+    """A callable running the step's GEMMs once, in the layouts autograd uses, in `dtype`
+    (bf16: the roofline of a step whose matmuls all run in bf16)."""
     ops = []
     for g in step_gemms(spec, batch, t, n_targets, prune_last):
         if g[0] == "linear":
             _, m, k, n, c = g
-            x, w, dy = (torch.randn(*s, device=device) for s in ((m, k), (n, k), (m, n)))
-            b = torch.zeros(n, device=device)
+            x, w, dy = (
+                torch.randn(*s, device=device, dtype=dtype) for s in ((m, k), (n, k), (m, n))
+            )
+            b = torch.zeros(n, device=device, dtype=dtype)
             out_y, out_dx, out_dw = (
-                torch.empty(*s, device=device) for s in ((m, n), (m, k), (n, k))
+                torch.empty(*s, device=device, dtype=dtype) for s in ((m, n), (m, k), (n, k))
             )
             for _ in range(c):
                 ops.append(lambda x=x, w=w, b=b, o=out_y: torch.addmm(b, x, w.t(), out=o))
@@ -206,7 +221,8 @@ def gemm_pass(
         else:
             _, bh, m, k, n, c = g
             a, bm, dy = (
-                torch.randn(*s, device=device) for s in ((bh, m, k), (bh, k, n), (bh, m, n))
+                torch.randn(*s, device=device, dtype=dtype)
+                for s in ((bh, m, k), (bh, k, n), (bh, m, n))
             )
             for _ in range(c):
                 ops.append(lambda a=a, bm=bm: torch.bmm(a, bm))
@@ -284,11 +300,15 @@ def _copy_model(spec: RunSpec, init: dict, device: torch.device) -> nn.Module:
     return m.train()
 
 
-def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, seed: int = 0):
-    """ours / plain / reference, all from our initial weights and one batch order each.
+def make_trainers(
+    spec: RunSpec, tokens: torch.Tensor, device: torch.device, seed: int = 0, extra: bool = True
+):
+    """ours / plain / reference (+ ours_bf16 and, when TransformerLens is installed, author),
+    all from our initial weights and one batch order each.
 
     ours is `train_run`'s step for `spec.train` (its loss from `mbc.training.train.step_functions`);
-    plain is the same with every position through the last block (not pruned).
+    plain is the same with every position through the last block (not pruned); ours_bf16
+    is ours with `train.precision: bf16`; author is the author's HookedTransformer.
     """
     gen = torch.Generator().manual_seed(stream_seed(seed, STREAM_INIT))
     ours = build_model(spec.model, spec.task, gen).to(device).train()
@@ -310,7 +330,7 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
         ref.parameters(), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, weight_decay=t.weight_decay
     )
     n_t = spec.task.n_targets
-    return {
+    out = {
         "ours": Trainer(
             ours,
             make_optimizer(ours, spec, device),
@@ -327,6 +347,26 @@ def make_trainers(spec: RunSpec, tokens: torch.Tensor, device: torch.device, see
         ),
         "reference": Trainer(ref, ref_opt, lambda s: ref_loss(ref, s, n_t), tokens, order()),
     }
+    if not extra:
+        return out
+    bf = _copy_model(spec, init, device)
+    bf16_train = dataclasses.replace(spec.train, precision="bf16")
+    out["ours_bf16"] = Trainer(
+        bf, make_optimizer(bf, spec, device), step_functions(bf16_train, bf)[0], tokens, order()
+    )
+    if author_model.available():
+        am = author_model.build(spec.model, init, device)
+        am_opt = torch.optim.AdamW(  # what the author's training loop uses
+            am.parameters(),
+            lr=t.lr,
+            betas=(t.beta1, t.beta2),
+            eps=t.eps,
+            weight_decay=t.weight_decay,
+        )
+        out["author"] = Trainer(
+            am, am_opt, lambda s: author_model.loss(am, s, n_t), tokens, order()
+        )
+    return out
 
 
 def schedule_ratios(paths: list[str]) -> dict:
@@ -410,12 +450,14 @@ def main(argv: list[str] | None = None) -> dict:
         },
         "args": vars(args),
         "ours": f"train.engine={spec.train.engine}, train.compile={spec.train.compile}",
+        "author": _author_version(),
     }
 
     # (a), (b): ours, plain, reference -------------------------------------------------
     tr = make_trainers(spec, tokens, device)
-    n_ours, n_ref = count_parameters(tr["ours"].model), count_parameters(tr["reference"].model)
-    assert n_ours == n_ref == PAPER_PARAMS, (n_ours, n_ref)
+    counts = {k: count_parameters(x.model) for k, x in tr.items()}
+    n_ours = counts["ours"]
+    assert set(counts.values()) == {PAPER_PARAMS}, counts
     for x in tr.values():  # warm-up (allocator, kernels, optimiser state)
         for _ in range(2):
             x.step()
@@ -427,7 +469,8 @@ def main(argv: list[str] | None = None) -> dict:
             x.step()
     losses = {k: torch.stack(x.losses).double().cpu() for k, x in num.items()}
     numerics: dict = {}
-    for k in ("plain", "reference"):
+    compared = {k: tol_of(k) for k in losses if k != "ours"}
+    for k in compared:
         diff = (losses[k] - losses["ours"]).abs()
         numerics[k] = {
             "initial_loss": float(losses[k][0]),
@@ -435,7 +478,7 @@ def main(argv: list[str] | None = None) -> dict:
             "max_abs_diff": float(diff.max()),
             "max_rel_diff": float((diff / losses["ours"].abs()).max()),
         }
-    tol = 1e-4  # relative, float32 after a few AdamW steps (measured ~1e-7)
+    tol = tol_of("reference")
     numerics["ours_initial_loss"] = float(losses["ours"][0])
     numerics["ours_final_loss"] = float(losses["ours"][-1])
     numerics["steps"] = args.numerics_steps
@@ -445,25 +488,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     # timing: interleaved
     fns: dict[str, Callable] = {k: x.step for k, x in tr.items()}
-    for name, prune in (("roofline", True), ("roofline_full", False)):
-        fns[name] = gemm_pass(spec.model, b, t_in, n_t, device, prune_last=prune)
+    for name, prune, dtype in (("roofline", True, torch.float32),
+                               ("roofline_full", False, torch.float32),
+                               ("roofline_bf16", True, torch.bfloat16)):  # fmt: skip
+        fns[name] = gemm_pass(spec.model, b, t_in, n_t, device, prune_last=prune, dtype=dtype)
         fns[name]()
     if args.compile:
-        compiled = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=True))
-        cm = _copy_model(spec, tr["ours"].model.state_dict(), device)
-        ct = Trainer(
-            cm,
-            make_optimizer(cm, spec, device),
-            step_functions(compiled.train, cm)[0],
-            tokens,
-            BatchOrder(tokens.shape[0], b, 0, device),
-        )
-        t0 = time.perf_counter()
-        ct.step()
-        sync(device)
-        res["compile_s"] = time.perf_counter() - t0
-        ct.step()
-        fns["ours_compiled"] = ct.step
+        for name, precision in (("ours_compiled", "fp32"), ("ours_bf16_compiled", "bf16")):
+            train = dataclasses.replace(spec.train, compile=True, precision=precision)
+            cm = _copy_model(spec, tr["ours"].model.state_dict(), device)
+            ct = Trainer(cm, make_optimizer(cm, spec, device), step_functions(train, cm)[0],
+                         tokens, BatchOrder(tokens.shape[0], b, 0, device))  # fmt: skip
+            t0 = time.perf_counter()
+            ct.step()
+            sync(device)
+            res.setdefault("compile_s", {})[name] = time.perf_counter() - t0
+            ct.step()
+            fns[name] = ct.step
     walls: dict[str, list[float]] = {}
     times = interleaved(fns, args.steps, args.repeats, device, walls)
     step_s = {k: med(v) for k, v in times.items()}
@@ -471,26 +512,15 @@ def main(argv: list[str] | None = None) -> dict:
     res["step_wall_s"] = {k: med(v) for k, v in walls.items()}
     pruned_flops = step_flops(spec.model, b, t_in, n_t, prune_last=True)
     full_flops = step_flops(spec.model, b, t_in, n_t)
-    flops = {k: full_flops if k in ("plain", "reference", "roofline_full") else pruned_flops
-             for k in step_s}  # fmt: skip
+    flops = {k: full_flops if k in ("plain", "reference", "author", "roofline_full")
+             else pruned_flops for k in step_s}  # fmt: skip
     res["parameters"] = n_ours
     res["flops_per_step"] = {"ours": pruned_flops, "full": full_flops}
     res["step_s"] = step_s
     res["step_s_all"] = times
     res["steps_per_s"] = {k: 1 / v for k, v in step_s.items()}
     res["gflops"] = {k: flops[k] / v / 1e9 for k, v in step_s.items()}
-    res["ratios"] = {  # speed ratios: > 1 means ours is faster
-        "ours/reference": step_s["reference"] / step_s["ours"],
-        "ours/roofline": step_s["roofline"] / step_s["ours"],
-        "ours/plain": step_s["plain"] / step_s["ours"],
-        "ours/roofline_full": step_s["roofline_full"] / step_s["ours"],
-    }
-    if "ours_compiled" in step_s:
-        c = step_s["ours_compiled"]
-        res["ratios"]["ours_compiled/ours"] = step_s["ours"] / c
-        res["ratios"]["ours_compiled/reference"] = step_s["reference"] / c
-        res["ratios"]["ours_compiled/roofline"] = step_s["roofline"] / c
-
+    res["ratios"] = ratios(step_s)
     # (d) evaluation cost ----------------------------------------------------------------
     ev = {}
     eval_diffs = []
@@ -540,7 +570,7 @@ def main(argv: list[str] | None = None) -> dict:
             v["fraction_schedule"] = v["eval_s"] * ratio / v["step_s"]
     res["eval"] = ev
     numerics["eval_max_abs_diff"] = max(eval_diffs, default=0.0)
-    numerics["ok"] = all(numerics[k]["max_rel_diff"] < tol for k in ("plain", "reference")) and (
+    numerics["ok"] = all(numerics[k]["max_rel_diff"] < t for k, t in compared.items()) and (
         numerics["eval_max_abs_diff"] < EVAL_TOL
     )
     res["numerics"] = numerics
@@ -555,7 +585,7 @@ def main(argv: list[str] | None = None) -> dict:
         packed = PackedRuns(specs, dss, device)
         seq_ours, seq_plain = [], []
         for s, d_ in zip(specs, dss, strict=True):
-            trs = make_trainers(s, d_.tokens.to(device), device, seed=s.seed)
+            trs = make_trainers(s, d_.tokens.to(device), device, seed=s.seed, extra=False)
             seq_ours.append(trs["ours"])
             seq_plain.append(trs["plain"])
         run_all = lambda xs: [x.step() for x in xs]  # noqa: E731
@@ -585,12 +615,55 @@ def main(argv: list[str] | None = None) -> dict:
     return res
 
 
+def tol_of(variant: str) -> float:
+    """Relative tolerance of a variant's losses against ours over the numerics steps:
+    float32 rounding after a few AdamW steps (measured ~1e-7), bf16's own rounding for it."""
+    return BF16_TOL if "bf16" in variant else 1e-4
+
+
+def _author_version() -> str:
+    if not author_model.available():
+        return "skipped: transformer_lens not installed (pip install -e '.[bench]')"
+    import transformer_lens
+
+    version = getattr(transformer_lens, "__version__", None)
+    if version is None:
+        from importlib.metadata import version as dist_version
+
+        version = dist_version("transformer_lens")
+    return f"TransformerLens {version} HookedTransformer, our initial weights, torch AdamW"
+
+
+def ratios(step_s: dict[str, float]) -> dict[str, float]:
+    """Speed ratios (> 1: the first is faster), for the variants this run timed."""
+    pairs = [("ours", "reference"), ("ours", "roofline"), ("ours", "plain"),
+             ("ours", "roofline_full"), ("ours_bf16", "ours"), ("ours_bf16", "roofline_bf16"),
+             ("ours", "roofline_bf16"), ("ours_compiled", "ours"),
+             ("ours_compiled", "reference"), ("ours_compiled", "roofline"),
+             ("ours_bf16_compiled", "roofline_bf16")]  # fmt: skip
+    pairs += [(v, "author") for v in ("ours", "ours_bf16", "ours_compiled", "ours_bf16_compiled")]
+    out = {f"{a}/{b}": step_s[b] / step_s[a] for a, b in pairs if a in step_s and b in step_s}
+    if "author" in step_s:
+        ours = [k for k in step_s if k.startswith("ours")]
+        best = min(ours, key=step_s.get)
+        out[f"best/author ({best})"] = step_s["author"] / step_s[best]
+    return out
+
+
 RATIO_NOTES = {
     "ours/reference": "reference step time / ours (speed-up over the plain eager model)",
     "ours/roofline": "matmul-only time of ours' GEMMs / ours (1 = nothing but GEMMs)",
     "ours/plain": "every position through the last block / pruned (what pruning buys)",
     "ours/roofline_full": "matmul-only time of the unpruned model's GEMMs / ours",
     "ours_compiled/ours": "train.compile true / false",
+    "ours/author": "the author's HookedTransformer step / ours (the benchmark's anchor)",
+    "ours_bf16/author": "the author's step / ours with train.precision bf16",
+    "ours_compiled/author": "the author's step / ours with train.compile true",
+    "ours_bf16_compiled/author": "the author's step / ours, bf16 and compiled",
+    "ours_bf16/ours": "train.precision bf16 / fp32",
+    "ours_bf16/roofline_bf16": "bf16 matmul-only time of ours' GEMMs / ours with bf16",
+    "ours/roofline_bf16": "bf16 matmul-only time of ours' GEMMs / ours in fp32",
+    "ours_bf16_compiled/roofline_bf16": "bf16 matmul-only time / ours bf16 and compiled",
     "ours_compiled/reference": "reference / ours with train.compile true",
     "ours_compiled/roofline": "matmul-only time of ours' GEMMs / ours with train.compile true",
 }
@@ -606,6 +679,7 @@ def report(res: dict) -> None:
         f"load avg {e['loadavg_start']:.1f} -> {e['loadavg_end']:.1f}"
     )
     print(f"ours = train_run's step ({res['ours']})")
+    print(f"author = {res['author']}")
     clock = "CPU ms" if res["clock"] == "cpu" else "ms"
     print(
         f"timed on the {res['clock']} clock (medians of interleaved repeats; ratios from it)"
@@ -619,8 +693,8 @@ def report(res: dict) -> None:
         )
     for k, v in res["ratios"].items():
         print(f"ratio {k:<20} {v:6.2f}   {RATIO_NOTES.get(k, '')}")
-    if "compile_s" in res:
-        print(f"torch.compile: first step {res['compile_s']:.1f} s")
+    for name, sec in res.get("compile_s", {}).items():
+        print(f"torch.compile: {name} first step {sec:.1f} s")
     print(f"{'K':>4}{'seqs':>7}{'eval s':>9}{'fraction':>10}{'plain s':>9}{'fraction':>10}")
     for k, v in res["eval"].items():
         plain = (
@@ -645,7 +719,9 @@ def report(res: dict) -> None:
         f" ours initial loss {n['ours_initial_loss']:.6f}; "
         + "; ".join(
             f"{k} initial diff {n[k]['initial_abs_diff']:.1e}, max rel diff {n[k]['max_rel_diff']:.1e}"
-            for k in ("plain", "reference")
+            f" (tol {tol_of(k):g})"
+            for k in n
+            if isinstance(n[k], dict)
         )
         + f"; evaluation vs mbc.training.metrics max abs diff {n['eval_max_abs_diff']:.1e}"
         + f" (tol {n['eval_tolerance_abs']:g})"

@@ -21,13 +21,19 @@ def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "ours = train_run's step (train.engine=fast, train.compile=False)" in out
-    for name in ("ours/reference", "ours/roofline", "ours/plain"):
+    for name in ("ours/reference", "ours/roofline", "ours/plain", "ours_bf16/ours",
+                 "ours_bf16/roofline_bf16", "ours/roofline_bf16"):  # fmt: skip
         assert re.search(rf"^ratio {re.escape(name)}\s+\d+\.\d\d\b", out, re.M), (name, out)
     for k in (5, 20, 36):
         assert re.search(rf"^eval fraction K={k}: \d+\.\d\d%", out, re.M), (k, out)
     assert re.search(r"^numerics: OK$", out, re.M), out
+    # the author's model is the anchor where it is installed, and its absence is said
+    if re.search(r"^author = skipped: transformer_lens not installed", out, re.M) is None:
+        assert re.search(r"^author = TransformerLens 3\.", out, re.M), out
+        assert re.search(r"^ratio ours/author\s+\d+\.\d\d\b", out, re.M), out
     res = json.loads(out_json.read_text())
     assert res["numerics"]["ok"] is True
     assert res["numerics"]["plain"]["max_rel_diff"] < res["numerics"]["tolerance_rel"]
+    assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
     assert set(res["eval"]) == {"5", "20", "36"}
     assert all(v > 0 for v in res["ratios"].values())

@@ -354,3 +354,30 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
     for k in keys:
         assert sa[k] == sb[k], k
         assert sa[k] is None or sa[k] % 5 == 0, k
+
+
+def test_bf16_precision_autocasts_the_step_and_keeps_fp32_state(tmp_path):
+    """train.precision: bf16 runs the training forward/backward under bf16 autocast (its loss
+    differs from fp32 at bf16 rounding), keeps weights, gradients and AdamW state fp32, is a
+    different run id (fp32's id unchanged), and still learns the task."""
+    from mbc.training.train import fresh_run, step_functions
+
+    spec = tiny_spec()
+    bf16 = _with_train(spec, precision="bf16")
+    assert "-bf16-" in bf16.run_id and bf16.run_id != spec.run_id
+    assert "precision" not in spec.to_dict()["train"]  # fp32: ids from before the key
+    ds = build_dataset(spec.task, 0)
+    model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
+    x = ds.tokens[:16]
+    lo, hi = (step_functions(s.train, model)[0](x).detach() for s in (bf16, spec))
+    assert lo.dtype == hi.dtype == torch.float32
+    assert 1e-6 < abs(float(lo - hi)) < 0.05 * float(hi)
+    run = fresh_run(bf16, ds, CPU)
+    run.step(1)
+    assert all(p.dtype == torch.float32 for p in run.model.parameters())
+    assert all(v.dtype == torch.float32 for st in run.opt.state.values() for v in st.values()
+               if torch.is_tensor(v) and v.is_floating_point())  # fmt: skip
+    with pytest.raises(ValueError, match="train.precision"):
+        step_functions(_with_train(spec, precision="fp8").train, model)
+    m = train_run(bf16, ds, tmp_path / "bf16", CPU, say=lambda s: None)
+    assert m["candidate_loss"].iloc[-1] < 0.5 * m["candidate_loss"].iloc[0]  # it learnt

@@ -88,6 +88,8 @@ def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = T
     """Steps/s of `spec` on this machine (5 timed steps), cached per shape (not written
     when `write` is false: a dry run leaves the outdir as it was)."""
     key = f"{device}|{threads}|{spec.model}|{spec.train.batch_size}|{spec.task.seq_len}"
+    if spec.train.precision != "fp32":
+        key += f"|{spec.train.precision}"
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key in known:
         return float(known[key])

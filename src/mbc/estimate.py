@@ -15,7 +15,7 @@ number of steps and the expected wall time on this machine. The assumptions, kep
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
   Linear-baseline runs (E13) are assumed never to transition: their full budget.
 * Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
-  sequence layout, train.engine, train.compile) shape, with the config's `threads` and
+  sequence layout, train.engine, train.compile, train.precision) shape, with the config's `threads` and
   device, through the loss `mbc.training.train.train_run` uses (`mbc.training.train.step_functions`); or
   --steps-per-s X for every run. Evaluation adds (n_contexts * (K + 1)) sequences
   forward per evaluation point, counted as one third of a training step per `batch_size`
@@ -52,7 +52,7 @@ def shape_key(spec: RunSpec) -> tuple:
     """Runs with equal keys cost the same per step."""
     t = spec.task
     o = spec.train
-    return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile)
+    return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile, o.precision)
 
 
 def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
@@ -240,10 +240,12 @@ def estimate(
 
 
 def _shape_name(key: tuple) -> str:
-    m, batch, seq_len, _, engine, compiled = key
+    m, batch, seq_len, _, engine, compiled, precision = key
     arch = "linear" if m.kind == "linear" else f"L{m.n_layers} d{m.d_model} mlp{m.d_mlp}"
-    return f"{arch}, batch {batch}, T {seq_len}, engine {engine}" + (
-        ", compiled" if compiled else ""
+    return (
+        f"{arch}, batch {batch}, T {seq_len}, engine {engine}"
+        + (", compiled" if compiled else "")
+        + ("" if precision == "fp32" else f", {precision}")
     )
 
 

@@ -163,6 +163,10 @@ class TrainSpec:
     # Both are IMPLEMENTATION_FIELDS: outside the run id (see RunSpec.content_hash).
     engine: str = "fast"  # fast | plain
     compile: bool = False
+    # Arithmetic of the training forward and backward: fp32, or bf16 autocast (weights,
+    # gradients, AdamW state and every evaluation metric stay fp32/fp64). It changes the
+    # numbers, so it is part of the run id, but only when not fp32 (NEW_FIELDS).
+    precision: str = "fp32"  # fp32 | bf16
 
 
 # Fields that choose an implementation, not the computation: a numerically equivalent
@@ -170,6 +174,9 @@ class TrainSpec:
 # are left out of the content hash, and out of `to_dict` at their defaults (Snakemake
 # params, whose change would otherwise trigger reruns, stay exactly what they were).
 IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
+# Fields added after runs existed that do change the computation: part of the content hash
+# when set to anything but their default, left out at it, so every earlier run id stays.
+NEW_FIELDS = {"train": {"precision": "fp32"}}
 
 
 @dataclass(frozen=True)
@@ -217,12 +224,13 @@ class RunSpec:
     seed: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, except implementation fields at their defaults (see above)."""
+        """Every field, except implementation and new fields at their defaults (see above)."""
         d = dataclasses.asdict(self)
-        for section, defaults in IMPLEMENTATION_FIELDS.items():
-            for name, default in defaults.items():
-                if d[section][name] == default:
-                    del d[section][name]
+        for fields in (IMPLEMENTATION_FIELDS, NEW_FIELDS):
+            for section, defaults in fields.items():
+                for name, default in defaults.items():
+                    if d[section][name] == default:
+                        del d[section][name]
         return d
 
     @classmethod
@@ -255,7 +263,8 @@ class RunSpec:
         sharing = t.sharing if t.sharing != "supergroup" else f"G{t.n_supergroups}"
         return (
             f"{t.direction}-{m.kind}-K{t.k}-G{t.n_groups}-z{t.z_length}-{sharing}"
-            f"-p{t.label_noise:g}-lr{o.lr:g}-B{o.batch_size}-s{self.seed}-{self.content_hash}"
+            f"-p{t.label_noise:g}-lr{o.lr:g}-B{o.batch_size}-s{self.seed}"
+            f"{'' if o.precision == 'fp32' else '-' + o.precision}-{self.content_hash}"
         )
 
     @property

@@ -112,14 +112,23 @@ def step_functions(train: TrainSpec, model: torch.nn.Module):
 
     train.engine picks the evaluation (`fast`: shared-prefix, `plain`: every candidate
     sequence in full; both mbc.training.metrics);
-    train.compile wraps the loss in torch.compile (compiled on its first call).
+    train.compile wraps the loss in torch.compile (compiled on its first call);
+    train.precision bf16 runs it under bf16 autocast.
     """
     if train.engine not in ENGINES:
         raise ValueError(f"train.engine = {train.engine!r}: expected one of {sorted(ENGINES)}")
     loss_of, evaluate_of = ENGINES[train.engine]
 
+    if train.precision not in ("fp32", "bf16"):
+        raise ValueError(f"train.precision = {train.precision!r}: expected fp32 or bf16")
+
     def loss(seqs: torch.Tensor) -> torch.Tensor:
-        return loss_of(model, seqs)
+        if train.precision == "fp32":
+            return loss_of(model, seqs)
+        # bf16 matmuls in the forward (and so in the backward autograd derives from it);
+        # the weights, their gradients and the optimiser stay fp32, the loss is fp32
+        with torch.autocast(seqs.device.type, dtype=torch.bfloat16):
+            return loss_of(model, seqs)
 
     def evaluate(batch) -> dict[str, float]:
         return evaluate_of(model, batch)
