@@ -33,10 +33,12 @@ def test_like_repeats_the_experiment_under_the_preset_with_its_own_set(raw):
         for base, alt in (("E1", "E15_E1"), ("E2", "E15_E2")):
             a = [r.spec for r in cfg.experiment_runs(base)]
             b = [r.spec for r in cfg.experiment_runs(alt)]
-            assert len(a) == len(b) > 0
-            for sa, sb in zip(a, b, strict=True):
+            # each repeated run is one of the base's (smoke's E15_E2 keeps only K = 3)
+            assert len(b) > 0 and (len(a) == len(b) or preset == "smoke")
+            base = {(sa.task, sa.train, sa.seed) for sa in a}
+            for sb in b:
                 assert sb.model.init == "normal" and sb.model.weight_std == 0.02
-                assert (sa.task, sa.train, sa.seed) == (sb.task, sb.train, sb.seed)
+                assert (sb.task, sb.train, sb.seed) in base
     # a preset that changes E1 changes the runs E15_E1 repeats
     custom = copy.deepcopy(raw)
     custom["presets"]["smoke"]["experiments"]["E1"] = {"grid": {"task.k": [4]}}
@@ -66,7 +68,7 @@ def test_the_sweeps_null_point_is_the_authors_init_and_e2s_run(raw):
         scales = sorted({round(r.spec.model.init_scale, 3) for r in e15})
         assert scales[0] == pytest.approx(0.25, abs=1e-3)
         assert scales[-1] == pytest.approx(2.0, abs=1e-3)
-        assert len(scales) >= 5
+        assert len(scales) >= (3 if preset == "smoke" else 5)  # smoke: every rule, briefly
         steps = np.diff(np.log2(scales))  # log-spaced
         assert np.all(steps > 0.4)
         default = {r.run_id for r in e15 if r.spec.model.init_std is None}

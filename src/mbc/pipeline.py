@@ -7,6 +7,8 @@ atomically. Nothing here imports Snakemake.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -79,6 +81,12 @@ def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
 
 def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads: int = 1) -> None:
     torch.set_num_threads(threads)
+    if spec.train.compile:
+        # One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
+        # same shape loads the compiled kernels instead of compiling them again (README:
+        # "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins.
+        cache = Path(run_dir).resolve().parents[1] / ".mbc" / "torch_compile"
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
     dev = pick_device(device)
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
     metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
@@ -301,11 +309,9 @@ def make_tex(preset: str, paths: dict, out: dict, labels: dict | None = None) ->
 
 def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
     """latexmk in a scratch directory, then move the PDF into place atomically."""
-    import os
     import shutil
     import subprocess
     import tempfile
-    from pathlib import Path
 
     if not shutil.which("latexmk"):
         raise RuntimeError("latexmk not found: install the TeX toolchain (paper/README_TEX.md)")
