@@ -41,3 +41,15 @@ def test_readme_module_table_covers_every_module():
     # a row may name a package for all its modules (mbc.paper.figures)
     covered = {m for m in modules if any(m == x or m.startswith(x + ".") for x in listed)}
     assert modules - covered == set(), f"modules missing from README's table: {modules - covered}"
+
+
+def test_modules_are_small_and_do_not_shadow_the_standard_library():
+    """The architecture's two size/naming rules (README: How it fits together)."""
+    import sys
+
+    modules = [p for p in (ROOT / "src" / "mbc").rglob("*.py")]
+    shadowing = [str(p) for p in modules if p.stem in sys.stdlib_module_names]
+    assert not shadowing, shadowing
+    long = {str(p.relative_to(ROOT)): n for p in modules
+            if (n := len(p.read_text().splitlines())) > 500}  # fmt: skip
+    assert not long, long

@@ -13,7 +13,7 @@ import pytest
 from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
-from mbc.core.io import write_csv_atomic
+from mbc.core.artifacts import write_csv_atomic
 from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
 from mbc.paper import figures
 

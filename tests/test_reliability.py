@@ -14,8 +14,8 @@ import torch
 import yaml
 from helpers import last_resume_step
 
+from mbc.core.artifacts import CorruptArtifactError, read_csv_checked, write_csv_atomic
 from mbc.core.config import load
-from mbc.core.io import CorruptArtifactError, read_csv_checked, write_csv_atomic
 from mbc.core.rule_log import logged
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run

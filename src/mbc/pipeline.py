@@ -19,8 +19,7 @@ from mbc.analysis.hypotheses import evaluate_hypotheses
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
-from mbc.core.config import Run
-from mbc.core.io import (
+from mbc.core.artifacts import (
     read_csv_checked,
     read_json_checked,
     read_sidecar_sha256,
@@ -32,6 +31,7 @@ from mbc.core.io import (
     write_sidecar_sha256,
     write_text_atomic,
 )
+from mbc.core.config import Run
 from mbc.core.spec import RunSpec, TaskSpec
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbc.core.io import read_sidecar_sha256, sha256_file
+from mbc.core.artifacts import read_sidecar_sha256, sha256_file
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from mbc.core.io import CorruptArtifactError
+from mbc.core.artifacts import CorruptArtifactError
 
 
 class _Tee:

@@ -1,6 +1,6 @@
 """LaTeX rendering for the report: tables, macro names and the generated numbers file.
 
-Pure functions that return strings; callers write them (``mbc.core.io.write_text_atomic``).
+Pure functions that return strings; callers write them (``mbc.core.artifacts.write_text_atomic``).
 Nothing here imports Snakemake or touches the filesystem.
 
 - :func:`escape_latex` escapes the ten characters special to LaTeX.

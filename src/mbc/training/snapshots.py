@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mbc.core.io import CorruptArtifactError, read_csv_checked, torch_load_checked
+from mbc.core.artifacts import CorruptArtifactError, read_csv_checked, torch_load_checked
 from mbc.core.spec import RunSpec
 from mbc.training.model import build_model
 

@@ -28,14 +28,14 @@ import numpy as np
 import pandas as pd
 import torch
 
-from mbc.core.crossing import first_crossing
-from mbc.core.io import (
+from mbc.core.artifacts import (
     CorruptArtifactError,
     torch_load_checked,
     torch_save_atomic,
     write_csv_atomic,
     write_text_atomic,
 )
+from mbc.core.crossing import first_crossing
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec, TrainSpec, grid_mask
 from mbc.training import metrics

@@ -18,7 +18,7 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
-from mbc.core.io import read_csv_checked, write_bytes_atomic
+from mbc.core.artifacts import read_csv_checked, write_bytes_atomic
 
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
