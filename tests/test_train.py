@@ -1,3 +1,4 @@
+import os
 import shutil
 
 import numpy as np
@@ -381,3 +382,27 @@ def test_bf16_precision_autocasts_the_step_and_keeps_fp32_state(tmp_path):
         step_functions(_with_train(spec, precision="fp8").train, model)
     m = train_run(bf16, ds, tmp_path / "bf16", CPU, say=lambda s: None)
     assert m["candidate_loss"].iloc[-1] < 0.5 * m["candidate_loss"].iloc[0]  # it learnt
+
+
+def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch):
+    """pipeline.train points torch's inductor cache at <outdir>/.mbc/torch_compile when the
+    run compiles (so later jobs load the kernels); a user's own setting wins; eager runs
+    leave the environment alone."""
+    import pandas as pd
+
+    import mbc.pipeline as pipeline
+
+    seen = []
+    fake = pd.DataFrame({"step": [0], "candidate_loss": [1.0], "wall_s": [0.0]})
+    monkeypatch.setattr(pipeline, "train_run", lambda *a, **k: seen.append(
+        os.environ.get("TORCHINDUCTOR_CACHE_DIR")) or fake)  # fmt: skip
+    monkeypatch.setattr(pipeline, "load_dataset", lambda path: None)
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    run_dir = tmp_path / "out" / "runs" / "r1"
+    pipeline.train(tiny_spec(), "ds.pt", run_dir)
+    assert seen == [None]
+    pipeline.train(_with_train(tiny_spec(), compile=True), "ds.pt", run_dir)
+    assert seen[-1] == str((tmp_path / "out" / ".mbc" / "torch_compile").resolve())
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
+    pipeline.train(_with_train(tiny_spec(), compile=True), "ds.pt", run_dir)
+    assert seen[-1] == "/elsewhere"
