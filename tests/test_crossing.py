@@ -54,3 +54,30 @@ def test_first_crossing_rejects_bad_input():
         first_crossing([0, 100], [1.0, 0.1], math.nan)
     with pytest.raises(ValueError, match="direction"):
         first_crossing([0, 100], [1.0, 0.1], 0.5, "up")
+
+
+def test_grid_rows_keep_what_the_run_summaries_read():
+    """threshold_sensitivity.csv and plateau_sensitivity.csv read metrics.csv through
+    grid_rows: a crossing at a log-spaced step before the grid is not seen, the grid's is."""
+    import math
+
+    import pandas as pd
+
+    from mbc.analysis.fit_tables import retau
+    from mbc.core.spec import EvalSpec, grid_mask, grid_of, grid_rows
+    from mbc.core.spec import RunSpec as Spec
+
+    steps = [0, 7, 37, 50, 100, 150]
+    lcand = [1.0, 0.9, 0.4, 0.55, 0.3, 0.2]  # below 0.5 log K at 37, on the grid at 100
+    m = pd.DataFrame({"run_id": "a", "step": steps,
+                      "candidate_loss": [v * math.log(3) for v in lcand]})  # fmt: skip
+    m = pd.concat([m, m.assign(run_id="b")])
+    grid = {"a": 50, "b": 0}
+    kept = grid_rows(m, grid)
+    assert kept[kept.run_id == "a"].step.tolist() == [0, 50, 100, 150]
+    assert kept[kept.run_id == "b"].step.tolist() == steps
+    assert grid_mask(EvalSpec(dense_every=50, on_grid=True), kept[kept.run_id == "a"].step).all()
+    assert grid_of(Spec()) == Spec().eval.dense_every and grid_of(
+        Spec(eval=EvalSpec(on_grid=False))) == 0  # fmt: skip
+    tau = pd.DataFrame({"run_id": ["a", "b"], "k": [3, 3]})
+    assert retau(tau, kept, 0.5).tau.tolist() == [100, 37]

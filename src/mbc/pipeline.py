@@ -32,7 +32,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
-from mbc.core.spec import RunSpec, TaskSpec
+from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
     collective_tables,
@@ -113,12 +113,16 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
     print(f"{len(df)} rows, {int(df.censored.sum())} censored")
 
 
-def make_plateau_sensitivity(cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path):
-    """results/plateau_sensitivity.csv: plateau height / log K under other window ends."""
+def make_plateau_sensitivity(
+    cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path, grid: dict | None = None
+):
+    """results/plateau_sensitivity.csv: plateau height / log K under other window ends, from
+    the grid rows the run summaries read (grid: run id -> its eval grid, `grid_rows`)."""
     tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])
     metrics = read_csv_checked(
         metrics_path, required=["run_id", "step", "candidate_loss", "delta_z"]
     )
+    metrics = grid_rows(metrics, grid or {})
     table = plateau_sensitivity(cfg, diagnostics, tau, metrics)
     write_csv_atomic(out_path, table)
     summary = table.groupby("window_end", sort=False)["in_band"].agg(["sum", "size"])
@@ -233,12 +237,18 @@ def concat_tables(paths: list, out_path) -> None:
     print(f"{out_path}: {len(df)} rows from {len(paths)} files")
 
 
-def make_fits(raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_threshold) -> None:
+def make_fits(
+    raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_threshold,
+    grid: dict[str, int] | None = None,
+) -> None:  # fmt: skip
+    """fits.csv and E4's threshold_sensitivity.csv (its taus from the grid rows, like tau.csv's:
+    grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
     hess = read_csv_checked(hessian_path)
     if hess.empty:
         hess = pd.DataFrame(columns=HESSIAN_COLUMNS)
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
+    metrics = grid_rows(metrics, grid or {})
     boot = raw["bootstrap"]
     fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"))
     write_csv_atomic(out_fits, fits)

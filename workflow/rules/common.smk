@@ -6,6 +6,7 @@ from pathlib import Path
 import mbc.banner
 import mbc.core.config
 import mbc.core.integrity
+import mbc.core.spec
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.

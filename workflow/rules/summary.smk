@@ -42,5 +42,6 @@ rule plateau_sensitivity:
     params:
         cfg=CFG.raw["plateau_sensitivity"],
         diagnostics=CFG.raw["diagnostics"],
+        grid={run_id: mbc.core.spec.grid_of(s) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

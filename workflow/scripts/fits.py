@@ -9,4 +9,5 @@ with logged(snakemake.log[0]):
         snakemake.input.metrics,
         snakemake.output.fits,
         snakemake.output.threshold,
+        grid=snakemake.params.grid,
     )

@@ -8,4 +8,5 @@ with logged(snakemake.log[0]):
         snakemake.input.tau,
         snakemake.input.metrics,
         snakemake.output[0],
+        grid=snakemake.params.grid,
     )

@@ -100,9 +100,9 @@ def fit_table(
 
 
 def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.DataFrame:
-    """tau.csv rows with tau recomputed at another threshold from the per-run metrics: every
-    row of metrics.csv, including the evaluations before eval.dense_every that the run
-    summaries (`mbc.diagnostics.summary.summarize_run`, on the grid) leave out."""
+    """tau.csv rows with tau recomputed at another threshold from the per-run metrics (the
+    caller passes the grid rows, as `mbc.diagnostics.summary.summarize_run` reads them:
+    `mbc.core.spec.grid_rows`)."""
     out = tau.copy()
     taus = {}
     for run_id, m in metrics.groupby("run_id"):

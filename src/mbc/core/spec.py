@@ -215,6 +215,22 @@ def grid_mask(spec: EvalSpec, steps):
     return steps % spec.dense_every == 0
 
 
+def grid_rows(metrics, grid: dict[str, int]):
+    """Rows of a metrics table (run_id, step, ...) on each run's evaluation grid: grid maps a
+    run id to its dense_every under eval.on_grid, 0 (or absent) for every row. What the
+    run summaries read (`grid_mask`), for the tables computed from metrics.csv."""
+    import numpy as np
+
+    every = metrics["run_id"].map(grid).fillna(0).astype(int).to_numpy()
+    keep = (every == 0) | (metrics["step"].to_numpy() % np.maximum(every, 1) == 0)
+    return metrics[keep]
+
+
+def grid_of(spec: RunSpec) -> int:
+    """The `grid` entry of a run for `grid_rows`."""
+    return spec.eval.dense_every if spec.eval.on_grid else 0
+
+
 @dataclass(frozen=True)
 class RunSpec:
     task: TaskSpec = field(default_factory=TaskSpec)
