@@ -210,3 +210,23 @@ def test_comparison_pairs_globs_by_what_they_match_and_robustness_verdicts():
     assert verdicts[verdicts.id == "R3"].verdict.iloc[0] == "supported"
     assert verdicts[verdicts.id == "R9"].verdict.iloc[0] == "not enough data"
     assert "within 1 +/- 0.1" in verdicts[verdicts.id == "R3"].rule.iloc[0]
+
+
+def test_the_alternative_init_std_macro_reads_the_runs_under_another_init():
+    """AltInitStd: the std of the runs whose init is not the default (not the sweep's, whose
+    init is the default with other stds), found without naming experiments."""
+    from mbc.paper.report import robustness_numbers
+
+    tau = pd.DataFrame({"experiment": ["E2", "E15", "E15_E1", "E15_E2"],
+                        "init": ["transformer_lens", "transformer_lens", "normal", "normal"],
+                        "init_std": [0.0707, 0.0354, 0.02, 0.02]})  # fmt: skip
+    empty = pd.DataFrame(columns=["name", "exponent", "ci_low", "ci_high", "r2", "value"])
+    robust = pd.DataFrame(columns=["id", "verdict"])
+    scale = pd.DataFrame({"init_scale": [0.5, 1.0]})
+    v = robustness_numbers(empty, empty, robust, scale, tau)
+    assert v["AltInitStd"] == 0.02 and (v["InitSweepScaleMin"], v["InitSweepScaleMax"]) == (
+        0.5,
+        1.0,
+    )
+    assert robustness_numbers(empty, empty, robust, scale, tau[tau.init != "normal"])[
+        "AltInitStd"] is None  # fmt: skip

@@ -12,6 +12,7 @@ import pandas as pd
 import yaml
 
 from mbc.analysis.hypotheses import verdicts
+from mbc.core.spec import ModelSpec
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 
 
@@ -96,7 +97,8 @@ def robustness_numbers(
     """E15's macros: the sweep's range, the init-scale exponent, the D-law under the
     alternative init, the verdict of each pre-registered statement (R1 -> VerdictROne)."""
     fit = fits.set_index("name")
-    alt = tau.loc[tau.experiment.isin(["E15_E1", "E15_E2"]), "init_std"].unique()
+    # the std of the runs under another init than the default (E15's alternative init)
+    alt = tau.loc[tau["init"] != ModelSpec().init, "init_std"].unique()
 
     def f(name, col):
         ok = name in fit.index and not pd.isna(fit.loc[name, col])
