@@ -10,8 +10,9 @@ It must be fast, so it trains nothing: the expected steps come from measured tau
 they exist (tau.csv or run logs, `mbc.estimate.measured_taus`), else from the power law
 tau = c D^1.2 fitted to those, else from the step budget (then an upper bound, said so).
 Steps/s is measured once per (machine, shape family) on the most common shape left to
-train, 5 steps, and cached in `<outdir>/.mbc/steps_per_s.json`; other shapes are scaled by
-their parameter count x batch x sequence length. `python -m mbc.estimate` is the careful
+train, 5 eager steps (never compiled), and cached in `<outdir>/.mbc/steps_per_s.json` per
+`mbc.estimate.shape_key`; other shapes are scaled by their parameter count x batch x
+sequence length. `python -m mbc.estimate` is the careful
 version (every shape measured, a calibration run when nothing is measured).
 """
 
@@ -87,15 +88,20 @@ def _cost(spec: RunSpec, n_params: int) -> float:
 def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True) -> float:
     """Steps/s of `spec` on this machine (5 timed steps), cached per shape (not written
     when `write` is false: a dry run leaves the outdir as it was)."""
-    key = f"{device}|{threads}|{spec.model}|{spec.train.batch_size}|{spec.task.seq_len}"
-    if spec.train.precision != "fp32":
-        key += f"|{spec.train.precision}"
+    import dataclasses
+
+    from mbc.estimate import measure_steps_per_s, shape_key
+
+    # The eager step: a cold torch.compile would hold every start-up for about a minute, and
+    # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
+    # stays an upper bound.
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
+    key = f"{device}|{threads}|{shape_key(spec)}"
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key in known:
         return float(known[key])
     import torch
 
-    from mbc.estimate import measure_steps_per_s
     from mbc.training.train import pick_device
 
     torch.set_num_threads(threads)
