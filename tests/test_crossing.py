@@ -64,7 +64,7 @@ def test_grid_rows_keep_what_the_run_summaries_read():
     import pandas as pd
 
     from mbc.analysis.fit_tables import retau
-    from mbc.core.spec import EvalSpec, grid_mask, grid_of, grid_rows
+    from mbc.core.spec import EvalSpec, grid_every, grid_mask, grid_rows
     from mbc.core.spec import RunSpec as Spec
 
     steps = [0, 7, 37, 50, 100, 150]
@@ -77,7 +77,7 @@ def test_grid_rows_keep_what_the_run_summaries_read():
     assert kept[kept.run_id == "a"].step.tolist() == [0, 50, 100, 150]
     assert kept[kept.run_id == "b"].step.tolist() == steps
     assert grid_mask(EvalSpec(dense_every=50, on_grid=True), kept[kept.run_id == "a"].step).all()
-    assert grid_of(Spec()) == Spec().eval.dense_every and grid_of(
-        Spec(eval=EvalSpec(on_grid=False))) == 0  # fmt: skip
+    assert grid_every(Spec().eval) == Spec().eval.dense_every
+    assert grid_every(EvalSpec(on_grid=False)) == 0
     tau = pd.DataFrame({"run_id": ["a", "b"], "k": [3, 3]})
     assert retau(tau, kept, 0.5).tau.tolist() == [100, 37]

@@ -20,6 +20,6 @@ rule fits:
                 "threshold_sensitivity",
             )
         },
-        grid={run_id: mbc.core.spec.grid_of(s) for run_id, s in SPECS.items()},
+        grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/fits.py"

@@ -42,6 +42,6 @@ rule plateau_sensitivity:
     params:
         cfg=CFG.raw["plateau_sensitivity"],
         diagnostics=CFG.raw["diagnostics"],
-        grid={run_id: mbc.core.spec.grid_of(s) for run_id, s in SPECS.items()},
+        grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

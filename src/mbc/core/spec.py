@@ -204,31 +204,31 @@ class EvalSpec:
     resume_every: int = 2500  # full optimiser state for resuming an interrupted run
 
 
-def grid_mask(spec: EvalSpec, steps):
-    """Which evaluated steps a statistic reads (EvalSpec.on_grid): the multiples of
-    dense_every, or every step without the grid."""
+def grid_every(spec: EvalSpec) -> int:
+    """The step multiple every statistic reads (EvalSpec.on_grid): dense_every, or 0 (every
+    evaluated step) without the grid."""
+    return spec.dense_every if spec.on_grid else 0
+
+
+def _on_grid(steps, every):
+    """Which of `steps` lie on a grid of `every` (elementwise; 0: every step)."""
     import numpy as np
 
-    steps = np.asarray(steps)
-    if not (spec.on_grid and spec.dense_every):
-        return np.ones(steps.shape, dtype=bool)
-    return steps % spec.dense_every == 0
+    steps, every = np.asarray(steps), np.asarray(every)
+    return (every == 0) | (steps % np.maximum(every, 1) == 0)
+
+
+def grid_mask(spec: EvalSpec, steps):
+    """Which evaluated steps of one run a statistic reads (`grid_every`)."""
+    return _on_grid(steps, grid_every(spec))
 
 
 def grid_rows(metrics, grid: dict[str, int]):
     """Rows of a metrics table (run_id, step, ...) on each run's evaluation grid: grid maps a
-    run id to its dense_every under eval.on_grid, 0 (or absent) for every row. What the
-    run summaries read (`grid_mask`), for the tables computed from metrics.csv."""
-    import numpy as np
-
+    run id to its `grid_every` (absent: every row). What the run summaries read
+    (`grid_mask`), for the tables computed from metrics.csv."""
     every = metrics["run_id"].map(grid).fillna(0).astype(int).to_numpy()
-    keep = (every == 0) | (metrics["step"].to_numpy() % np.maximum(every, 1) == 0)
-    return metrics[keep]
-
-
-def grid_of(spec: RunSpec) -> int:
-    """The `grid` entry of a run for `grid_rows`."""
-    return spec.eval.dense_every if spec.eval.on_grid else 0
+    return metrics[_on_grid(metrics["step"].to_numpy(), every)]
 
 
 @dataclass(frozen=True)
