@@ -72,10 +72,10 @@ def ablations(model, batch: EvalBatch) -> list[tuple[int, int, str, float, float
         return float(lc), float(ls - lc)
 
     base_loss, base_dz = measure()
-    z_out: list[torch.Tensor] = []  # per layer (n, h, t_q, d_head), read at hook_z
-    model(clean, hooks=dict.fromkeys(_layers(model, "hook_z"), z_out.append))
-    means = [z.mean(0) for z in z_out]  # per layer (h, t_q, d_head)
     names = _layers(model, "hook_z")
+    z_out: list[torch.Tensor] = []  # per layer (n, h, t_q, d_head), read at hook_z
+    model(clean, hooks=dict.fromkeys(names, z_out.append))
+    means = [z.mean(0) for z in z_out]  # per layer (h, t_q, d_head)
     out = []
     for layer in range(n_layers):
         for head in range(n_heads):
