@@ -10,7 +10,6 @@ target positions, `torch.optim.AdamW`. `pip install -e ".[bench]"` installs it; 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from mbc.core.spec import VOCAB, ModelSpec
 
@@ -71,9 +70,7 @@ def to_author(spec: ModelSpec, ours: dict[str, torch.Tensor]) -> dict[str, torch
     return {k: v.detach().clone().contiguous() for k, v in out.items()}
 
 
-def loss(model: torch.nn.Module, seqs: torch.Tensor, n_targets: int) -> torch.Tensor:
-    """The author's objective: logits at every input position, CE on the target positions."""
-    logits = model(seqs[:, :-1], return_type="logits")
-    return F.cross_entropy(
-        logits[:, -n_targets:].reshape(-1, logits.shape[-1]), seqs[:, -n_targets:].reshape(-1)
-    )
+def logits(model: torch.nn.Module, seqs: torch.Tensor) -> torch.Tensor:
+    """The author's forward: logits at every input position (n, T-1, vocab); he trained on
+    the target positions' cross-entropy."""
+    return model(seqs[:, :-1], return_type="logits")

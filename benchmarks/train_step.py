@@ -128,12 +128,16 @@ class RefTransformer(nn.Module):
         return self.unembed(self.ln_f(h))
 
 
-def ref_loss(model: RefTransformer, seqs: torch.Tensor, n_targets: int) -> torch.Tensor:
-    logits = model(seqs[:, :-1])  # every position is unembedded ...
-    # ... and the loss reads the n_targets positions that predict the answer
+def target_loss(logits: torch.Tensor, seqs: torch.Tensor, n_targets: int) -> torch.Tensor:
+    """From logits at every input position, the loss on the n_targets positions that predict
+    the answer (how the reference, the unpruned model and the author's model are trained)."""
     return F.cross_entropy(
         logits[:, -n_targets:].reshape(-1, VOCAB), seqs[:, -n_targets:].reshape(-1)
     )
+
+
+def ref_loss(model: RefTransformer, seqs: torch.Tensor, n_targets: int) -> torch.Tensor:
+    return target_loss(model(seqs[:, :-1]), seqs, n_targets)
 
 
 REF_NAMES = {"attn.qkv.weight": "attn.in_proj_weight", "attn.qkv.bias": "attn.in_proj_bias"}
@@ -317,19 +321,13 @@ def make_trainers(
     order = lambda: BatchOrder(d, b, seed, device)  # noqa: E731
 
     plain = _copy_model(spec, init, device)
-    p = spec.task.first_pred_pos
-
-    def plain_loss(seqs: torch.Tensor) -> torch.Tensor:
-        logits = plain(seqs, all_positions=True)[:, p:]
-        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), seqs[:, p + 1 :].reshape(-1))
-
+    n_t = spec.task.n_targets
     ref = RefTransformer(spec.model).to(device).train()
     ref.load_state_dict(to_reference(init))
     t = spec.train
     ref_opt = torch.optim.AdamW(  # default implementation (not fused)
         ref.parameters(), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, weight_decay=t.weight_decay
     )
-    n_t = spec.task.n_targets
     out = {
         "ours": Trainer(
             ours,
@@ -341,7 +339,7 @@ def make_trainers(
         "plain": Trainer(
             plain,
             make_optimizer(plain, spec, device),
-            plain_loss,
+            lambda s: target_loss(plain(s, all_positions=True), s, n_t),
             tokens,
             order(),
         ),
@@ -364,7 +362,7 @@ def make_trainers(
             weight_decay=t.weight_decay,
         )
         out["author"] = Trainer(
-            am, am_opt, lambda s: author_model.loss(am, s, n_t), tokens, order()
+            am, am_opt, lambda s: target_loss(author_model.logits(am, s), s, n_t), tokens, order()
         )
     return out
 
