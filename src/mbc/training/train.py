@@ -100,11 +100,8 @@ def train_step(
     return loss.detach()
 
 
-ENGINES = {
-    # train.engine -> (training loss, in-loop evaluation); equal to float32 rounding
-    "fast": (metrics.training_loss, metrics.evaluate_shared_prefix),
-    "plain": (metrics.training_loss, metrics.evaluate),
-}
+# train.engine -> the in-loop evaluation (equal to float32 rounding); one training loss
+ENGINES = {"fast": metrics.evaluate_shared_prefix, "plain": metrics.evaluate}
 
 
 def step_functions(train: TrainSpec, model: torch.nn.Module):
@@ -117,18 +114,18 @@ def step_functions(train: TrainSpec, model: torch.nn.Module):
     """
     if train.engine not in ENGINES:
         raise ValueError(f"train.engine = {train.engine!r}: expected one of {sorted(ENGINES)}")
-    loss_of, evaluate_of = ENGINES[train.engine]
+    evaluate_of = ENGINES[train.engine]
 
     if train.precision not in ("fp32", "bf16"):
         raise ValueError(f"train.precision = {train.precision!r}: expected fp32 or bf16")
 
     def loss(seqs: torch.Tensor) -> torch.Tensor:
         if train.precision == "fp32":
-            return loss_of(model, seqs)
+            return metrics.training_loss(model, seqs)
         # bf16 matmuls in the forward (and so in the backward autograd derives from it);
         # the weights, their gradients and the optimiser stay fp32, the loss is fp32
         with torch.autocast(seqs.device.type, dtype=torch.bfloat16):
-            return loss_of(model, seqs)
+            return metrics.training_loss(model, seqs)
 
     def evaluate(batch) -> dict[str, float]:
         return evaluate_of(model, batch)
