@@ -35,7 +35,6 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-import yaml
 
 from mbc.core import config as mbc_config
 from mbc.core.crossing import first_crossing
@@ -144,7 +143,7 @@ def estimate(
     jobs: int | None = None,
     say=print,
 ) -> dict:
-    raw = yaml.safe_load(Path(config_path).read_text())
+    raw = mbc_config.read_yaml(config_path)
     overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})
     cfg = mbc_config.load(raw, overrides)
     specs = cfg.specs
@@ -298,7 +297,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--calibrate-s", type=float, default=60.0, help="calibration run time cap")
     ap.add_argument("--jobs", type=int, default=None, help="parallel jobs (cores / threads)")
     a = ap.parse_args(argv)
-    return estimate(a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs)
+    try:
+        return estimate(
+            a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs
+        )
+    except (mbc_config.ConfigFileError, mbc_config.ConfigError) as exc:
+        raise SystemExit(f"mbc.estimate: {exc}") from None
 
 
 if __name__ == "__main__":

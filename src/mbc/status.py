@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from mbc.core import config as mbc_config
 from mbc.core.runlog import logged_tau, read_log
@@ -104,11 +103,11 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
                     help="a live log quiet this long means the job is not running")  # fmt: skip
     a = ap.parse_args(argv)
     try:
-        raw = yaml.safe_load(Path(a.config).read_text())
+        raw = mbc_config.read_yaml(a.config)
         cfg = mbc_config.load(
             raw, {"preset": a.preset} | ({"outdir": a.outdir} if a.outdir else {})
         )
-    except (OSError, yaml.YAMLError, mbc_config.ConfigError) as exc:
+    except (mbc_config.ConfigFileError, mbc_config.ConfigError) as exc:
         raise SystemExit(f"mbc.status: {exc}") from None
     table = status(cfg, a.stale_s)
     report(table, cfg.preset)
