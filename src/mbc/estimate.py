@@ -27,6 +27,7 @@ number of steps and the expected wall time on this machine. The assumptions, kep
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import statistics
@@ -117,20 +118,24 @@ def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None)
     return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
 
 
-def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -> float:
-    """Evaluation cost of a run of `steps` steps, in training-step equivalents.
-
-    With eval.dense_every, the kept weights are evaluated where a threshold is crossed:
-    counted as one tau's worth of steps at the dense spacing (the transition runs from
-    the z-usage onset, ~tau/2, to convergence, ~1.5 tau), or none for a run without tau.
-    """
+def n_evaluations(spec: RunSpec, steps: int, tau: float | None = None) -> float:
+    """Evaluations of a run of `steps` steps: its schedule's, and with eval.dense_every the
+    kept weights evaluated where a threshold is crossed, counted as one tau's worth of
+    steps at the dense spacing (the transition runs from the z-usage onset, ~tau/2, to
+    convergence, ~1.5 tau), or none for a run without tau."""
     e = spec.eval
     n_evals = sum(1 for s in eval_schedule(e, spec.train.max_steps)[0] if s <= steps)
     if e.dense_every and tau is not None:
         n_evals += min(tau, steps) / e.dense_every * (1 - e.dense_every / e.every)
+    return n_evals
+
+
+def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -> float:
+    """Evaluation cost of a run of `steps` steps (`n_evaluations`), in training-step
+    equivalents."""
     n_ctx = min(spec.eval.n_contexts, spec.task.d)
     seqs = n_ctx * (spec.task.k + 1)
-    return n_evals * seqs / (3 * spec.train.batch_size)
+    return n_evaluations(spec, steps, tau) * seqs / (3 * spec.train.batch_size)
 
 
 def estimate(
@@ -142,12 +147,18 @@ def estimate(
     calibrate_s: float = 60.0,
     jobs: int | None = None,
     say=print,
+    device: str | None = None,
+    rates_path: str | None = None,
 ) -> dict:
+    """device: overrides the config's; with `cuda` (or a rates file) the preset is
+    estimated trained in packs on one device (`mbc.pack_estimate`), from the rates in
+    `rates_path` (benchmarks/gpu_check.sh writes them) or measured here."""
     raw = mbc_config.read_yaml(config_path)
     overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})
     cfg = mbc_config.load(raw, overrides)
     specs = cfg.specs
-    device = pick_device(str(cfg.raw.get("device", "auto")))
+    device = pick_device(device or str(cfg.raw.get("device", "auto")))
+    packed = device.type == "cuda" or rates_path is not None
     threads = int(cfg.raw.get("threads", 1))
     torch.set_num_threads(threads)
     jobs = jobs or max(1, (os.cpu_count() or 1) // threads)
@@ -182,6 +193,8 @@ def estimate(
 
     # steps/s per shape
     rates: dict[tuple, float] = {}
+    if packed:
+        steps_per_s = steps_per_s or 1.0  # the per-run table's rate is not used
     if steps_per_s is None:
         for spec in specs.values():
             key = shape_key(spec)
@@ -234,8 +247,29 @@ def estimate(
         "wall_seconds": wall_s,
         "table": df,
     }
+    if packed:
+        out["packed"] = _packed(cfg, specs, df, device, rates_path, say)
     report(out, say)
     return out
+
+
+def _packed(cfg, specs, df, device, rates_path, say) -> dict:
+    from mbc import pack_estimate
+
+    if rates_path is not None:
+        rates = json.loads(Path(rates_path).read_text())
+    else:  # the most common shape measured here
+        ref = max(
+            specs.values(), key=lambda s: list(map(shape_key, specs.values())).count(shape_key(s))
+        )
+        say(f"measuring pack rates on {device} at {pack_estimate.shape_of(ref)}")
+        rates = pack_estimate.measure_rates(ref, device, say=say)
+    steps = dict(zip(df.run_id, df.expected_steps, strict=True))
+    taus = dict(zip(df.run_id, df.tau, strict=True))
+    evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
+    max_runs = int((cfg.raw.get("pack") or {}).get("max_runs", 64))
+    res = pack_estimate.packed_wall_seconds(specs, steps, evals, rates, max_runs)
+    return {"rates": rates, "max_runs": max_runs, **res}
 
 
 def _shape_name(key: tuple) -> str:
@@ -265,7 +299,10 @@ def report(out: dict, say=print) -> None:
         say(f"  c = {out['tau_coef']:.4g} ({out['tau_coef_note']})")
     else:
         say("  no tau available: every run assumed to use its full budget")
-    if isinstance(out["steps_per_s"], dict):
+    packed = out.get("packed") is not None
+    if packed:
+        pass  # the pack rates are reported below
+    elif isinstance(out["steps_per_s"], dict):
         for k, v in out["steps_per_s"].items():
             say(f"  measured {v:.1f} steps/s: {k}")
     else:
@@ -275,15 +312,35 @@ def report(out: dict, say=print) -> None:
         runs=("run_id", "size"), budget=("max_steps", "sum"), steps=("expected_steps", "sum"),
         seconds=("expected_s", "sum"),
     )  # fmt: skip
-    say(f"{'exp':<6}{'runs':>5}{'budget':>12}{'expected':>12}{'cpu time':>10}")
+    say(
+        f"{'exp':<6}{'runs':>5}{'budget':>12}{'expected':>12}"
+        + ("" if packed else f"{'cpu time':>10}")
+    )
     for name, r in g.iterrows():
         say(
-            f"{name:<6}{int(r.runs):>5}{int(r.budget):>12,}{int(r.steps):>12,}{_hms(r.seconds):>10}"
+            f"{name:<6}{int(r.runs):>5}{int(r.budget):>12,}{int(r.steps):>12,}"
+            + ("" if packed else f"{_hms(r.seconds):>10}")
         )
+    p = out.get("packed")
+    if p is None:
+        say(
+            f"expected training time: {_hms(out['cpu_seconds'])} of {out['threads']}-thread "
+            f"jobs; wall ~{_hms(out['wall_seconds'])} with {out['jobs']} parallel jobs "
+            "(evaluation included, diagnostics not)"
+        )
+        return
+    r = p["rates"]
     say(
-        f"expected training time: {_hms(out['cpu_seconds'])} of {out['threads']}-thread jobs; "
-        f"wall ~{_hms(out['wall_seconds'])} with {out['jobs']} parallel jobs "
-        "(evaluation included, diagnostics not)"
+        f"packed on one device ({r['device']}, rates at {r['shape']}): "
+        + ", ".join(f"{w} runs {1 / v['step_s']:.0f} steps/s" for w, v in r["pack"].items())
+    )
+    for pid, n, secs in sorted(p["packs"], key=lambda x: -x[2]):
+        say(f"  {pid}: {n} runs, {_hms(secs)}")
+    if p["alone_s"]:
+        say(f"  runs that cannot be packed (linear baseline), one by one: {_hms(p['alone_s'])}")
+    say(
+        f"expected training wall time with pack.enabled (max_runs {p['max_runs']}), packs one "
+        f"after another: {_hms(p['wall_s'])} (evaluation included, diagnostics not)"
     )
 
 
@@ -296,11 +353,18 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--tau-coef", type=float, default=None, help="c of tau = c D^1.2")
     ap.add_argument("--calibrate-s", type=float, default=60.0, help="calibration run time cap")
     ap.add_argument("--jobs", type=int, default=None, help="parallel jobs (cores / threads)")
+    ap.add_argument("--device", default=None, help="auto, cpu or cuda (default: the config's)")
+    ap.add_argument(
+        "--rates", default=None, help="pack rates (benchmarks/gpu_check.sh): a packed estimate"
+    )
     a = ap.parse_args(argv)
     try:
         return estimate(
-            a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs
-        )
+            a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs,
+            device=a.device, rates_path=a.rates,
+        )  # fmt: skip
+    except RuntimeError as exc:  # --device cuda without CUDA
+        raise SystemExit(f"mbc.estimate: {exc}") from None
     except (mbc_config.ConfigFileError, mbc_config.ConfigError) as exc:
         raise SystemExit(f"mbc.estimate: {exc}") from None
 

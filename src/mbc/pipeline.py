@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
+from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
@@ -60,10 +62,12 @@ from mbc.paper.report import (
     robustness_tex,
     scorecard_table,
 )
+from mbc.training import packed_train
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
+from mbc.training.record import METRIC_COLUMNS, finalize_run
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
-from mbc.training.train import METRIC_COLUMNS, pick_device, train_run
+from mbc.training.train import pick_device, train_run
 
 
 def load_dataset(path) -> Dataset:
@@ -79,14 +83,18 @@ def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
     print(f"dataset: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]} seed={seed}")
 
 
+def _compile_cache(run_dir) -> None:
+    """One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
+    same shape loads the compiled kernels instead of compiling them again (README:
+    "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins."""
+    cache = Path(run_dir).resolve().parents[1] / ".mbc" / "torch_compile"
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
+
+
 def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads: int = 1) -> None:
     torch.set_num_threads(threads)
     if spec.train.compile:
-        # One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
-        # same shape loads the compiled kernels instead of compiling them again (README:
-        # "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins.
-        cache = Path(run_dir).resolve().parents[1] / ".mbc" / "torch_compile"
-        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
+        _compile_cache(run_dir)
     dev = pick_device(device)
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
     metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
@@ -94,6 +102,58 @@ def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads
     print(
         f"done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} wall={last.wall_s:.1f}s"
     )
+
+
+def train_pack(
+    specs: list[RunSpec],
+    dataset_paths: list,
+    run_dirs: list,
+    manifest_path,
+    *,
+    device: str = "auto",
+    threads: int = 1,
+) -> None:
+    """Train the runs of one pack together (`mbc.training.packed_train`); each run writes
+    its own files as `train` would. The manifest lists, per run, whether it trained here,
+    its last step and tau."""
+    torch.set_num_threads(threads)
+    if specs[0].train.compile:
+        _compile_cache(run_dirs[0])
+    dev = pick_device(device)
+    print(f"training a pack of {len(specs)} runs on {dev} ({threads} threads)")
+    loaded: dict[str, Dataset] = {}  # runs of one task and seed share a dataset
+    for p in dataset_paths:
+        loaded.setdefault(str(p), load_dataset(p))
+    t0 = time.perf_counter()
+    trained = packed_train.train_pack(specs, [loaded[str(p)] for p in dataset_paths], run_dirs, dev)
+    runs = []
+    for spec, d, fresh in zip(specs, run_dirs, trained, strict=True):
+        rows = read_log(Path(d) / "state" / "log.jsonl")
+        runs.append(
+            {
+                "run_id": spec.run_id,
+                "trained": fresh,
+                "steps": rows[-1]["step"],
+                "tau": logged_tau(rows),
+            }
+        )
+    wall = time.perf_counter() - t0
+    write_json_atomic(
+        manifest_path, {"device": str(dev), "threads": threads, "wall_s": wall, "runs": runs}
+    )
+    print(f"pack done in {wall:.1f}s: {sum(trained)} of {len(specs)} runs trained here")
+
+
+def unpack_run(spec: RunSpec, run_dir) -> None:
+    """A packed run's metrics.csv and checkpoints.csv, from the log its pack wrote."""
+    rows = read_log(Path(run_dir) / "state" / "log.jsonl")
+    if not rows or rows[-1].get("event") != "done":
+        step = next((r["step"] for r in reversed(rows) if "step" in r), 0)
+        raise RuntimeError(
+            f"{spec.run_id}: its pack has not finished it (its log ends at step {step}); "
+            "the next `snakemake` run trains it again"
+        )
+    finalize_run(spec, run_dir)
 
 
 def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:

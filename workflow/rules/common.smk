@@ -1,4 +1,5 @@
 # Shared helpers: the validated config, run lookup and output paths.
+import re
 import sys
 
 from pathlib import Path
@@ -6,6 +7,8 @@ from pathlib import Path
 import mbc.banner
 import mbc.core.config
 import mbc.core.integrity
+import mbc.core.packing
+import mbc.core.rule_log
 import mbc.core.spec
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
@@ -43,6 +46,20 @@ if MAIN_PROCESS:
     ):
         print(line, file=sys.stderr)
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
+
+# pack.enabled: pack id -> its run ids (rules in train.smk)
+PACK = CFG.raw.get("pack") or {}
+PACKS = (
+    mbc.core.packing.make_packs(SPECS, PACK.get("max_runs", 64))
+    if PACK.get("enabled")
+    else {}
+)
+PACK_OF = {r: p for p, members in PACKS.items() for r in members}
+
+
+def one_of(ids):
+    """A wildcard constraint matching exactly these run ids (none: matches nothing)."""
+    return "|".join(re.escape(i) for i in ids) or "(?!)"
 
 
 wildcard_constraints:
@@ -119,6 +136,7 @@ if MAIN_PROCESS:
                 Path(run_path(r, "checkpoints.csv")),
             ],
             summary=Path(run_path(r, "summary.json")),
+            pack=Path(f"{OUT}/packs/{PACK_OF[r]}.json") if r in PACK_OF else None,
             diagnostics=[
                 Path(diag_path(kind, r, sfx))
                 for kind, sfx in DIAG_TABLES.values()

@@ -1,7 +1,10 @@
-# Training: the only rule that wants a GPU. Resumable: its own checkpoints live in
+# Training: the only rules that want a GPU. Resumable: a run's own checkpoints live in
 # runs/<id>/state/, outside Snakemake's outputs, so a retried job continues.
-
-
+#
+# pack.enabled: the runs of one shape train together in one `train_pack` job (PACKS in
+# common.smk); each packed run's tables are then written by `unpack` from the log its
+# pack wrote, exactly where `train` writes them. Runs that cannot be packed (the linear
+# baseline) train alone either way.
 rule train:
     input:
         lambda wc: f"{OUT}/datasets/{SPECS[wc.run_id].dataset_id}.pt",
@@ -10,6 +13,8 @@ rule train:
         checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
     log:
         f"{OUT}/logs/train/{{run_id}}.log",
+    wildcard_constraints:
+        run_id=one_of(r for r in SPECS if r not in PACK_OF) if PACKS else "[^/]+",
     conda:
         "../../envs/mbc.yaml"
     threads: config.get("threads", 1)
@@ -21,3 +26,48 @@ rule train:
         device=config.get("device", "auto"),
     script:
         "../scripts/train.py"
+
+
+if PACKS:
+
+    rule train_pack:
+        input:
+            lambda wc: [
+                f"{OUT}/datasets/{SPECS[r].dataset_id}.pt" for r in PACKS[wc.pack_id]
+            ],
+        output:
+            f"{OUT}/packs/{{pack_id}}.json",
+        log:
+            f"{OUT}/logs/train_pack/{{pack_id}}.log",
+        wildcard_constraints:
+            pack_id=one_of(PACKS),
+        conda:
+            "../../envs/mbc.yaml"
+        threads: config.get("threads", 1)
+        resources:
+            train_slots=1,
+        params:
+            specs=lambda wc: [SPECS[r].to_dict() for r in PACKS[wc.pack_id]],
+            device=config.get("device", "auto"),
+        script:
+            "../scripts/train_pack.py"
+
+    rule unpack:
+        input:
+            # ancient: a rerun pack (another run of it retrained) does not make this
+            # run's tables, nor anything read from them, out of date
+            lambda wc: ancient(f"{OUT}/packs/{PACK_OF[wc.run_id]}.json"),
+        output:
+            metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",
+            checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
+        log:
+            f"{OUT}/logs/unpack/{{run_id}}.log",
+        wildcard_constraints:
+            run_id=one_of(PACK_OF),
+        # reads a log, writes two tables: in Snakemake's own process, no job start-up
+        localrule: True
+        run:
+            from mbc.pipeline import unpack_run
+
+            with mbc.core.rule_log.logged(log[0]):
+                unpack_run(SPECS[wildcards.run_id], Path(output.metrics).parent)

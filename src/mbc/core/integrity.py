@@ -38,6 +38,7 @@ class RunFiles:
     train: list[Path]  # metrics.csv, checkpoints.csv
     summary: Path
     diagnostics: list[Path] = field(default_factory=list)
+    pack: Path | None = None  # the manifest of the pack that trains it (pack.enabled)
 
     @property
     def run_dir(self) -> Path:
@@ -140,6 +141,11 @@ def repair(
         for level, paths in enumerate(links, start=1):
             if level > fd.level or (level == fd.level and level == 1):
                 doomed.update(p for p in paths if p.exists())
+        if f.pack is not None and fd.level <= 1 and f.pack.exists():
+            # the run's tables come from its pack's log: the pack must run again (its
+            # finished runs are not retrained, their logs say done)
+            lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")
+            doomed.add(f.pack)
         if fd.retrain and (f.run_dir / "state").exists():
             state = f.run_dir / "state"
             lines.append(f"{state}: moved aside to state.corrupt-{stamp} (the run is retrained)")

@@ -16,10 +16,13 @@ elementwise, so one optimiser over the stacked tensors is R independent optimise
 the runs' hyperparameters differ (an lr sweep) a per-run-broadcast AdamW is used.
 
 What may differ between packed runs: seed, dataset (K, n_groups, sharing, label noise),
-lr, weight decay, betas, eps. What must agree: the model spec, the sequence layout
-(direction, z_length) and the batch size. `export_run` turns run r back into an ordinary
-`Transformer` + `torch.optim.AdamW` pair (for `mbc.training.metrics.evaluate`, snapshots, resume
-files), identical in format to what `mbc.training.train.train_run` saves.
+the init (scheme and std), the training regime (lr and its schedule, clipping, weight
+decay, betas, eps, budget). What must agree (`pack_key`): the model's shape, the sequence
+layout (direction, z_length), the batch size and the arithmetic (precision, compile).
+Each run's learning rate is `mbc.training.schedule.learning_rate` of its own spec, and
+clipping clips each run's own global gradient norm. `export_run` turns run r back into an
+ordinary `Transformer` + `torch.optim.AdamW` pair, identical in format to what
+`mbc.training.train.train_run` saves; a pack can start from such states (`states`).
 
 Matches independent runs to float32 rounding (tests/test_packed.py); it does not claim
 bitwise equality, since batched and unbatched matmuls may sum in different orders.
@@ -31,10 +34,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
 from mbc.training.model import Transformer, attend, build_model, use_sdpa
-from mbc.training.schedule import BatchOrder
+from mbc.training.schedule import BatchOrder, learning_rate
 from mbc.training.train import make_optimizer
 
 
@@ -53,11 +57,8 @@ class PackedTransformer(nn.Module):
         for m in models:
             if not isinstance(m, Transformer):
                 raise TypeError("packing is implemented for the transformer only")
-            if m.spec != first.spec or (m.task.seq_len, m.task.n_targets) != (
-                first.task.seq_len,
-                first.task.n_targets,
-            ):
-                raise ValueError("packed runs must share the model spec and sequence layout")
+            if _shape(m) != _shape(first):
+                raise ValueError("packed runs must share the model's shape and sequence layout")
         self.spec, self.task, self.r = first.spec, first.task, len(models)
         self.names = [n for n, _ in first.named_parameters()]
         states = [dict(m.named_parameters()) for m in models]
@@ -149,7 +150,8 @@ class PackedAdamW:
     def __init__(self, params, lr, betas, eps, weight_decay):
         self.params = list(params)
         dev = self.params[0].device
-        col = lambda v: torch.as_tensor(v, dtype=torch.float64, device=dev)  # noqa: E731
+        self._col = lambda v: torch.as_tensor(v, dtype=torch.float64, device=dev)  # noqa: E731
+        col = self._col
         self.lr, self.eps, self.wd = col(lr), col(eps), col(weight_decay)
         self.b1, self.b2 = col([b[0] for b in betas]), col([b[1] for b in betas])
         self.t = 0
@@ -159,6 +161,9 @@ class PackedAdamW:
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
             p.grad = None if set_to_none else (p.grad.zero_() if p.grad is not None else None)
+
+    def set_lr(self, lr: list[float]) -> None:
+        self.lr = self._col(lr)
 
     @torch.no_grad()
     def step(self) -> None:
@@ -191,36 +196,57 @@ class PackedAdamW:
         }
 
 
+def _shape(m: Transformer) -> tuple:
+    s, t = m.spec, m.task
+    return (s.n_layers, s.n_heads, s.d_model, s.d_mlp, s.n_positions, t.seq_len, t.n_targets)
+
+
 def _hparams(spec: RunSpec) -> tuple:
+    """What sets a run's AdamW update at every step: equal for all runs -> one torch AdamW."""
     t = spec.train
-    return (t.lr, t.beta1, t.beta2, t.eps, t.weight_decay)
+    lr = (t.lr,) if t.schedule == "constant" else (t.lr, t.schedule, t.warmup_steps, t.max_steps)
+    return (*lr, t.beta1, t.beta2, t.eps, t.weight_decay)
 
 
 class PackedRuns:
-    """R runs (specs + their datasets) stepped together; `step()` returns their losses (R,)."""
+    """R runs (specs + their datasets) stepped together; `step()` returns their losses (R,).
 
-    def __init__(self, specs: list[RunSpec], datasets: list[Dataset], device: torch.device):
+    states: per run, None (start from the run's initial weights) or a resume state
+    {"model", "optimizer"} as `export_run` / `mbc.training.train.train_run` write it, all
+    at optimiser step `step` (a pack's runs always share their step count).
+    """
+
+    def __init__(
+        self,
+        specs: list[RunSpec],
+        datasets: list[Dataset],
+        device: torch.device,
+        states: list[dict | None] | None = None,
+        step: int = 0,
+    ):
         if len(specs) != len(datasets):
             raise ValueError("one dataset per spec")
-        if len({s.train.batch_size for s in specs}) != 1:
-            raise ValueError("packed runs must share the batch size")
-        for s in specs:  # what PackedAdamW implements: a constant lr without clipping
-            if s.train.schedule != "constant" or s.train.clip_norm > 0:
-                raise ValueError(
-                    f"{s.run_id}: packed runs support train.schedule constant without "
-                    "train.clip_norm only"
-                )
-        self.specs, self.device = list(specs), device
-        models = [
-            build_model(
-                s.model, s.task, torch.Generator().manual_seed(stream_seed(s.seed, STREAM_INIT))
+        if len({pack_key(s) for s in specs}) != 1 or pack_key(specs[0]) is None:
+            raise ValueError(
+                "packed runs must be transformers that share the model's shape, the sequence "
+                "layout, the batch size, train.precision and train.compile (pack_key)"
             )
-            for s in specs
-        ]
+        states = list(states) if states is not None else [None] * len(specs)
+        if any((st is None) != (step == 0) for st in states):
+            raise ValueError("a pack starts all its runs fresh (step 0) or all from states")
+        self.specs, self.device = list(specs), device
+        models = []
+        for s, st in zip(specs, states, strict=True):
+            gen = torch.Generator().manual_seed(stream_seed(s.seed, STREAM_INIT))
+            m = build_model(s.model, s.task, gen)
+            if st is not None:
+                m.load_state_dict(st["model"])
+            models.append(m)
         self.model = PackedTransformer(models).to(device).train()
         self.params = params = [self.model.p(n) for n in self.model.names]
-        if len({_hparams(s) for s in specs}) == 1:
-            # identical hyperparameters: torch's own (fused) AdamW over the stacked tensors
+        self.uniform = len({_hparams(s) for s in specs}) == 1
+        if self.uniform:
+            # identical updates: torch's own (fused) AdamW over the stacked tensors
             self.opt = make_optimizer(_ParamList(params), specs[0], device)
         else:
             self.opt = PackedAdamW(
@@ -230,6 +256,9 @@ class PackedRuns:
                 eps=[s.train.eps for s in specs],
                 weight_decay=[s.train.weight_decay for s in specs],
             )
+        if step > 0:
+            self._load_optimizer([st["optimizer"] for st in states], step)
+        self.clip = torch.tensor([s.train.clip_norm for s in specs], device=device)
         self.tokens = [ds.tokens.to(device) for ds in datasets]
         b = specs[0].train.batch_size
         self.orders = [
@@ -238,11 +267,25 @@ class PackedRuns:
         ]
         same_d = len({t.shape[0] for t in self.tokens}) == 1
         self._stacked = torch.stack(self.tokens) if same_d else None
-        self.step_count = 0
+        self.step_count = step
+        self._norms: torch.Tensor | None = None  # per-run gradient norms of the last step
+        self._loss = self._loss_function(specs[0].train)
 
     @property
     def r(self) -> int:
         return self.model.r
+
+    def _loss_function(self, train):
+        """The packed model's per-run losses under train.precision and train.compile, as
+        `mbc.training.train.step_functions` builds the loss of one run."""
+
+        def loss(tokens: torch.Tensor) -> torch.Tensor:
+            if train.precision == "fp32":
+                return self.model.losses(tokens)
+            with torch.autocast(tokens.device.type, dtype=torch.bfloat16):
+                return self.model.losses(tokens)
+
+        return torch.compile(loss) if train.compile else loss
 
     def batch(self, step: int) -> torch.Tensor:
         """(R, B, T) tokens of 1-based `step`: each run's own `BatchOrder`."""
@@ -253,23 +296,46 @@ class PackedRuns:
         return torch.stack([t[i] for t, i in zip(self.tokens, idx, strict=True)])
 
     def step(self) -> torch.Tensor:
+        """One optimiser step of every run (each at its own lr, clipped to its own norm)."""
         self.step_count += 1
-        losses = self.model.losses(self.batch(self.step_count))
+        s = self.step_count
+        losses = self._loss(self.batch(s))
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
+        self._norms = None
+        if bool((self.clip > 0).any()):
+            # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
+            norms = self.grad_norms()
+            coef = torch.where(self.clip > 0, self.clip / (norms + 1e-6), 1.0).clamp(max=1.0)
+            for p in self.params:
+                if p.grad is not None:
+                    p.grad.mul_(coef.view((-1,) + (1,) * (p.dim() - 1)).to(p.grad.dtype))
+        lrs = [learning_rate(sp.train, s) for sp in self.specs]
+        if self.uniform:
+            for group in self.opt.param_groups:
+                group["lr"] = lrs[0]
+        else:
+            self.opt.set_lr(lrs)
         self.opt.step()
         return losses.detach()
 
     def grad_norms(self) -> torch.Tensor:
-        """Per-run global gradient norm (R,) of the last step, as `mbc.training.train` logs it."""
-        sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.params if p.grad is not None]
-        return torch.stack(sq).sum(0).sqrt()
+        """Per-run global gradient norm (R,) of the last step, before clipping (what
+        `mbc.training.train` logs)."""
+        if self._norms is None:
+            sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.params if p.grad is not None]
+            self._norms = torch.stack(sq).sum(0).sqrt()
+        return self._norms
+
+    def weights(self, r: int) -> dict[str, torch.Tensor]:
+        """Run r's weights (copies) under the `Transformer`'s state-dict names."""
+        return self.model.state_dict_of(r)
 
     def export_run(self, r: int) -> tuple[Transformer, torch.optim.Optimizer]:
         """Run r as an ordinary (model, AdamW) pair, as `mbc.training.train.train_run` holds them."""
         spec = self.specs[r]
         model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
-        model.load_state_dict(self.model.state_dict_of(r))
+        model.load_state_dict(self.weights(r))
         model.to(self.device).train()
         opt = make_optimizer(model, spec, self.device)
         if isinstance(self.opt, PackedAdamW):
@@ -287,8 +353,39 @@ class PackedRuns:
         if state:
             sd = opt.state_dict()
             sd["state"] = state
+            if self.step_count:
+                for g in sd["param_groups"]:
+                    g["lr"] = learning_rate(spec.train, self.step_count)
             opt.load_state_dict(sd)
         return model, opt
+
+    def _load_optimizer(self, opt_states: list[dict], step: int) -> None:
+        """Every run's AdamW state (torch's state-dict format), all at optimiser step `step`."""
+        per_param = []
+        for i in range(len(self.params)):
+            runs = [sd["state"].get(i) for sd in opt_states]
+            if any(r is None for r in runs):
+                raise ValueError(f"parameter {self.model.names[i]}: no optimiser state to resume")
+            if any(float(r["step"]) != step for r in runs):
+                raise ValueError(f"optimiser states are not at step {step}")
+            per_param.append(
+                (
+                    torch.stack([r["exp_avg"] for r in runs]).to(self.device),
+                    torch.stack([r["exp_avg_sq"] for r in runs]).to(self.device),
+                )
+            )
+        if isinstance(self.opt, PackedAdamW):
+            self.opt.t = step
+            for (m, v), m0, v0 in zip(per_param, self.opt.m, self.opt.v, strict=True):
+                m0.copy_(m)
+                v0.copy_(v)
+            return
+        sd = self.opt.state_dict()
+        sd["state"] = {
+            i: {"step": torch.tensor(float(step)), "exp_avg": m, "exp_avg_sq": v}
+            for i, (m, v) in enumerate(per_param)
+        }
+        self.opt.load_state_dict(sd)
 
 
 class _ParamList(nn.Module):

@@ -1,0 +1,192 @@
+"""How long a preset takes trained in packs (`pack.enabled`, one device): measured rates in,
+expected wall time out. Used by `python -m mbc.estimate --device cuda` and by
+benchmarks/gpu_check.sh, which measures the rates and saves them (`--rates FILE`).
+
+The rates (`measure_rates`), at one reference shape (a run of the preset's most common
+shape): seconds per pack step for packs of R runs (R = 1, 8, 32, 128 by default; every
+run its own seed and data, `mbc.training.packed.PackedRuns.step`), and seconds per
+in-loop evaluation of one run (`mbc.training.metrics.evaluate_shared_prefix`) at two
+K, the evaluation's cost growing with K (K candidates per context).
+
+The model of a pack's time (`pack_seconds`): its runs start together and leave as they
+finish, so with expected steps s_1 <= ... <= s_R it takes
+    sum_j (s_j - s_(j-1)) * step_s(R - j + 1)  +  sum_runs n_evals(run) * eval_s(K)
+step_s(R) interpolated linearly in R between the measured widths (beyond the widest: its
+time per run), scaled by tokens per step (batch x sequence length) relative to the
+reference shape. Packs run one after another on the device (train_slots = 1); runs that
+cannot be packed (the linear baseline) count at the one-run rate. Expected steps and
+evaluation counts are `mbc.estimate`'s (tau from tau.csv, run logs or the D^1.2 law).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mbc.core.artifacts import write_text_atomic
+from mbc.core.packing import make_packs, pack_key
+from mbc.core.spec import RunSpec
+from mbc.training.data import build_dataset
+from mbc.training.metrics import evaluate_shared_prefix
+from mbc.training.packed import PackedRuns
+from mbc.training.train import fresh_run
+
+WIDTHS = (1, 8, 32, 128)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_pack_step(spec: RunSpec, width: int, device: torch.device, steps: int = 20) -> dict:
+    """Seconds per step of a pack of `width` runs of `spec`'s shape (seeds 0..width-1, one
+    dataset shared: the data do not change the work), and its peak device memory."""
+    specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
+    ds = build_dataset(spec.task, spec.seed)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    pack = PackedRuns(specs, [ds] * width, device)
+    for _ in range(3):  # warm-up (allocator, kernels, a compile)
+        pack.step()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        pack.step()
+    _sync(device)
+    out = {"step_s": (time.perf_counter() - t0) / steps}
+    if device.type == "cuda":
+        out["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
+    return out
+
+
+def time_single_step(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
+    """Seconds per step of one unpacked run (`mbc.training.train.train_run`'s step)."""
+    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
+    for s in range(1, 4):
+        run.step(s)
+    _sync(device)
+    t0 = time.perf_counter()
+    for s in range(4, 4 + steps):
+        run.step(s)
+    _sync(device)
+    return (time.perf_counter() - t0) / steps
+
+
+def time_evaluation(spec: RunSpec, device: torch.device, repeats: int = 3) -> float:
+    """Seconds per in-loop evaluation of one run of `spec` (its fixed evaluation batch)."""
+    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
+    evaluate_shared_prefix(run.model, run.eval_batch)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        evaluate_shared_prefix(run.model, run.eval_batch)
+    _sync(device)
+    return (time.perf_counter() - t0) / repeats
+
+
+def with_k(spec: RunSpec, k: int) -> RunSpec:
+    """`spec` at K = k, D unchanged."""
+    d = spec.task.d
+    return dataclasses.replace(spec, task=dataclasses.replace(spec.task, k=k, n_groups=d // k))
+
+
+def measure_rates(
+    spec: RunSpec,
+    device: torch.device,
+    widths=WIDTHS,
+    eval_ks=(5, 36),
+    steps: int = 20,
+    say=print,
+) -> dict:
+    """The rates `pack_seconds` needs, at `spec`'s shape."""
+    rates = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "shape": shape_of(spec),
+        "single_step_s": time_single_step(spec, device, steps),
+        "pack": {},
+        "eval_s": {},
+    }
+    say(f"one run, unpacked: {1 / rates['single_step_s']:.1f} steps/s")
+    for w in widths:
+        r = time_pack_step(spec, w, device, steps)
+        rates["pack"][str(w)] = r
+        mem = f", peak memory {r['peak_mem_gb']:.2f} GiB" if "peak_mem_gb" in r else ""
+        say(
+            f"pack of {w:>3}: {1 / r['step_s']:8.1f} pack steps/s = "
+            f"{w / r['step_s']:9.1f} run-steps/s{mem}"
+        )
+    for k in eval_ks:
+        rates["eval_s"][str(k)] = time_evaluation(with_k(spec, k), device)
+        say(f"one evaluation at K = {k}: {rates['eval_s'][str(k)] * 1e3:.1f} ms")
+    return rates
+
+
+def shape_of(spec: RunSpec) -> dict:
+    m = spec.model
+    return {
+        "model": [m.n_layers, m.n_heads, m.d_model, m.d_mlp],
+        "batch_size": spec.train.batch_size,
+        "seq_len": spec.task.seq_len,
+        "precision": spec.train.precision,
+    }
+
+
+def save_rates(rates: dict, path) -> None:
+    write_text_atomic(Path(path), json.dumps(rates, indent=1) + "\n")
+
+
+def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:
+    """Seconds per pack step of `width` runs of `spec`'s shape."""
+    ws = sorted(int(w) for w in rates["pack"])
+    ts = [rates["pack"][str(w)]["step_s"] for w in ws]
+    # beyond the widest pack measured: its time per run
+    t = float(np.interp(width, ws, ts)) if width <= ws[-1] else ts[-1] * width / ws[-1]
+    ref = rates["shape"]
+    return t * (spec.train.batch_size * spec.task.seq_len) / (ref["batch_size"] * ref["seq_len"])
+
+
+def eval_seconds(rates: dict, k: int) -> float:
+    ks = sorted(int(x) for x in rates["eval_s"])
+    return float(np.interp(k, ks, [rates["eval_s"][str(x)] for x in ks], right=None))
+
+
+def pack_seconds(specs: list[RunSpec], steps: list[int], evals: list[float], rates: dict) -> float:
+    """Expected seconds of one pack (module docstring)."""
+    order = sorted(range(len(specs)), key=lambda i: steps[i])
+    total, done = 0.0, 0
+    for j, i in enumerate(order):
+        width = len(order) - j
+        total += (steps[i] - done) * step_seconds(rates, width, specs[i])
+        done = steps[i]
+    return total + sum(n * eval_seconds(rates, s.task.k) for s, n in zip(specs, evals, strict=True))
+
+
+def packed_wall_seconds(
+    specs: dict[str, RunSpec],
+    steps: dict[str, int],
+    evals: dict[str, float],
+    rates: dict,
+    max_runs: int,
+) -> dict:
+    """{"packs": [(pack id, runs, seconds)], "alone_s", "wall_s"} for one device."""
+    packs = make_packs(specs, max_runs)
+    rows = []
+    for pid, members in packs.items():
+        s = [specs[r] for r in members]
+        secs = pack_seconds(s, [steps[r] for r in members], [evals[r] for r in members], rates)
+        rows.append((pid, len(members), secs))
+    alone = [r for r in specs if pack_key(specs[r]) is None]
+    alone_s = sum(
+        steps[r] * step_seconds(rates, 1, specs[r])
+        + evals[r] * eval_seconds(rates, specs[r].task.k)
+        for r in alone
+    )
+    return {"packs": rows, "alone_s": alone_s, "wall_s": sum(x[2] for x in rows) + alone_s}

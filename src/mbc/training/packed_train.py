@@ -1,0 +1,176 @@
+"""Training of R runs of one shape as one pack (`mbc.training.packed.PackedRuns`), each run
+recording exactly what `mbc.training.train.train_run` records, in its own directory
+(`mbc.training.record.RunRecord`): its log, evaluations, snapshots, resume points, tau,
+early stop and finally metrics.csv and checkpoints.csv.
+
+A pack's runs share their optimiser step count. Runs that resume from different steps
+(one resumed at 5000, one started afresh) train in turn: the ones furthest behind first,
+as a smaller pack, until they catch up, then together. A run that finishes (its budget or
+its early stop) leaves the pack, which continues without it: it stops updating, and the
+others' arithmetic is unchanged (each run's gradient and AdamW update are its own).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+
+import torch
+
+from mbc.core.spec import RunSpec
+from mbc.training.data import STREAM_EVAL, Dataset, stream_seed
+from mbc.training.metrics import fixed_contexts, make_eval_batch
+from mbc.training.model import build_model
+from mbc.training.packed import PackedRuns
+from mbc.training.record import RunRecord, Weights, duration, finalize_run
+from mbc.training.train import ENGINES
+
+
+class PackView:
+    """`mbc.training.record.RunView` of run r of a pack. Evaluations run on `scratch`, an
+    ordinary `Transformer` of the pack's shape shared by its runs, loaded with the run's
+    weights: the evaluation of an unpacked run, on the same weights."""
+
+    def __init__(self, pack: PackedRuns, r: int, scratch: torch.nn.Module, evaluate, batch):
+        self.pack, self.r, self.scratch, self._evaluate, self.batch = (
+            pack,
+            r,
+            scratch,
+            evaluate,
+            batch,
+        )
+
+    def keep(self) -> Weights:
+        return self.pack.weights(self.r)
+
+    def grad_norm(self) -> float:
+        return float(self.pack.grad_norms()[self.r])
+
+    def evaluate(self, weights: list[Weights] | None = None) -> list[dict[str, float]]:
+        out = []
+        for w in weights if weights is not None else [self.pack.weights(self.r)]:
+            self.scratch.load_state_dict(w)
+            out.append(self._evaluate(self.scratch, self.batch))
+        return out
+
+    def resume_state(self) -> dict:
+        model, opt = self.pack.export_run(self.r)
+        return {"model": model.state_dict(), "optimizer": opt.state_dict()}
+
+
+def _eval_batch(spec: RunSpec, dataset: Dataset, device: torch.device):
+    """The run's fixed evaluation batch, drawn as `mbc.training.train.fresh_run` draws it."""
+    import numpy as np
+
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
+    contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
+    return make_eval_batch(dataset, contexts, rng).to(device)
+
+
+def train_pack(
+    specs: list[RunSpec],
+    datasets: list[Dataset],
+    run_dirs: list[str | os.PathLike],
+    device: torch.device,
+    *,
+    say: Callable[[str], None] = print,
+    stop_after: int | None = None,
+    deadline: float | None = None,
+    progress_every_s: float = 30.0,
+) -> list[bool]:
+    """Train the runs together; each writes its metrics.csv and checkpoints.csv once it has
+    finished. Returns, per run, whether it was trained here (False: already finished).
+
+    stop_after: testing hook, return after the pack has taken that many steps (counted
+    from each run's start) as if interrupted.
+    deadline: a `time.monotonic()` value; at the first step after it, return as if
+    interrupted (each run resumes from its last resume point; none is finalized).
+    """
+    records = [
+        RunRecord(s, d, say, progress_every_s=math.inf)
+        for s, d in zip(specs, run_dirs, strict=True)
+    ]
+    states = [rec.resume() for rec in records]
+    trained = [not rec.finished for rec in records]
+    batches = [_eval_batch(s, ds, device) for s, ds in zip(specs, datasets, strict=True)]
+    evaluators = [ENGINES[s.train.engine] for s in specs]
+    scratch = build_model(specs[0].model, specs[0].task, torch.Generator().manual_seed(0))
+    scratch = scratch.to(device).train()
+    progress = _PackProgress(records, say, progress_every_s)
+    taken = 0
+    try:
+        while True:
+            active = [i for i, rec in enumerate(records) if not rec.finished]
+            if not active:
+                break
+            step = min(records[i].step for i in active)
+            group = [i for i in active if records[i].step == step]
+            ahead = [records[i].step for i in active if records[i].step > step]
+            until = min(ahead) if ahead else math.inf
+            pack = PackedRuns(
+                [specs[i] for i in group],
+                [datasets[i] for i in group],
+                device,
+                states=[states[i] for i in group],
+                step=step,
+            )
+            views = [
+                PackView(pack, j, scratch, evaluators[i], batches[i]) for j, i in enumerate(group)
+            ]
+            for i, v in zip(group, views, strict=True):
+                records[i].start(v)
+            say(
+                f"pack: {len(group)} run(s) from step {step}"
+                + ("" if not ahead else f" to {until}")
+            )
+            while True:
+                losses = pack.step()
+                step += 1
+                taken += 1
+                done = [
+                    records[i].after_step(step, losses[j], views[j]) for j, i in enumerate(group)
+                ]
+                progress.report(step, len(group))
+                if (stop_after is not None and taken >= stop_after) or (
+                    deadline is not None and time.monotonic() > deadline
+                ):
+                    return trained
+                if any(done) or step >= until:
+                    break
+            # the pack changes: the runs still going carry their state into the next one
+            for j, i in enumerate(group):
+                if not records[i].finished:
+                    states[i] = views[j].resume_state()
+    finally:
+        for rec in records:
+            rec.close()
+    for s, d in zip(specs, run_dirs, strict=True):
+        finalize_run(s, d)
+    return trained
+
+
+class _PackProgress:
+    """One line at most every `every_s` seconds: the pack's step, runs still training,
+    runs past tau, steps/s."""
+
+    def __init__(self, records: list[RunRecord], say, every_s: float):
+        self.records, self.say, self.every_s = records, say, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.n = 0
+
+    def report(self, step: int, width: int) -> None:
+        self.n += 1
+        now = time.perf_counter()
+        if now - self.last < self.every_s:
+            return
+        self.last = now
+        active = sum(not r.finished for r in self.records)
+        crossed = sum(r.tau is not None for r in self.records)
+        rate = self.n / max(now - self.t0, 1e-9)
+        self.say(
+            f"pack step {step:,}: {width} run(s) in this pack, {active} of "
+            f"{len(self.records)} still training, {crossed} past tau; {rate:.1f} pack steps/s"
+            f" ({duration(now - self.t0)} so far)"
+        )

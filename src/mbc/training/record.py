@@ -1,0 +1,325 @@
+"""What one run records as it trains (docs/method.md#evaluation-schedule): its evaluation
+log, the weights kept every dense_every steps and evaluated around crossings, snapshots,
+resume points, tau and the early stop.
+
+One `RunRecord` per run, driven by `mbc.training.train.train_run` (one model) and by
+`mbc.training.packed_train.train_pack` (R runs in one stacked model) alike, so a packed run
+writes exactly the files, at exactly the steps, of an unpacked one. The trainer steps the
+weights; the record reaches them through a `RunView` (read the weights, evaluate them,
+their gradient norm, the optimiser's state).
+
+State that must survive an interruption lives under `<run_dir>/state/` and is not a
+Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
+checkpoints with them):
+  state/log.jsonl           append-only evaluation log, one JSON object per line
+                            (read by mbc.core.runlog.read_log); its last line is a `done`
+                            event once the run has finished
+  state/resume.pt           model + optimiser + step, written atomically at eval steps
+  state/snapshots/*.pt      model weights at the snapshot schedule (post-hoc diagnostics)
+The declared outputs, `metrics.csv` and `checkpoints.csv`, are written by `finalize_run`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+import pandas as pd
+import torch
+
+from mbc.core.artifacts import (
+    CorruptArtifactError,
+    torch_load_checked,
+    torch_save_atomic,
+    write_csv_atomic,
+    write_text_atomic,
+)
+from mbc.core.crossing import first_crossing
+from mbc.core.runlog import logged_tau, read_log
+from mbc.core.spec import RunSpec, grid_mask
+from mbc.training.schedule import crosses_mark, eval_schedule
+
+METRIC_COLUMNS = [
+    "step",
+    "examples_seen",
+    "train_loss",
+    "loss",
+    "first_target_loss",
+    "candidate_loss",
+    "candidate_accuracy",
+    "shuffled_loss",
+    "delta_z",
+    "first_target_shuffled_loss",
+    "delta_z_first",
+    "grad_norm",
+    "wall_s",
+]
+
+Weights = dict[str, torch.Tensor]
+
+
+class RunView(Protocol):
+    """A run's current weights as its trainer holds them (one model, or a slice of a pack)."""
+
+    def keep(self) -> Weights:
+        """A copy of the current weights (kept at a dense_every step)."""
+
+    def grad_norm(self) -> float:
+        """Global L2 norm of the last step's gradient (before clipping, when clipped)."""
+
+    def evaluate(self, weights: list[Weights] | None = None) -> list[dict[str, float]]:
+        """The in-loop metrics of the current weights (None) or of each of `weights`,
+        on the run's fixed evaluation batch."""
+
+    def resume_state(self) -> dict:
+        """{"model": state dict, "optimizer": `torch.optim.AdamW` state dict}."""
+
+
+class RunRecord:
+    """The bookkeeping of one run: `start` (resume or evaluate step 0), `after_step` after
+    every optimiser step (True once the run has finished), then `finalize_run`."""
+
+    def __init__(
+        self,
+        spec: RunSpec,
+        run_dir: str | os.PathLike,
+        say: Callable[[str], None] = print,
+        progress_every_s: float = 30.0,
+    ):
+        self.spec, self.say, self.progress_every_s = spec, say, progress_every_s
+        self.run_dir = Path(run_dir)
+        self.state_dir = self.run_dir / "state"
+        self.snap_dir = self.state_dir / "snapshots"
+        self.log_path = self.state_dir / "log.jsonl"
+        evals, snaps = eval_schedule(spec.eval, spec.train.max_steps)
+        self.eval_set, self.snap_set = set(evals), set(snaps)
+        self.step = self.last_resume = 0
+        self.tau: int | None = None
+        self.finished = False
+        self._fh = None
+        self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
+        self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
+        self._prev_row: dict | None = None
+
+    def resume(self) -> dict | None:
+        """Read the run's state: the resume point to load into the weights (None: start
+        from the initial weights, or the run has finished: `finished`). Sets `step`."""
+        self.snap_dir.mkdir(parents=True, exist_ok=True)
+        rows = read_log(self.log_path)
+        if rows and rows[-1].get("event") == "done":
+            self.finished, self.step = True, rows[-1]["step"]
+            self.tau = logged_tau(rows)
+            return None
+        state, rows = _try_resume(self.state_dir, rows, self.say)
+        if state is not None:
+            self.step = self.last_resume = state["step"]
+            self.say(f"resuming {self.spec.run_id} from step {self.step}")
+        write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
+        self.tau = logged_tau(rows)
+        self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
+        self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
+        self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
+        self._fh = open(self.log_path, "a")  # noqa: SIM115 - closed by close()
+        return state
+
+    def start(self, view: RunView) -> None:
+        """Evaluate the initial weights (a fresh run only)."""
+        if self.step == 0 and not self.finished:
+            self._prev_row = self._row(view.evaluate()[0], 0, math.nan, math.nan)
+            self._log(self._prev_row)
+
+    def after_step(self, step: int, loss: torch.Tensor, view: RunView) -> bool:
+        """Record optimiser step `step` (its detached loss); True when the run has finished
+        (its budget, or the early stop): its trainer stops updating it."""
+        ev, t = self.spec.eval, self.spec.train
+        self.step = step
+        self._losses.append((step, loss))
+        if ev.dense_every and step % ev.dense_every == 0 and step not in self.eval_set:
+            self._pending.append(
+                _Kept(step, view.keep(), view.grad_norm(), time.perf_counter() - self._t0)
+            )
+        if step in self.eval_set:
+            row = self._row(view.evaluate()[0], step, math.nan, view.grad_norm())
+            if self._pending and crosses_mark(self._prev_row, row, self.spec.task.log_k):
+                kept_rows = view.evaluate([k.weights for k in self._pending])
+                for k, m in zip(self._pending, kept_rows, strict=True):
+                    kept_row = self._row(m, k.step, math.nan, k.grad_norm)
+                    kept_row["wall_s"] = k.wall_s
+                    kept_row["train_loss"] = _mean_loss(self._losses, k.step)
+                    self._log(kept_row)
+            self._pending = []
+            row["train_loss"] = _mean_loss(self._losses, step)
+            self._log(row)
+            self._prev_row = row
+            self._progress.report(step, row, self.tau)
+            if step in self.snap_set:
+                path = self.snap_dir / f"step_{step:09d}.pt"
+                weights = view.resume_state()["model"]
+                sha = torch_save_atomic(path, {k: v.cpu() for k, v in weights.items()})
+                _append(
+                    self._fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha}
+                )
+            if step - self.last_resume >= ev.resume_every or step == t.max_steps:
+                sha = torch_save_atomic(
+                    self.state_dir / "resume.pt", {**view.resume_state(), "step": step}
+                )
+                _append(
+                    self._fh,
+                    {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
+                )
+                self.last_resume = step
+            if _converged(self.spec, self.tau, step, row):
+                self.say(f"{self.spec.run_id}: early stop at step {step} (tau={self.tau})")
+                return self._finish()
+        if step >= t.max_steps:
+            return self._finish()
+        return False
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def _finish(self) -> bool:
+        _append(self._fh, {"event": "done", "step": self.step})
+        self.finished = True
+        self.close()
+        return True
+
+    def _row(self, m: dict, step: int, train_loss: float, grad_norm: float) -> dict:
+        b = self.spec.train.batch_size
+        return {
+            "step": step,
+            "examples_seen": step * b,
+            "train_loss": train_loss,
+            "grad_norm": grad_norm,
+            **m,
+            "wall_s": time.perf_counter() - self._t0,
+        }
+
+    def _log(self, row: dict) -> None:
+        _append(self._fh, row)
+        ev, task = self.spec.eval, self.spec.task
+        if self.tau is None and grid_mask(ev, row["step"]):
+            # rows come in step order and no earlier grid row crossed (tau is None)
+            bound = ev.threshold * task.log_k
+            self.tau = first_crossing([row["step"]], [row["candidate_loss"]], bound)
+            if self.tau is not None:
+                _append(self._fh, {"event": "tau", "step": self.tau, "tau": self.tau})
+                self.say(f"{self.spec.run_id}: tau = {self.tau} (L_cand < {ev.threshold:g} log K)")
+
+
+def _json_line(row: dict) -> str:
+    """One strict-JSON line: NaN and infinities (no value yet) are written as null."""
+    clean = {
+        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
+    }
+    return json.dumps(clean, allow_nan=False) + "\n"
+
+
+def _append(fh, row: dict) -> None:
+    fh.write(_json_line(row))
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _try_resume(state_dir: Path, log_rows: list[dict], say: Callable[[str], None]):
+    """Return (resume dict or None, log rows up to its step). Corrupt state -> fresh start."""
+    resume_path = state_dir / "resume.pt"
+    if not resume_path.exists():
+        return None, []
+    marks = [r for r in log_rows if r.get("event") == "resume"]
+    try:
+        if not marks:
+            raise CorruptArtifactError(f"{resume_path}: no matching entry in log.jsonl")
+        state = torch_load_checked(resume_path, sha256=marks[-1]["sha256"])
+        if state["step"] != marks[-1]["step"]:
+            raise CorruptArtifactError(f"{resume_path}: step does not match log.jsonl")
+    except CorruptArtifactError as exc:
+        say(f"WARNING: {exc}; starting this run from step 0")
+        return None, []
+    # The log is ordered: keep everything up to the resume point, drop what came after.
+    last = max(i for i, r in enumerate(log_rows) if r.get("event") == "resume")
+    kept = log_rows[: last + 1]
+    return state, kept
+
+
+class Progress:
+    """One line at most every `every_s` seconds of a running job: step / budget,
+    L_cand / log K, delta_z, tau, steps/s and the time left (to the early stop once tau
+    is known, else to the budget)."""
+
+    def __init__(self, spec: RunSpec, step: int, say: Callable[[str], None], every_s: float):
+        self.spec, self.say, self.every_s = spec, say, every_s
+        self.t0 = self.last = time.perf_counter()
+        self.step0 = step
+
+    def report(self, step: int, row: dict, tau: int | None) -> None:
+        now = time.perf_counter()
+        if now - self.last < self.every_s or step == self.step0:
+            return
+        self.last = now
+        t, log_k = self.spec.train, self.spec.task.log_k
+        rate = (step - self.step0) / max(now - self.t0, 1e-9)
+        end = t.max_steps
+        if tau is not None and t.early_stop_tau_factor > 0:
+            end = min(end, max(step, math.ceil(t.early_stop_tau_factor * tau)))
+        dz = row.get("delta_z")
+        dz_text = "-" if dz is None or not math.isfinite(dz) else f"{dz:.3f}"
+        self.say(
+            f"step {step:,}/{t.max_steps:,}  L_cand/logK {row['candidate_loss'] / log_k:.3f}"
+            f"  delta_z {dz_text}  tau {'-' if tau is None else tau}  {rate:.1f} steps/s"
+            f"  ETA {duration((end - step) / max(rate, 1e-9))}"
+            + ("" if end == t.max_steps else " (early stop)")
+        )
+
+
+def duration(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+
+
+class _Kept(NamedTuple):
+    """Weights kept at a dense_every step, evaluated only if a mark is crossed."""
+
+    step: int
+    weights: Weights
+    grad_norm: float
+    wall_s: float
+
+
+def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:
+    """Mean training loss of the steps up to `upto` not yet reported; drops them."""
+    taken = [loss for s, loss in losses if s <= upto]
+    losses[:] = [(s, loss) for s, loss in losses if s > upto]
+    return float(torch.stack(taken).double().mean()) if taken else math.nan
+
+
+def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
+    t = spec.train
+    if tau is None or t.early_stop_tau_factor <= 0:
+        return False
+    return step >= t.early_stop_tau_factor * tau and row["candidate_loss"] < (
+        t.early_stop_loss_fraction * spec.task.log_k
+    )
+
+
+def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
+    """Turn the log into the tidy per-run tables (atomic writes)."""
+    run_dir = Path(run_dir)
+    rows = read_log(run_dir / "state" / "log.jsonl")
+    evals = [r for r in rows if "event" not in r]
+    metrics = pd.DataFrame(evals, columns=METRIC_COLUMNS).drop_duplicates("step", keep="last")
+    metrics.insert(0, "run_id", spec.run_id)
+    snaps = pd.DataFrame(
+        [r for r in rows if r.get("event") == "snapshot"], columns=["step", "path", "sha256"]
+    ).drop_duplicates("step", keep="last")
+    snaps["path"] = [str(Path("state") / "snapshots" / p) for p in snaps["path"]]
+    write_csv_atomic(run_dir / "checkpoints.csv", snaps)
+    write_csv_atomic(run_dir / "metrics.csv", metrics)
+    return metrics

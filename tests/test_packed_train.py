@@ -1,0 +1,163 @@
+"""Packed training (mbc.training.packed_train) writes, per run, what an unpacked run writes:
+the same evaluation steps, snapshots and tau, metrics equal to float32 rounding; an
+interrupted pack resumes bitwise; runs at different steps and finished runs are handled."""
+
+import dataclasses
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_spec
+
+from mbc.core.integrity import RunFiles, repair, scan
+from mbc.core.packing import make_packs, pack_key
+from mbc.core.runlog import logged_tau, read_log
+from mbc.training.data import build_dataset
+from mbc.training.packed_train import train_pack
+from mbc.training.train import train_run
+
+CPU = torch.device("cpu")
+QUIET = {"say": lambda m: None}
+# float32 rounding: the packed model's batched matmuls sum in another order; every
+# metric of every evaluation agrees to this (measured: at most 8e-6 here)
+ATOL = 1e-4
+
+
+def _train(spec, **kw):
+    return dataclasses.replace(spec, train=dataclasses.replace(spec.train, **kw))
+
+
+def mixed_specs():
+    """Runs a pack may hold together: other seeds, an early stop, warmup + cosine with
+    clipping, another lr and budget, another init scale."""
+    b = tiny_spec()
+    return [
+        b,
+        dataclasses.replace(b, seed=1),
+        _train(b, early_stop_tau_factor=1.5, early_stop_loss_fraction=0.5, max_steps=300),
+        dataclasses.replace(
+            _train(b, schedule="warmup_cosine", warmup_steps=10, clip_norm=1.0), seed=1
+        ),
+        _train(b, lr=1e-3, max_steps=80),
+        dataclasses.replace(b, model=dataclasses.replace(b.model, init_std=0.2)),
+    ]
+
+
+def tables(run_dir):
+    m = pd.read_csv(run_dir / "metrics.csv").drop(columns=["wall_s"])
+    c = pd.read_csv(run_dir / "checkpoints.csv")
+    return m, c
+
+
+def assert_same_run(a_dir, b_dir, exact=False):
+    (ma, ca), (mb, cb) = tables(a_dir), tables(b_dir)
+    assert ma["step"].tolist() == mb["step"].tolist(), "the same evaluation steps"
+    assert ca["step"].tolist() == cb["step"].tolist(), "the same snapshot steps"
+    ta, tb = (logged_tau(read_log(d / "state" / "log.jsonl")) for d in (a_dir, b_dir))
+    assert ta == tb and ta is not None, (ta, tb)
+    if exact:
+        pd.testing.assert_frame_equal(ma, mb)
+        return
+    num = [c for c in ma.columns if c not in ("run_id", "step")]
+    np.testing.assert_allclose(ma[num].to_numpy(), mb[num].to_numpy(), rtol=0, atol=ATOL)
+    assert (ma.run_id == mb.run_id).all()
+
+
+def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
+    specs = mixed_specs()
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    assert len({pack_key(s) for s in specs}) == 1
+    for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
+    said = []
+    dirs = [tmp_path / f"packed{i}" for i in range(len(specs))]
+    trained = train_pack(specs, datasets, dirs, CPU, say=said.append)
+    assert trained == [True] * len(specs)
+    for i in range(len(specs)):
+        assert_same_run(tmp_path / f"alone{i}", dirs[i])
+    # the early-stopped run and the 80-step run left the pack; the others went on
+    assert any("early stop at step 60" in line for line in said), said
+    assert pd.read_csv(dirs[4] / "metrics.csv").step.max() == 80
+    assert pd.read_csv(dirs[0] / "metrics.csv").step.max() == specs[0].train.max_steps
+    # the resume point of a packed run is an ordinary run's: train_run picks it up
+    state = torch.load(dirs[0] / "state" / "resume.pt", weights_only=False)
+    assert set(state) == {"model", "optimizer", "step"} and state["step"] == 120
+
+    # finished runs are not trained again; their tables stay as they were
+    before = [tables(d)[0] for d in dirs]
+    assert train_pack(specs, datasets, dirs, CPU, **QUIET) == [False] * len(specs)
+    for d, m in zip(dirs, before, strict=True):
+        pd.testing.assert_frame_equal(tables(d)[0], m)
+
+
+def test_interrupted_pack_resumes_bitwise(tmp_path):
+    specs = mixed_specs()[:4]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    whole = [tmp_path / f"whole{i}" for i in range(len(specs))]
+    cut = [tmp_path / f"cut{i}" for i in range(len(specs))]
+    train_pack(specs, datasets, whole, CPU, **QUIET)
+    assert train_pack(specs, datasets, cut, CPU, stop_after=50, **QUIET) == [True] * 4
+    assert not (cut[0] / "metrics.csv").exists()
+    said = []
+    train_pack(specs, datasets, cut, CPU, say=said.append)
+    assert any("from step 40" in line for line in said), said  # resume_every = 20
+    for a, b in zip(whole, cut, strict=True):
+        assert_same_run(a, b, exact=True)
+
+
+def test_runs_at_different_steps_catch_up_then_train_together(tmp_path):
+    """One run resumes at step 40 (an interrupted unpacked job), two start afresh: the two
+    train to step 40 as a pack of two, then all three together."""
+    specs = mixed_specs()[:3]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
+    dirs = [tmp_path / f"p{i}" for i in range(3)]
+    train_run(specs[1], datasets[1], dirs[1], CPU, stop_after=50, **QUIET)
+    said = []
+    train_pack(specs, datasets, dirs, CPU, say=said.append)
+    packs = [line for line in said if line.startswith("pack:")]
+    assert packs[:2] == ["pack: 2 run(s) from step 0 to 40", "pack: 3 run(s) from step 40"]
+    for i in range(3):
+        assert_same_run(tmp_path / f"alone{i}", dirs[i])
+
+
+def test_make_packs_groups_by_shape_and_caps_the_size():
+    b = tiny_spec()
+    specs = [dataclasses.replace(b, seed=s) for s in range(5)]
+    specs += [
+        _train(b, batch_size=8),
+        dataclasses.replace(b, model=dataclasses.replace(b.model, kind="linear")),
+    ]
+    by_id = {s.run_id: s for s in specs}
+    packs = make_packs(by_id, max_runs=2)
+    sizes = sorted(len(m) for m in packs.values())
+    assert sizes == [1, 1, 2, 2], packs  # 5 seeds -> 2 + 2 + 1; batch 8 alone; linear in none
+    assert all(not p.startswith("pack") or p.startswith(f"pack{len(m)}-") for p, m in packs.items())
+    assert specs[-1].run_id not in {r for m in packs.values() for r in m}
+    assert make_packs(by_id, max_runs=2) == packs, "the same runs form the same packs"
+    with pytest.raises(ValueError, match="max_runs"):
+        make_packs(by_id, max_runs=0)
+
+
+def test_a_packed_run_whose_files_are_gone_reruns_its_pack(tmp_path):
+    """Start-up repair: a packed run's tables come from its pack's log, so a broken train
+    link deletes the pack's manifest (the pack runs again; its finished runs only finalize)."""
+    spec = tiny_spec()
+    run_dir = tmp_path / "runs" / spec.run_id
+    ds_path = tmp_path / "ds.pt"
+    ds_path.write_bytes(b"x")
+    manifest = tmp_path / "packs" / "pack1-abc.json"
+    manifest.parent.mkdir()
+    manifest.write_text(json.dumps({"runs": []}))
+    train_pack([spec], [build_dataset(spec.task, spec.seed)], [run_dir], CPU, **QUIET)
+    files = RunFiles(
+        spec.run_id, ds_path, [run_dir / "metrics.csv", run_dir / "checkpoints.csv"],
+        run_dir / "summary.json", pack=manifest,
+    )  # fmt: skip
+    (run_dir / "metrics.csv").unlink()
+    lines = repair(scan([files], []), [files], [])
+    assert not manifest.exists(), lines
+    assert any("its pack trains" in line for line in lines), lines
