@@ -26,6 +26,7 @@ same code runs on a CPU in a minute; CI runs it (tests/test_benchmark.py).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import platform
@@ -87,6 +88,49 @@ def slice_table(specs, run_dirs) -> list[dict]:
     return rows
 
 
+def speed_options(ref, device: torch.device, small: bool, steps: int, compile_too: bool) -> None:
+    """Pack step time under each option against the default (fp32, eager, fused AdamW):
+    unfused AdamW (`PackedAdamW`), bf16 autocast, and on CUDA torch.compile in its
+    default mode and in "reduce-overhead" (CUDA graphs), fp32 and bf16. Compiling on a
+    CPU takes minutes, so --small leaves it out."""
+    bf16 = dataclasses.replace(ref, train=dataclasses.replace(ref.train, precision="bf16"))
+    options = [
+        ("fp32 eager, fused AdamW (default)", ref, {}),
+        ("fp32 eager, unfused PackedAdamW", ref, {"fused": False}),
+        ("bf16 autocast, eager", bf16, {}),
+    ]
+    if compile_too and device.type == "cuda":
+        options += [
+            ("fp32 compiled (default mode)", ref, {"compile_mode": "default"}),
+            (
+                "fp32 compiled, reduce-overhead (CUDA graphs)",
+                ref,
+                {"compile_mode": "reduce-overhead"},
+            ),
+            (
+                "bf16 compiled, reduce-overhead (CUDA graphs)",
+                bf16,
+                {"compile_mode": "reduce-overhead"},
+            ),
+        ]
+    elif device.type == "cuda":
+        print("(compiled variants skipped: --no-compile)")
+    else:
+        print(
+            "(compiled variants: CUDA only here; on a CPU see benchmarks/train_step.py --compile)"
+        )
+    width = 32 if small else 128
+    base = None
+    for name, spec, variant in options:
+        t0 = time.perf_counter()
+        r = pack_estimate.time_pack_step(spec, width, device, steps, **variant)
+        base = base or r["step_s"]
+        print(
+            f"  pack of {width}, {name:<46} {width / r['step_s']:9.1f} run-steps/s, "
+            f"{base / r['step_s']:5.2f}x ({time.perf_counter() - t0:.0f} s incl. warm-up)"
+        )
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--small", action="store_true", help="smoke sizes (default without CUDA)")
@@ -94,6 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="where rates.json and the slice's runs go")
     ap.add_argument("--slice-budget-s", type=float, default=240.0)
     ap.add_argument("--steps", type=int, default=None, help="timed steps per rate")
+    ap.add_argument("--no-compile", action="store_true", help="skip the compiled variants")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
     device = pick_device(a.device)
@@ -118,10 +163,13 @@ def main(argv=None) -> int:
     one = 1 / rates["single_step_s"]
     for w, r in rates["pack"].items():
         print(
-            f"  pack of {w:>3} vs one unpacked run: {w / r['step_s'] / one:6.1f}x the run-steps/s"
+            f"  pack of {w:>3} vs one unpacked run: {int(w) / r['step_s'] / one:6.1f}x the run-steps/s"
         )
     pack_estimate.save_rates(rates, out / "rates.json")
     print(f"saved {out / 'rates.json'}")
+
+    section("2b. speed options, measured side by side (relative to the workflow's default)")
+    speed_options(ref, device, small, steps, compile_too=not a.no_compile)
 
     section(f"3. E1 at K = {ks[0]} and {ks[1]}, 3 seeds, trained as one pack")
     chosen = [s for s in e1.values() if s.task.k in ks]

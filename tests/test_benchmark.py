@@ -37,3 +37,30 @@ def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
     assert set(res["eval"]) == {"5", "20", "36"}
     assert all(v > 0 for v in res["ratios"].values())
+
+
+def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
+    """benchmarks/gpu_check.sh without CUDA: the smoke preset's sizes, every section."""
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path))
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )  # fmt: skip
+    out = proc.stdout
+    assert proc.returncode == 0, out + proc.stderr
+    assert re.search(r"^python .*, torch .*, device cpu$", out, re.M), out
+    for w in (1, 8, 32, 128):
+        assert re.search(rf"^pack of +{w}: +\d+\.\d pack steps/s = +\d+\.\d run-steps/s", out, re.M)
+    assert re.search(r"^one run, unpacked: \d+\.\d steps/s", out, re.M), out
+    assert "bf16 autocast, eager" in out
+    # the packed slice: six runs, each with a tau and finished
+    rows = re.findall(r"^ +(\d+) +(\d+) +([012]) +(\d+|-) +(\d+) +\d+\.\d{4}  (yes|no)", out, re.M)
+    assert len(rows) == 6 and {r[0] for r in rows} == {"3", "5"}, out
+    assert all(r[3] != "-" and r[5] == "yes" for r in rows), rows
+    assert (tmp_path / "runs").is_dir() and len(
+        list((tmp_path / "runs").glob("*/metrics.csv"))
+    ) == 6
+    rates = json.loads((tmp_path / "rates.json").read_text())
+    assert set(rates["pack"]) == {"1", "8", "32", "128"} and set(rates["eval_s"]) == {"5", "36"}
+    assert re.search(r"^expected training wall time with pack.enabled \(max_runs \d+\)", out, re.M)

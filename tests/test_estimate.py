@@ -100,3 +100,47 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
         paper = mbc_config.load(raw, {"outdir": str(tmp_path / "p")})
         assert any("WARNING" in line and "preset=quick" in line
                    for line in banner_lines(paper, cores=8, measure=False))  # fmt: skip
+
+
+def _rates(step_s: dict[int, float], eval_s=(0.0, 0.0)) -> dict:
+    return {
+        "device": "planted",
+        "shape": {"model": [2, 2, 32, 64], "batch_size": 16, "seq_len": 16, "precision": "fp32"},
+        "pack": {str(w): {"step_s": t} for w, t in step_s.items()},
+        "eval_s": {"5": eval_s[0], "36": eval_s[1]},
+    }
+
+
+def test_a_pack_costs_its_widths_times_its_steps():
+    """Planted rates: three runs of 100, 200 and 400 steps take 100 steps at width 3, 100
+    at width 2 and 200 at width 1; evaluations add n x eval_s(K), linear in K."""
+    from mbc.pack_estimate import eval_seconds, pack_seconds, step_seconds
+
+    spec = tiny_spec()  # batch 16, the planted shape's tokens per step
+    rates = _rates({1: 1.0, 8: 1.7}, eval_s=(0.5, 3.6))
+    assert step_seconds(rates, 2, spec) == pytest.approx(1.1)  # interpolated in R
+    assert step_seconds(rates, 16, spec) == pytest.approx(1.7 * 2)  # per run beyond the widest
+    assert eval_seconds(rates, 10) == pytest.approx(0.5 + 5 * 0.1)
+    secs = pack_seconds([spec] * 3, [200, 100, 400], [0, 0, 0], rates)
+    assert secs == pytest.approx(100 * 1.2 + 100 * 1.1 + 200 * 1.0)
+    assert pack_seconds([spec], [10], [4], rates) == pytest.approx(10 + 4 * eval_seconds(rates, 3))
+
+
+def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys):
+    import json
+
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps(_rates({1: 0.01, 8: 0.012, 32: 0.02, 128: 0.05})))
+    out = estimate("smoke", CONFIG, str(tmp_path), tau_coef=1.0, rates_path=str(rates))
+    p = out["packed"]
+    said = capsys.readouterr().out
+    assert sum(n for _, n, _ in p["packs"]) == sum("-linear-" not in r for r in out["table"].run_id)
+    assert p["wall_s"] == pytest.approx(sum(s for _, _, s in p["packs"]) + p["alone_s"])
+    assert "expected training wall time with pack.enabled (max_runs 256)" in said
+
+
+def test_estimate_on_cuda_without_cuda_is_one_line():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises(SystemExit, match="^mbc.estimate: device='cuda' requested but CUDA"):
+        main(["--preset", "smoke", "--config", CONFIG, "--device", "cuda"])

@@ -86,12 +86,16 @@ def test_packed_rejects_different_shapes():
         PackedRuns([a, b], [build_dataset(s.task, 0) for s in (a, b)], CPU)
 
 
-@pytest.mark.parametrize("train", [{"schedule": "warmup_cosine", "warmup_steps": 5},
-                                   {"clip_norm": 1.0}])  # fmt: skip
-def test_packed_refuses_a_regime_it_does_not_implement(train):
+@pytest.mark.parametrize(
+    "change",
+    [{"train": {"batch_size": 8}}, {"train": {"precision": "bf16"}}, {"model": {"kind": "linear"}}],
+)
+def test_packed_refuses_runs_that_do_not_share_a_pack_key(change):
     a = tiny_spec()
-    b = dataclasses.replace(a, train=dataclasses.replace(a.train, **train))
-    with pytest.raises(ValueError, match="constant without"):
+    b = a
+    for part, fields in change.items():
+        b = dataclasses.replace(b, **{part: dataclasses.replace(getattr(b, part), **fields)})
+    with pytest.raises(ValueError, match="pack_key"):
         PackedRuns([a, b], [build_dataset(s.task, 0) for s in (a, b)], CPU)
 
 

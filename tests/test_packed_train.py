@@ -161,3 +161,49 @@ def test_a_packed_run_whose_files_are_gone_reruns_its_pack(tmp_path):
     lines = repair(scan([files], []), [files], [])
     assert not manifest.exists(), lines
     assert any("its pack trains" in line for line in lines), lines
+
+
+def test_batched_evaluation_equals_each_runs_own():
+    """PackedTransformer.evaluate (one forward for many runs, every candidate in full)
+    against `evaluate_shared_prefix` of each run's own model, z-shuffle included."""
+    from mbc.training.metrics import evaluate_shared_prefix
+    from mbc.training.packed import PackedRuns
+    from mbc.training.packed_train import _eval_batch
+
+    specs = [dataclasses.replace(tiny_spec(), seed=s) for s in range(3)]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    pack = PackedRuns(specs, datasets, CPU)
+    for _ in range(30):
+        pack.step()
+    batches = [_eval_batch(s, ds, CPU) for s, ds in zip(specs, datasets, strict=True)]
+    got = pack.model.evaluate([2, 0], [batches[2], batches[0]], max_seqs=50)  # chunked
+    for r, m in zip([2, 0], got, strict=True):
+        model, _ = pack.export_run(r)
+        ref = evaluate_shared_prefix(model, batches[r])
+        assert m.keys() == ref.keys()
+        for key in ref:
+            assert m[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-6), key
+    assert got[0]["candidate_loss"] != got[1]["candidate_loss"]
+
+
+def test_packed_runs_with_batched_evaluation_write_what_unpacked_runs_write(tmp_path, monkeypatch):
+    """batched_eval (the CUDA default) on a CPU: runs of equal K evaluated together, a run
+    of its own K alone; every table still equals the unpacked run's."""
+    from mbc.training.packed import PackedTransformer
+
+    widths = []
+    batched = PackedTransformer.evaluate
+    monkeypatch.setattr(
+        PackedTransformer,
+        "evaluate",
+        lambda self, runs, b: widths.append(len(runs)) or batched(self, runs, b),
+    )
+    specs = mixed_specs()[:4] + [dataclasses.replace(tiny_spec(k=5), seed=2)]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
+    dirs = [tmp_path / f"packed{i}" for i in range(len(specs))]
+    train_pack(specs, datasets, dirs, CPU, batched_eval=True, **QUIET)
+    assert widths and max(widths) == 4, widths  # the four K = 3 runs at once, K = 5 alone
+    for i in range(len(specs)):
+        assert_same_run(tmp_path / f"alone{i}", dirs[i])

@@ -3,7 +3,7 @@
 (a) test_tiny_workflow_through_slurm_test_profile: a 3-rule workflow written into tmp_path
     runs to completion through profiles/slurm-test on the local cluster.
 (b) test_real_profile_gpu_request_reaches_sbatch: the GPU request of the *real* profile
-    (profiles/slurm, `set-resources: train: gpu: 1, cpus_per_gpu: ...`) arrives on the
+    (profiles/slurm, `set-resources: train/train_pack: gpu: 1, cpus_per_gpu: ...`) arrives on the
     sbatch command line. How: the plugin logs every submission at debug level as
     `sbatch call: sbatch ... --gpus=1` (shown with `--verbose`). The test node has no
     GPU, so the real sbatch rejects the `train` job ("Invalid generic resource (gres)
@@ -155,7 +155,7 @@ def test_real_profile_gpu_request_reaches_sbatch(cluster, tmp_path):
         textwrap.dedent(
             """
             rule all:
-                input: "data/d.txt", "runs/r1/metrics.csv"
+                input: "data/d.txt", "runs/r1/metrics.csv", "packs/p1.json"
 
             rule dataset:
                 output: "data/d.txt"
@@ -163,6 +163,10 @@ def test_real_profile_gpu_request_reaches_sbatch(cluster, tmp_path):
 
             rule train:
                 output: "runs/{run_id}/metrics.csv"
+                shell: "touch {output}"
+
+            rule train_pack:
+                output: "packs/{pack_id}.json"
                 shell: "touch {output}"
             """
         )
@@ -173,24 +177,26 @@ def test_real_profile_gpu_request_reaches_sbatch(cluster, tmp_path):
     print(f"real-profile GPU submission: rc={rc}, {wall:.1f}s")
 
     calls = _sbatch_calls(log)
-    assert {"dataset", "train"} <= set(calls), log[-6000:]
-    gpu_call, cpu_call = calls["train"], calls["dataset"]
-    print("train sbatch call:", gpu_call)
-
-    expected_gpu = (
-        f"--gpus={train['gpu_model']}:{train['gpu']}"
-        if train.get("gpu_model")
-        else f"--gpus={train['gpu']}"
-        if train.get("gpu")
-        else f"--gres={train['gres']}"
-    )
-    assert expected_gpu in gpu_call.split(), gpu_call
-    assert f"--cpus-per-gpu={train['cpus_per_gpu']}" in gpu_call.split(), gpu_call
-    assert "--cpus-per-task" not in gpu_call, gpu_call  # the default must not win
-    assert f"--mem {train['mem_mb']}" in gpu_call, gpu_call
-    assert f"-t {train['runtime']}" in gpu_call, gpu_call
-    if real.get("slurm-requeue"):
-        assert "--requeue" in gpu_call.split(), gpu_call
+    # both GPU rules: one run per job (train) and a pack of runs per job (train_pack)
+    assert {"dataset", "train", "train_pack"} <= set(calls), log[-6000:]
+    cpu_call = calls["dataset"]
+    for rule in ("train", "train_pack"):
+        res, gpu_call = real["set-resources"][rule], calls[rule]
+        print(f"{rule} sbatch call:", gpu_call)
+        expected_gpu = (
+            f"--gpus={res['gpu_model']}:{res['gpu']}"
+            if res.get("gpu_model")
+            else f"--gpus={res['gpu']}"
+            if res.get("gpu")
+            else f"--gres={res['gres']}"
+        )
+        assert expected_gpu in gpu_call.split(), gpu_call
+        assert f"--cpus-per-gpu={res['cpus_per_gpu']}" in gpu_call.split(), gpu_call
+        assert "--cpus-per-task" not in gpu_call, gpu_call  # the default must not win
+        assert f"--mem {res['mem_mb']}" in gpu_call, gpu_call
+        assert f"-t {res['runtime']}" in gpu_call, gpu_call
+        if real.get("slurm-requeue"):
+            assert "--requeue" in gpu_call.split(), gpu_call
 
     assert "--gpus" not in cpu_call and "--gres" not in cpu_call, cpu_call
     assert "--cpus-per-task=1" in cpu_call.split(), cpu_call

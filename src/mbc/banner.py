@@ -27,6 +27,7 @@ from collections import Counter
 from pathlib import Path
 
 from mbc.core.config import Config
+from mbc.core.packing import make_packs
 from mbc.core.spec import RunSpec
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
@@ -161,6 +162,15 @@ def banner_lines(
     if not todo:
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines
+    pack = cfg.raw["pack"]
+    if pack.get("enabled"):
+        packs = make_packs(todo, pack["max_runs"])
+        alone = len(todo) - sum(len(m) for m in packs.values())
+        lines.append(
+            f"mbc: pack.enabled: they train in {len(packs)} pack job(s) of up to "
+            f"{pack['max_runs']} runs ({alone} alone: not packable); the times below "
+            "are for one run per job (`python -m mbc.estimate --device cuda` estimates packs)"
+        )
 
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)

@@ -267,8 +267,9 @@ def _packed(cfg, specs, df, device, rates_path, say) -> dict:
     steps = dict(zip(df.run_id, df.expected_steps, strict=True))
     taus = dict(zip(df.run_id, df.tau, strict=True))
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
-    max_runs = int((cfg.raw.get("pack") or {}).get("max_runs", 64))
-    res = pack_estimate.packed_wall_seconds(specs, steps, evals, rates, max_runs)
+    max_runs = int(cfg.raw["pack"]["max_runs"])
+    batched = device.type == "cuda"  # as train_pack evaluates
+    res = pack_estimate.packed_wall_seconds(specs, steps, evals, rates, max_runs, batched)
     return {"rates": rates, "max_runs": max_runs, **res}
 
 

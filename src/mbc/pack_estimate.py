@@ -6,12 +6,13 @@ The rates (`measure_rates`), at one reference shape (a run of the preset's most 
 shape): seconds per pack step for packs of R runs (R = 1, 8, 32, 128 by default; every
 run its own seed and data, `mbc.training.packed.PackedRuns.step`), and seconds per
 in-loop evaluation of one run (`mbc.training.metrics.evaluate_shared_prefix`) at two
-K, the evaluation's cost growing with K (K candidates per context).
+K, the evaluation's cost growing with K (K candidates per context), alone and per run
+when 32 runs evaluate together (`PackedTransformer.evaluate`, `train_pack`'s on CUDA).
 
 The model of a pack's time (`pack_seconds`): its runs start together and leave as they
 finish, so with expected steps s_1 <= ... <= s_R it takes
     sum_j (s_j - s_(j-1)) * step_s(R - j + 1)  +  sum_runs n_evals(run) * eval_s(K)
-step_s(R) interpolated linearly in R between the measured widths (beyond the widest: its
+(eval_s: the batched one on CUDA), step_s(R) interpolated linearly in R between the measured widths (beyond the widest: its
 time per run), scaled by tokens per step (batch x sequence length) relative to the
 reference shape. Packs run one after another on the device (train_slots = 1); runs that
 cannot be packed (the linear baseline) count at the one-run rate. Expected steps and
@@ -44,14 +45,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_pack_step(spec: RunSpec, width: int, device: torch.device, steps: int = 20) -> dict:
+def time_pack_step(
+    spec: RunSpec, width: int, device: torch.device, steps: int = 20, **variant
+) -> dict:
     """Seconds per step of a pack of `width` runs of `spec`'s shape (seeds 0..width-1, one
-    dataset shared: the data do not change the work), and its peak device memory."""
+    dataset shared: the data do not change the work), and its peak device memory.
+    variant: `PackedRuns`' compile_mode / fused."""
     specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
     ds = build_dataset(spec.task, spec.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    pack = PackedRuns(specs, [ds] * width, device)
+    pack = PackedRuns(specs, [ds] * width, device, **variant)
     for _ in range(3):  # warm-up (allocator, kernels, a compile)
         pack.step()
     _sync(device)
@@ -90,6 +94,27 @@ def time_evaluation(spec: RunSpec, device: torch.device, repeats: int = 3) -> fl
     return (time.perf_counter() - t0) / repeats
 
 
+def time_batched_evaluation(
+    spec: RunSpec, width: int, device: torch.device, repeats: int = 3
+) -> float:
+    """Seconds per run when `width` runs of `spec` evaluate together
+    (`PackedTransformer.evaluate`, what `train_pack` does on CUDA)."""
+    from mbc.training.packed_train import _eval_batch
+
+    specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
+    ds = build_dataset(spec.task, spec.seed)
+    pack = PackedRuns(specs, [ds] * width, device)
+    batches = [_eval_batch(s, ds, device) for s in specs]
+    runs = list(range(width))
+    pack.model.evaluate(runs, batches)
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(repeats):
+        pack.model.evaluate(runs, batches)
+    _sync(device)
+    return (time.perf_counter() - t0) / repeats / width
+
+
 def with_k(spec: RunSpec, k: int) -> RunSpec:
     """`spec` at K = k, D unchanged."""
     d = spec.task.d
@@ -102,6 +127,7 @@ def measure_rates(
     widths=WIDTHS,
     eval_ks=(5, 36),
     steps: int = 20,
+    eval_width: int = 32,
     say=print,
 ) -> dict:
     """The rates `pack_seconds` needs, at `spec`'s shape."""
@@ -123,9 +149,16 @@ def measure_rates(
             f"pack of {w:>3}: {1 / r['step_s']:8.1f} pack steps/s = "
             f"{w / r['step_s']:9.1f} run-steps/s{mem}"
         )
+    rates["eval_batched_s"], rates["eval_batched_width"] = {}, eval_width
     for k in eval_ks:
         rates["eval_s"][str(k)] = time_evaluation(with_k(spec, k), device)
-        say(f"one evaluation at K = {k}: {rates['eval_s'][str(k)] * 1e3:.1f} ms")
+        b = rates["eval_batched_s"][str(k)] = time_batched_evaluation(
+            with_k(spec, k), eval_width, device
+        )
+        say(
+            f"one evaluation at K = {k}: {rates['eval_s'][str(k)] * 1e3:.1f} ms alone, "
+            f"{b * 1e3:.1f} ms per run with {eval_width} runs evaluated together"
+        )
     return rates
 
 
@@ -153,12 +186,17 @@ def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:
     return t * (spec.train.batch_size * spec.task.seq_len) / (ref["batch_size"] * ref["seq_len"])
 
 
-def eval_seconds(rates: dict, k: int) -> float:
-    ks = sorted(int(x) for x in rates["eval_s"])
-    return float(np.interp(k, ks, [rates["eval_s"][str(x)] for x in ks], right=None))
+def eval_seconds(rates: dict, k: int, batched: bool = False) -> float:
+    """Seconds per evaluation of one run at K = k: alone, or evaluated together with the
+    pack's other runs (what `train_pack` does on CUDA), linear in K between the two measured."""
+    table = rates["eval_batched_s"] if batched and rates.get("eval_batched_s") else rates["eval_s"]
+    ks = sorted(int(x) for x in table)
+    return float(np.interp(k, ks, [table[str(x)] for x in ks]))
 
 
-def pack_seconds(specs: list[RunSpec], steps: list[int], evals: list[float], rates: dict) -> float:
+def pack_seconds(
+    specs: list[RunSpec], steps: list[int], evals: list[float], rates: dict, batched: bool = False
+) -> float:
     """Expected seconds of one pack (module docstring)."""
     order = sorted(range(len(specs)), key=lambda i: steps[i])
     total, done = 0.0, 0
@@ -166,7 +204,9 @@ def pack_seconds(specs: list[RunSpec], steps: list[int], evals: list[float], rat
         width = len(order) - j
         total += (steps[i] - done) * step_seconds(rates, width, specs[i])
         done = steps[i]
-    return total + sum(n * eval_seconds(rates, s.task.k) for s, n in zip(specs, evals, strict=True))
+    return total + sum(
+        n * eval_seconds(rates, s.task.k, batched) for s, n in zip(specs, evals, strict=True)
+    )
 
 
 def packed_wall_seconds(
@@ -175,13 +215,17 @@ def packed_wall_seconds(
     evals: dict[str, float],
     rates: dict,
     max_runs: int,
+    batched: bool = False,
 ) -> dict:
-    """{"packs": [(pack id, runs, seconds)], "alone_s", "wall_s"} for one device."""
+    """{"packs": [(pack id, runs, seconds)], "alone_s", "wall_s"} for one device; batched:
+    the packs evaluate their runs together (`train_pack` on CUDA)."""
     packs = make_packs(specs, max_runs)
     rows = []
     for pid, members in packs.items():
         s = [specs[r] for r in members]
-        secs = pack_seconds(s, [steps[r] for r in members], [evals[r] for r in members], rates)
+        secs = pack_seconds(
+            s, [steps[r] for r in members], [evals[r] for r in members], rates, batched
+        )
         rows.append((pid, len(members), secs))
     alone = [r for r in specs if pack_key(specs[r]) is None]
     alone_s = sum(

@@ -48,9 +48,9 @@ if MAIN_PROCESS:
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 # pack.enabled: pack id -> its run ids (rules in train.smk)
-PACK = CFG.raw.get("pack") or {}
+PACK = CFG.raw["pack"]
 PACKS = (
-    mbc.core.packing.make_packs(SPECS, PACK.get("max_runs", 64))
+    mbc.core.packing.make_packs(SPECS, PACK["max_runs"])
     if PACK.get("enabled")
     else {}
 )

@@ -123,7 +123,7 @@ def evaluate(model: nn.Module, batch: EvalBatch) -> dict[str, float]:
     with _eval_mode(model):
         lp = target_logprobs(model, batch.candidates).view(batch.n_contexts, k, -1)  # (n, K, n_t)
         shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled)
-    return _metrics(lp, shuffled, batch)
+    return metrics_from_logprobs(lp, shuffled, batch)
 
 
 @torch.no_grad()
@@ -150,7 +150,7 @@ def evaluate_shared_prefix(model: nn.Module, batch: EvalBatch, chunk: int = 2048
             ]
         )
         shuffled = None if batch.shuffled is None else target_logprobs(model, batch.shuffled, 512)
-    return _metrics(lp, shuffled, batch)
+    return metrics_from_logprobs(lp, shuffled, batch)
 
 
 @contextmanager
@@ -163,7 +163,9 @@ def _eval_mode(model: nn.Module):
         model.train(was_training)
 
 
-def _metrics(lp: torch.Tensor, shuffled: torch.Tensor | None, batch: EvalBatch) -> dict:
+def metrics_from_logprobs(
+    lp: torch.Tensor, shuffled: torch.Tensor | None, batch: EvalBatch
+) -> dict:
     """The metrics from the candidates' target log-probs lp (n_ctx, K, n_t) and the
     z-shuffled sequences' (n_ctx, n_t) or None."""
     scores = lp.double().sum(-1)

@@ -37,6 +37,7 @@ from torch import nn
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
+from mbc.training.metrics import metrics_from_logprobs
 from mbc.training.model import Transformer, attend, build_model, use_sdpa
 from mbc.training.schedule import BatchOrder, learning_rate
 from mbc.training.train import make_optimizer
@@ -73,17 +74,22 @@ class PackedTransformer(nn.Module):
         """Run r's weights as an ordinary `Transformer` state dict (detached copies)."""
         return {n: self.p(n)[r].detach().clone() for n in self.names}
 
+    def _w(self, name: str, runs: torch.Tensor | None) -> torch.Tensor:
+        """The stacked parameter, or its rows of the runs `runs` (their weights only)."""
+        w = self.p(name)
+        return w if runs is None else w[runs]
+
     # -- batched building blocks: x is (R, n, t, features)
-    def _linear(self, x: torch.Tensor, name: str, rows: slice | None = None) -> torch.Tensor:
-        w, b = self.p(f"{name}.weight"), self.p(f"{name}.bias")
+    def _linear(self, x, name: str, rows: slice | None = None, runs=None) -> torch.Tensor:
+        w, b = self._w(f"{name}.weight", runs), self._w(f"{name}.bias", runs)
         if rows is not None:
             w, b = w[:, rows], b[:, rows]
         r, n, t, f = x.shape
         y = torch.baddbmm(b.unsqueeze(1), x.reshape(r, n * t, f), w.transpose(1, 2))
         return y.view(r, n, t, -1)
 
-    def _ln(self, x: torch.Tensor, name: str) -> torch.Tensor:
-        w, b = self.p(f"{name}.weight"), self.p(f"{name}.bias")
+    def _ln(self, x: torch.Tensor, name: str, runs=None) -> torch.Tensor:
+        w, b = self._w(f"{name}.weight", runs), self._w(f"{name}.bias", runs)
         return torch.addcmul(b[:, None, None], F.layer_norm(x, x.shape[-1:]), w[:, None, None])
 
     def _heads(self, y: torch.Tensor) -> torch.Tensor:
@@ -95,39 +101,73 @@ class PackedTransformer(nn.Module):
         rn, h, t, dh = z.shape
         return z.transpose(1, 2).reshape(r, rn // r, t, h * dh)
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        """tokens (R, n, T) -> logits (R, n, n_targets, vocab) at the target positions."""
+    def forward(self, tokens: torch.Tensor, runs: torch.Tensor | None = None) -> torch.Tensor:
+        """tokens (R, n, T) -> logits (R, n, n_targets, vocab) at the target positions.
+        runs: the forward of these runs only (tokens (len(runs), n, T))."""
         r, n, _ = tokens.shape
-        if r != self.r:
-            raise ValueError(f"expected {self.r} runs, got tokens for {r}")
+        if r != (self.r if runs is None else len(runs)):
+            raise ValueError(
+                f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
+            )
         d, p = self.spec.d_model, self.task.first_pred_pos
         sdpa = use_sdpa(tokens.device)
         x_in = tokens[:, :, :-1]
         t = x_in.shape[2]
-        emb = self.p("tok_emb.weight")  # (R, V, d)
+        emb = self._w("tok_emb.weight", runs)  # (R, V, d)
         vocab = emb.shape[1]
         offsets = (torch.arange(r, device=tokens.device) * vocab).view(r, 1, 1)
         x = F.embedding(x_in + offsets, emb.reshape(r * vocab, d))
-        x = x + self.p("pos_emb.weight")[:, None, :t]
+        x = x + self._w("pos_emb.weight", runs)[:, None, :t]
         last = self.spec.n_layers - 1
         for i in range(self.spec.n_layers):
             b = f"blocks.{i}"
-            y = self._ln(x, f"{b}.ln1")
+            y = self._ln(x, f"{b}.ln1", runs)
             if i < last:
-                q, k, v = (self._heads(u) for u in self._linear(y, f"{b}.attn.qkv").split(d, -1))
+                qkv = self._linear(y, f"{b}.attn.qkv", runs=runs)
+                q, k, v = (self._heads(u) for u in qkv.split(d, -1))
                 off = 0
             else:  # only positions p.. reach the loss: queries, out-proj and MLP there only
-                q = self._heads(self._linear(y[:, :, p:], f"{b}.attn.qkv", slice(0, d)))
-                kv = self._linear(y, f"{b}.attn.qkv", slice(d, 3 * d))
+                q = self._heads(self._linear(y[:, :, p:], f"{b}.attn.qkv", slice(0, d), runs))
+                kv = self._linear(y, f"{b}.attn.qkv", slice(d, 3 * d), runs)
                 k, v = (self._heads(u) for u in kv.split(d, -1))
                 x, off = x[:, :, p:], p
             z, _ = attend(q, k, v, off, sdpa)
-            x = x + self._linear(self._merge(z, r), f"{b}.attn.out")
-            hid = F.gelu(self._linear(self._ln(x, f"{b}.ln2"), f"{b}.mlp.0"))
-            x = x + self._linear(hid, f"{b}.mlp.2")
+            x = x + self._linear(self._merge(z, r), f"{b}.attn.out", runs=runs)
+            hid = F.gelu(self._linear(self._ln(x, f"{b}.ln2", runs), f"{b}.mlp.0", runs=runs))
+            x = x + self._linear(hid, f"{b}.mlp.2", runs=runs)
         if self.spec.n_layers == 0:
             x = x[:, :, p:]
-        return self._linear(self._ln(x, "ln_f"), "unembed")
+        return self._linear(self._ln(x, "ln_f", runs), "unembed", runs=runs)
+
+    @torch.no_grad()
+    def evaluate(self, runs: list[int], batches: list, max_seqs: int = 1 << 15) -> list[dict]:
+        """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
+        one shape), in one batched forward per chunk: every candidate sequence in full, as
+        `mbc.training.metrics.evaluate` (equal to float32 rounding). For GPUs, where R
+        evaluations one after another are bound by kernel launches."""
+        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
+        task = batches[0].task
+        n, k = batches[0].n_contexts, task.k
+
+        def logprobs(seqs: torch.Tensor) -> torch.Tensor:  # (S, m, T) -> (S, m, n_t)
+            chunk = max(1, max_seqs // len(runs))
+            out = []
+            for i in range(0, seqs.shape[1], chunk):
+                s = seqs[:, i : i + chunk]
+                logp = F.log_softmax(self.forward(s, idx).float(), dim=-1)
+                out.append(logp.gather(-1, s[:, :, -task.n_targets :].unsqueeze(-1)).squeeze(-1))
+            return torch.cat(out, dim=1)
+
+        lp = logprobs(torch.stack([b.candidates for b in batches]))
+        shuffled = None
+        if batches[0].shuffled is not None:
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]))
+        return [
+            metrics_from_logprobs(
+                lp[j].view(n, k, -1), None if shuffled is None else shuffled[j], b
+            )
+            for j, b in enumerate(batches)
+        ]
 
     def losses(self, tokens: torch.Tensor) -> torch.Tensor:
         """Per-run training loss (R,): `mbc.training.metrics.training_loss` of each run."""
@@ -214,6 +254,9 @@ class PackedRuns:
     states: per run, None (start from the run's initial weights) or a resume state
     {"model", "optimizer"} as `export_run` / `mbc.training.train.train_run` write it, all
     at optimiser step `step` (a pack's runs always share their step count).
+    compile_mode: torch.compile the loss in this mode (e.g. "reduce-overhead": CUDA
+    graphs) whatever train.compile says; fused=False: `PackedAdamW` even when torch's
+    fused AdamW would do. Both for benchmarks/gpu_check.py, which measures them.
     """
 
     def __init__(
@@ -223,6 +266,9 @@ class PackedRuns:
         device: torch.device,
         states: list[dict | None] | None = None,
         step: int = 0,
+        *,
+        compile_mode: str | None = None,
+        fused: bool = True,
     ):
         if len(specs) != len(datasets):
             raise ValueError("one dataset per spec")
@@ -244,7 +290,7 @@ class PackedRuns:
             models.append(m)
         self.model = PackedTransformer(models).to(device).train()
         self.params = params = [self.model.p(n) for n in self.model.names]
-        self.uniform = len({_hparams(s) for s in specs}) == 1
+        self.uniform = fused and len({_hparams(s) for s in specs}) == 1
         if self.uniform:
             # identical updates: torch's own (fused) AdamW over the stacked tensors
             self.opt = make_optimizer(_ParamList(params), specs[0], device)
@@ -269,13 +315,14 @@ class PackedRuns:
         self._stacked = torch.stack(self.tokens) if same_d else None
         self.step_count = step
         self._norms: torch.Tensor | None = None  # per-run gradient norms of the last step
-        self._loss = self._loss_function(specs[0].train)
+        self._graphs = compile_mode == "reduce-overhead"
+        self._loss = self._loss_function(specs[0].train, compile_mode)
 
     @property
     def r(self) -> int:
         return self.model.r
 
-    def _loss_function(self, train):
+    def _loss_function(self, train, compile_mode: str | None):
         """The packed model's per-run losses under train.precision and train.compile, as
         `mbc.training.train.step_functions` builds the loss of one run."""
 
@@ -285,6 +332,8 @@ class PackedRuns:
             with torch.autocast(tokens.device.type, dtype=torch.bfloat16):
                 return self.model.losses(tokens)
 
+        if compile_mode is not None:
+            return torch.compile(loss, mode=compile_mode)
         return torch.compile(loss) if train.compile else loss
 
     def batch(self, step: int) -> torch.Tensor:
@@ -317,7 +366,8 @@ class PackedRuns:
         else:
             self.opt.set_lr(lrs)
         self.opt.step()
-        return losses.detach()
+        # a CUDA graph's next replay overwrites its outputs: keep a copy
+        return losses.detach().clone() if self._graphs else losses.detach()
 
     def grad_norms(self) -> torch.Tensor:
         """Per-run global gradient norm (R,) of the last step, before clipping (what

@@ -41,6 +41,7 @@ class PackView:
             evaluate,
             batch,
         )
+        self.batched: tuple[int, dict] | None = None  # (step, metrics) of a batched evaluation
 
     def keep(self) -> Weights:
         return self.pack.weights(self.r)
@@ -49,6 +50,8 @@ class PackView:
         return float(self.pack.grad_norms()[self.r])
 
     def evaluate(self, weights: list[Weights] | None = None) -> list[dict[str, float]]:
+        if weights is None and self.batched and self.batched[0] == self.pack.step_count:
+            return [self.batched[1]]
         out = []
         for w in weights if weights is not None else [self.pack.weights(self.r)]:
             self.scratch.load_state_dict(w)
@@ -69,6 +72,21 @@ def _eval_batch(spec: RunSpec, dataset: Dataset, device: torch.device):
     return make_eval_batch(dataset, contexts, rng).to(device)
 
 
+def evaluate_together(pack: PackedRuns, views: list[PackView], due: list[int]) -> None:
+    """Evaluate the runs `due` (indices into the pack) of one evaluation-batch shape in one
+    batched forward (`PackedTransformer.evaluate`); each view then returns its metrics."""
+    groups: dict[tuple, list[int]] = {}
+    for j in due:
+        b = views[j].batch
+        groups.setdefault((b.task.k, b.n_contexts, b.shuffled is None), []).append(j)
+    for members in groups.values():
+        if len(members) < 2:
+            continue  # one run: its own evaluation
+        got = pack.model.evaluate(members, [views[j].batch for j in members])
+        for j, m in zip(members, got, strict=True):
+            views[j].batched = (pack.step_count, m)
+
+
 def train_pack(
     specs: list[RunSpec],
     datasets: list[Dataset],
@@ -78,6 +96,7 @@ def train_pack(
     say: Callable[[str], None] = print,
     stop_after: int | None = None,
     deadline: float | None = None,
+    batched_eval: bool | None = None,
     progress_every_s: float = 30.0,
 ) -> list[bool]:
     """Train the runs together; each writes its metrics.csv and checkpoints.csv once it has
@@ -87,7 +106,14 @@ def train_pack(
     from each run's start) as if interrupted.
     deadline: a `time.monotonic()` value; at the first step after it, return as if
     interrupted (each run resumes from its last resume point; none is finalized).
+    batched_eval: runs that evaluate at the same step with evaluation batches of one shape
+    are evaluated together (`evaluate_together`: every candidate in full, equal to the
+    run's own evaluation to float32 rounding). None: on CUDA only, where one evaluation
+    after another is bound by kernel launches; on a CPU each run evaluates as it would
+    unpacked.
     """
+    if batched_eval is None:
+        batched_eval = device.type == "cuda"
     records = [
         RunRecord(s, d, say, progress_every_s=math.inf)
         for s, d in zip(specs, run_dirs, strict=True)
@@ -129,6 +155,9 @@ def train_pack(
                 losses = pack.step()
                 step += 1
                 taken += 1
+                if batched_eval:
+                    due = [j for j, i in enumerate(group) if step in records[i].eval_set]
+                    evaluate_together(pack, views, due)
                 done = [
                     records[i].after_step(step, losses[j], views[j]) for j, i in enumerate(group)
                 ]
