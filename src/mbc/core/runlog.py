@@ -1,5 +1,6 @@
 """Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.train):
-one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume).
+one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume, and
+`done` last once the run has finished).
 
 Every reader goes through `read_log`: the training job when it resumes and when it writes
 metrics.csv, `mbc.status`, `mbc.estimate` and the tests that wait for a resume point.

@@ -30,6 +30,8 @@ bitwise equality, since batched and unbatched matmuls may sum in different order
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -60,12 +62,25 @@ class PackedTransformer(nn.Module):
                 raise TypeError("packing is implemented for the transformer only")
             if _shape(m) != _shape(first):
                 raise ValueError("packed runs must share the model's shape and sequence layout")
-        self.spec, self.task, self.r = first.spec, first.task, len(models)
-        self.names = [n for n, _ in first.named_parameters()]
         states = [dict(m.named_parameters()) for m in models]
-        for n in self.names:
-            stacked = torch.stack([s[n].detach() for s in states]).clone()
-            self.register_parameter(_key(n), nn.Parameter(stacked))
+        names = [n for n, _ in first.named_parameters()]
+        self._register(
+            first.spec, first.task, {n: torch.stack([s[n].detach() for s in states]) for n in names}
+        )
+
+    def _register(self, spec, task, stacked: dict[str, torch.Tensor]) -> None:
+        self.spec, self.task = spec, task
+        self.names = list(stacked)
+        self.r = stacked[self.names[0]].shape[0]
+        for n, t in stacked.items():
+            self.register_parameter(_key(n), nn.Parameter(t.clone()))
+
+    def subset(self, rows: torch.Tensor) -> PackedTransformer:
+        """A pack of these runs only (their rows of every parameter, copied)."""
+        new = PackedTransformer.__new__(PackedTransformer)
+        nn.Module.__init__(new)
+        new._register(self.spec, self.task, {n: self.p(n).detach()[rows] for n in self.names})
+        return new.train(self.training)
 
     def p(self, name: str) -> torch.Tensor:
         return getattr(self, _key(name))
@@ -289,19 +304,8 @@ class PackedRuns:
                 m.load_state_dict(st["model"])
             models.append(m)
         self.model = PackedTransformer(models).to(device).train()
-        self.params = params = [self.model.p(n) for n in self.model.names]
-        self.uniform = fused and len({_hparams(s) for s in specs}) == 1
-        if self.uniform:
-            # identical updates: torch's own (fused) AdamW over the stacked tensors
-            self.opt = make_optimizer(_ParamList(params), specs[0], device)
-        else:
-            self.opt = PackedAdamW(
-                params,
-                lr=[s.train.lr for s in specs],
-                betas=[(s.train.beta1, s.train.beta2) for s in specs],
-                eps=[s.train.eps for s in specs],
-                weight_decay=[s.train.weight_decay for s in specs],
-            )
+
+        self._make_optimizer(fused)
         if step > 0:
             self._load_optimizer([st["optimizer"] for st in states], step)
         self.clip = torch.tensor([s.train.clip_norm for s in specs], device=device)
@@ -315,12 +319,73 @@ class PackedRuns:
         self._stacked = torch.stack(self.tokens) if same_d else None
         self.step_count = step
         self._norms: torch.Tensor | None = None  # per-run gradient norms of the last step
-        self._graphs = compile_mode == "reduce-overhead"
+        self._graphs, self._compile_mode = compile_mode == "reduce-overhead", compile_mode
         self._loss = self._loss_function(specs[0].train, compile_mode)
 
     @property
     def r(self) -> int:
         return self.model.r
+
+    def _make_optimizer(self, fused: bool) -> None:
+        specs, self._fused = self.specs, fused
+        self.params = params = [self.model.p(n) for n in self.model.names]
+        self.uniform = fused and len({_hparams(s) for s in specs}) == 1
+        if self.uniform:
+            # identical updates: torch's own (fused) AdamW over the stacked tensors
+            self.opt = make_optimizer(_ParamList(params), specs[0], self.device)
+        else:
+            self.opt = PackedAdamW(
+                params,
+                lr=[s.train.lr for s in specs],
+                betas=[(s.train.beta1, s.train.beta2) for s in specs],
+                eps=[s.train.eps for s in specs],
+                weight_decay=[s.train.weight_decay for s in specs],
+            )
+
+    def subset(self, rows: list[int]) -> PackedRuns:
+        """The pack without its other runs (they finished): the kept runs' rows of weights
+        and AdamW state, sliced; each run continues exactly as it would have."""
+        idx = torch.as_tensor(rows, device=self.device)
+        step, moments = self._moments()
+        new = copy.copy(self)
+        new.specs = [self.specs[r] for r in rows]
+        new.model = self.model.subset(idx)
+        new._make_optimizer(self._fused)
+        new._set_moments(step, [(m[idx], v[idx]) for m, v in moments])
+        new.clip = self.clip[idx]
+        new.tokens = [self.tokens[r] for r in rows]
+        new.orders = [self.orders[r] for r in rows]
+        new._stacked = None if self._stacked is None else self._stacked[idx]
+        if new._stacked is None and len({t.shape[0] for t in new.tokens}) == 1:
+            new._stacked = torch.stack(new.tokens)
+        new._norms = None
+        new._loss = new._loss_function(new.specs[0].train, self._compile_mode)
+        return new
+
+    def _moments(self) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """(AdamW step count, [(exp_avg, exp_avg_sq)] per parameter, stacked (R, ...))."""
+        if isinstance(self.opt, PackedAdamW):
+            return self.opt.t, list(zip(self.opt.m, self.opt.v, strict=True))
+        states = [self.opt.state.get(p) for p in self.params]
+        if not all(states):
+            return 0, [(torch.zeros_like(p), torch.zeros_like(p)) for p in self.params]
+        return int(states[0]["step"]), [(s["exp_avg"], s["exp_avg_sq"]) for s in states]
+
+    def _set_moments(self, step: int, per_param: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if step == 0:
+            return  # a fresh optimiser
+        if isinstance(self.opt, PackedAdamW):
+            self.opt.t = step
+            for (m, v), m0, v0 in zip(per_param, self.opt.m, self.opt.v, strict=True):
+                m0.copy_(m)
+                v0.copy_(v)
+            return
+        sd = self.opt.state_dict()
+        sd["state"] = {
+            i: {"step": torch.tensor(float(step)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+            for i, (m, v) in enumerate(per_param)
+        }
+        self.opt.load_state_dict(sd)
 
     def _loss_function(self, train, compile_mode: str | None):
         """The packed model's per-run losses under train.precision and train.compile, as
@@ -424,18 +489,7 @@ class PackedRuns:
                     torch.stack([r["exp_avg_sq"] for r in runs]).to(self.device),
                 )
             )
-        if isinstance(self.opt, PackedAdamW):
-            self.opt.t = step
-            for (m, v), m0, v0 in zip(per_param, self.opt.m, self.opt.v, strict=True):
-                m0.copy_(m)
-                v0.copy_(v)
-            return
-        sd = self.opt.state_dict()
-        sd["state"] = {
-            i: {"step": torch.tensor(float(step)), "exp_avg": m, "exp_avg_sq": v}
-            for i, (m, v) in enumerate(per_param)
-        }
-        self.opt.load_state_dict(sd)
+        self._set_moments(step, per_param)
 
 
 class _ParamList(nn.Module):

@@ -127,21 +127,32 @@ def train_pack(
     progress = _PackProgress(records, say, progress_every_s)
     taken = 0
     try:
+        pack, group, views = None, [], []
         while True:
             active = [i for i, rec in enumerate(records) if not rec.finished]
             if not active:
                 break
             step = min(records[i].step for i in active)
-            group = [i for i in active if records[i].step == step]
             ahead = [records[i].step for i in active if records[i].step > step]
             until = min(ahead) if ahead else math.inf
-            pack = PackedRuns(
-                [specs[i] for i in group],
-                [datasets[i] for i in group],
-                device,
-                states=[states[i] for i in group],
-                step=step,
-            )
+            kept = [j for j, i in enumerate(group) if not records[i].finished]
+            if pack is not None and len(kept) == len(
+                [i for i in active if records[i].step == step]
+            ):
+                # runs only left (they finished): the same pack without their rows
+                pack, group = pack.subset(kept), [group[j] for j in kept]
+            else:  # the first pack, or runs that were behind join: from each run's state
+                for j, i in enumerate(group):
+                    if not records[i].finished:
+                        states[i] = views[j].resume_state()
+                group = [i for i in active if records[i].step == step]
+                pack = PackedRuns(
+                    [specs[i] for i in group],
+                    [datasets[i] for i in group],
+                    device,
+                    states=[states[i] for i in group],
+                    step=step,
+                )
             views = [
                 PackView(pack, j, scratch, evaluators[i], batches[i]) for j, i in enumerate(group)
             ]
@@ -168,10 +179,6 @@ def train_pack(
                     return trained
                 if any(done) or step >= until:
                     break
-            # the pack changes: the runs still going carry their state into the next one
-            for j, i in enumerate(group):
-                if not records[i].finished:
-                    states[i] = views[j].resume_state()
     finally:
         for rec in records:
             rec.close()
