@@ -157,7 +157,9 @@ def estimate(
     overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})
     cfg = mbc_config.load(raw, overrides)
     specs = cfg.specs
-    device = pick_device(device or str(cfg.raw.get("device", "auto")))
+    wanted = device or str(cfg.raw.get("device", "auto"))
+    # with rates measured elsewhere (a GPU's, by gpu_check.sh), any machine estimates for it
+    device = torch.device(wanted) if rates_path and wanted != "auto" else pick_device(wanted)
     packed = device.type == "cuda" or rates_path is not None
     threads = int(cfg.raw.get("threads", 1))
     torch.set_num_threads(threads)

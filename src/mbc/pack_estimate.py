@@ -12,11 +12,12 @@ when 32 runs evaluate together (`PackedTransformer.evaluate`, `train_pack`'s on 
 The model of a pack's time (`pack_seconds`): its runs start together and leave as they
 finish, so with expected steps s_1 <= ... <= s_R it takes
     sum_j (s_j - s_(j-1)) * step_s(R - j + 1)  +  sum_runs n_evals(run) * eval_s(K)
-(eval_s: the batched one on CUDA), step_s(R) interpolated linearly in R between the measured widths (beyond the widest: its
-time per run), scaled by tokens per step (batch x sequence length) relative to the
-reference shape. Packs run one after another on the device (train_slots = 1); runs that
-cannot be packed (the linear baseline) count at the one-run rate. Expected steps and
-evaluation counts are `mbc.estimate`'s (tau from tau.csv, run logs or the D^1.2 law).
+with eval_s the batched one on CUDA, step_s(R) interpolated linearly in R between the
+measured widths (beyond the widest: its time per run) and scaled by a step's work (weights
+x tokens) relative to the reference shape: exact there, a rough guide for other shapes.
+Packs run one after another on the device (train_slots = 1); runs that cannot be packed
+(the linear baseline) count at the one-run rate. Expected steps and evaluation counts are
+`mbc.estimate`'s (tau from tau.csv, run logs or the D^1.2 law).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.packing import make_packs, pack_key
-from mbc.core.spec import RunSpec
+from mbc.core.spec import VOCAB, RunSpec
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
 from mbc.training.packed import PackedRuns
@@ -183,7 +184,17 @@ def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:
     # beyond the widest pack measured: its time per run
     t = float(np.interp(width, ws, ts)) if width <= ws[-1] else ts[-1] * width / ws[-1]
     ref = rates["shape"]
-    return t * (spec.train.batch_size * spec.task.seq_len) / (ref["batch_size"] * ref["seq_len"])
+    m = spec.model
+    mine = _work(
+        [m.n_layers, m.n_heads, m.d_model, m.d_mlp], spec.train.batch_size, spec.task.seq_len
+    )
+    return t * mine / _work(ref["model"], ref["batch_size"], ref["seq_len"])
+
+
+def _work(model: list[int], batch_size: int, seq_len: int) -> float:
+    """A step's work up to a constant: weights of the blocks and embeddings x tokens."""
+    n_layers, _, d, d_mlp = model
+    return (n_layers * (4 * d * d + 2 * d * d_mlp) + 2 * VOCAB * d) * batch_size * seq_len
 
 
 def eval_seconds(rates: dict, k: int, batched: bool = False) -> float:

@@ -8,7 +8,6 @@ import mbc.banner
 import mbc.core.config
 import mbc.core.integrity
 import mbc.core.packing
-import mbc.core.rule_log
 import mbc.core.spec
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
@@ -50,9 +49,7 @@ DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec usi
 # pack.enabled: pack id -> its run ids (rules in train.smk)
 PACK = CFG.raw["pack"]
 PACKS = (
-    mbc.core.packing.make_packs(SPECS, PACK["max_runs"])
-    if PACK.get("enabled")
-    else {}
+    mbc.core.packing.make_packs(SPECS, PACK["max_runs"]) if PACK.get("enabled") else {}
 )
 PACK_OF = {r: p for p, members in PACKS.items() for r in members}
 

@@ -64,10 +64,10 @@ if PACKS:
             f"{OUT}/logs/unpack/{{run_id}}.log",
         wildcard_constraints:
             run_id=one_of(PACK_OF),
-        # reads a log, writes two tables: in Snakemake's own process, no job start-up
-        localrule: True
-        run:
-            from mbc.pipeline import unpack_run
-
-            with mbc.core.rule_log.logged(log[0]):
-                unpack_run(SPECS[wildcards.run_id], Path(output.metrics).parent)
+        localrule: True  # reads a log, writes two tables
+        conda:
+            "../../envs/mbc.yaml"
+        params:
+            spec=lambda wc: SPECS[wc.run_id].to_dict(),
+        script:
+            "../scripts/unpack.py"

@@ -1,0 +1,8 @@
+from pathlib import Path
+
+from mbc.core.rule_log import logged
+from mbc.core.spec import RunSpec
+from mbc.pipeline import unpack_run
+
+with logged(snakemake.log[0]):
+    unpack_run(RunSpec.from_dict(snakemake.params.spec), Path(snakemake.output.metrics).parent)
