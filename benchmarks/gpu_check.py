@@ -1,7 +1,7 @@
 """The prepared device check (README "Training on a GPU"): run by benchmarks/gpu_check.sh.
 
     bash benchmarks/gpu_check.sh [--small] [--device auto|cpu|cuda] [--out DIR]
-                                 [--slice-budget-s 240]
+                                 [--slice-budget-s 150]
 
 Prints, in one run:
 1. the device (name, memory, torch and CUDA versions; CPU threads);
@@ -47,8 +47,11 @@ from mbc.training.train import pick_device
 REPO = Path(__file__).resolve().parents[1]
 
 
+T0 = time.perf_counter()
+
+
 def section(title: str) -> None:
-    print(f"\n== {title}", flush=True)
+    print(f"\n== {title}   [{time.perf_counter() - T0:.0f} s]", flush=True)
 
 
 def device_lines(device: torch.device) -> None:
@@ -136,12 +139,15 @@ def main(argv=None) -> int:
     ap.add_argument("--small", action="store_true", help="smoke sizes (default without CUDA)")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None, help="where rates.json and the slice's runs go")
-    ap.add_argument("--slice-budget-s", type=float, default=240.0)
+    ap.add_argument("--slice-budget-s", type=float, default=150.0)
     ap.add_argument("--steps", type=int, default=None, help="timed steps per rate")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled variants")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
-    device = pick_device(a.device)
+    try:
+        device = pick_device(a.device)
+    except RuntimeError as exc:  # --device cuda without CUDA
+        raise SystemExit(f"gpu_check: {exc}") from None
     small = a.small or device.type != "cuda"
     preset = "smoke" if small else "paper"
     ks = (3, 5) if small else (5, 10)
