@@ -135,16 +135,25 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
     packs = make_packs(by_id, max_runs=2)
     sizes = sorted(len(m) for m in packs.values())
     assert sizes == [1, 1, 2, 2], packs  # 5 seeds -> 2 + 2 + 1; batch 8 alone; linear in none
-    assert all(not p.startswith("pack") or p.startswith(f"pack{len(m)}-") for p, m in packs.items())
+    assert sorted(packs) == ["L2h2d32m64-T16t5p10-B16-fp32-0", "L2h2d32m64-T16t5p10-B16-fp32-1",
+                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0"]  # fmt: skip
     assert specs[-1].run_id not in {r for m in packs.values() for r in m}
     assert make_packs(by_id, max_runs=2) == packs, "the same runs form the same packs"
+    # a new run joins its shape's last pack under the same id; the others keep theirs
+    more = {**by_id, (new := dataclasses.replace(b, seed=9)).run_id: new}
+    grown = make_packs(more, max_runs=3)
+    assert (
+        set(grown) == set(make_packs(by_id, max_runs=3))
+        and new.run_id in grown["L2h2d32m64-T16t5p10-B16-fp32-1"]
+    )
     with pytest.raises(ValueError, match="max_runs"):
         make_packs(by_id, max_runs=0)
 
 
-def test_a_packed_run_whose_files_are_gone_reruns_its_pack(tmp_path):
-    """Start-up repair: a packed run's tables come from its pack's log, so a broken train
-    link deletes the pack's manifest (the pack runs again; its finished runs only finalize)."""
+def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
+    """Start-up repair: a packed run's tables come from its log. Tables gone, log done:
+    the pack's manifest stays (`unpack` rewrites them). A snapshot gone (the run is
+    retrained): the manifest is deleted, so its pack runs again."""
     spec = tiny_spec()
     run_dir = tmp_path / "runs" / spec.run_id
     ds_path = tmp_path / "ds.pt"
@@ -159,8 +168,35 @@ def test_a_packed_run_whose_files_are_gone_reruns_its_pack(tmp_path):
     )  # fmt: skip
     (run_dir / "metrics.csv").unlink()
     lines = repair(scan([files], []), [files], [])
+    assert manifest.exists(), lines
+    train_pack([spec], [build_dataset(spec.task, spec.seed)], [run_dir], CPU, **QUIET)
+    assert not (run_dir / "metrics.csv").exists(), "a finished run's tables are unpack's"
+    from mbc.pipeline import unpack_run
+
+    unpack_run(spec, run_dir)
+    next((run_dir / "state" / "snapshots").glob("*.pt")).unlink()
+    lines = repair(scan([files], []), [files], [])
     assert not manifest.exists(), lines
     assert any("its pack trains" in line for line in lines), lines
+
+
+def test_a_log_at_its_budget_without_done_is_finished(tmp_path):
+    """A log whose last resume point is the budget but whose `done` line was never
+    written (a kill between the two): not one more step."""
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    train_run(spec, ds, tmp_path / "r", CPU, **QUIET)
+    log = tmp_path / "r" / "state" / "log.jsonl"
+    lines = log.read_text().splitlines()
+    assert json.loads(lines[-1]) == {"event": "done", "step": 120}
+    log.write_text("\n".join(lines[:-1]) + "\n")
+    before = pd.read_csv(tmp_path / "r" / "metrics.csv")
+    for again in (train_run, lambda s, d, r, c, **kw: train_pack([s], [d], [r], c, **kw)):
+        again(spec, ds, tmp_path / "r", CPU, **QUIET)
+        rows = read_log(log)
+        assert rows[-1] == {"event": "done", "step": 120}
+        assert max(r["step"] for r in rows if "event" not in r) == 120
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "r" / "metrics.csv"), before)
 
 
 def test_batched_evaluation_equals_each_runs_own():

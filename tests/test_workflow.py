@@ -188,7 +188,7 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
     runs = sorted(p.name for p in (smoke / "runs").iterdir())
     linear = [r for r in runs if "-linear-" in r]
     dry = snakemake("all", "-n", *args).stdout
-    packs = sorted(set(re.findall(r"output: (\S+/packs/pack\d+-\w+\.json)", dry)))
+    packs = sorted(set(re.findall(r"output: (\S+/packs/\S+\.json)", dry)))
     assert len(packs) >= 2 and linear, dry[-3000:]
     # the packs (each writes its runs' tables), the linear run alone, then one unpack job
     snakemake(*packs, str(out / "runs" / linear[0] / "metrics.csv"), *args)

@@ -164,8 +164,8 @@ def banner_lines(
         return lines
     pack = cfg.raw["pack"]
     if pack.get("enabled"):
-        packs = make_packs(todo, pack["max_runs"])
-        alone = len(todo) - sum(len(m) for m in packs.values())
+        packs = [m for m in make_packs(specs, pack["max_runs"]).values() if set(m) & set(todo)]
+        alone = len(todo) - sum(len(set(m) & set(todo)) for m in packs)
         lines.append(
             f"mbc: pack.enabled: they train in {len(packs)} pack job(s) of up to "
             f"{pack['max_runs']} runs ({alone} alone: not packable); the times below "

@@ -270,7 +270,7 @@ def _packed(cfg, specs, df, device, rates_path, say) -> dict:
     taus = dict(zip(df.run_id, df.tau, strict=True))
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
     max_runs = int(cfg.raw["pack"]["max_runs"])
-    batched = device.type == "cuda"  # as train_pack evaluates
+    batched = rates["device"] != "cpu"  # train_pack evaluates together on a GPU
     res = pack_estimate.packed_wall_seconds(specs, steps, evals, rates, max_runs, batched)
     return {"rates": rates, "max_runs": max_runs, **res}
 

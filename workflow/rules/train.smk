@@ -54,8 +54,9 @@ if PACKS:
 
     rule unpack:
         input:
-            # ancient: a rerun pack (another run of it retrained) does not make this
-            # run's tables, nor anything read from them, out of date
+            # ancient: a pack that runs again (a run added to it) leaves the tables of
+            # its finished runs, and all that is read from them, up to date. (A deleted
+            # manifest, when one of its runs must be retrained, reruns all of them.)
             lambda wc: ancient(f"{OUT}/packs/{PACK_OF[wc.run_id]}.json"),
         output:
             metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",

@@ -13,7 +13,9 @@ sha256 differs from the index). It then moves a corrupt file aside (`*.corrupt-<
 nothing is lost), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad (the run is retrained: the same seed gives the same bits on a CPU). The
-next DAG then rebuilds exactly the broken chain and every table depending on it.
+next DAG then rebuilds exactly the broken chain and every table depending on it. A packed
+run (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its
+pack runs again.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbc.core.artifacts import read_sidecar_sha256, sha256_file
+from mbc.core.runlog import read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 
@@ -117,6 +120,12 @@ def scan(
     return out
 
 
+def _finished(run_dir: Path) -> bool:
+    """The run's training log ends in `done` (its tables can be written from it)."""
+    rows = read_log(run_dir / "state" / "log.jsonl")
+    return bool(rows) and rows[-1].get("event") == "done"
+
+
 def repair(
     findings: list[Finding], runs: list[RunFiles], aggregates: list[Path], dry_run: bool = False
 ) -> list[str]:
@@ -141,9 +150,9 @@ def repair(
         for level, paths in enumerate(links, start=1):
             if level > fd.level or (level == fd.level and level == 1):
                 doomed.update(p for p in paths if p.exists())
-        if f.pack is not None and fd.level <= 1 and f.pack.exists():
-            # the run's tables come from its pack's log: the pack must run again (its
-            # finished runs are not retrained, their logs say done)
+        if f.pack is not None and f.pack.exists() and (fd.retrain or not _finished(f.run_dir)):
+            # the run's tables come from its log: a run to train again needs its pack to
+            # run again (whose finished runs are not retrained: their logs say done)
             lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")
             doomed.add(f.pack)
         if fd.retrain and (f.run_dir / "state").exists():

@@ -1,11 +1,14 @@
 """Which runs train together when `pack.enabled` (README "Training on a GPU"): runs of one
-shape (`pack_key`) in config order, cut into packs of at most `pack.max_runs`. A pack's
-id is a hash of its members, so the same runs always form the same pack (and a changed
-config forms new packs whose finished runs are not trained again: their logs say done)."""
+shape (`pack_key`) in config order, cut into packs of at most `pack.max_runs`.
+
+A pack's id names its shape and its chunk (`L4h4d128m512-T16t5p10-B128-fp32-0`), not its
+members: a run added to the config joins its shape's pack under the same id, so the
+`unpack` jobs of the runs already there (whose input is the pack's manifest, by name)
+and everything read from their tables stay up to date. Only where a shape has more than
+max_runs runs can a new run move others to another chunk. A pack's finished runs are
+never trained again (their logs end in `done`)."""
 
 from __future__ import annotations
-
-import hashlib
 
 from mbc.core.spec import RunSpec
 
@@ -32,9 +35,14 @@ def make_packs(specs: dict[str, RunSpec], max_runs: int) -> dict[str, list[str]]
         if key is not None:
             by_key.setdefault(key, []).append(run_id)
     packs = {}
-    for ids in by_key.values():
-        for i in range(0, len(ids), max_runs):
-            members = ids[i : i + max_runs]
-            digest = hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:10]
-            packs[f"pack{len(members)}-{digest}"] = members
+    for key, ids in by_key.items():
+        for chunk, i in enumerate(range(0, len(ids), max_runs)):
+            packs[f"{_name(key)}-{chunk}"] = ids[i : i + max_runs]
     return packs
+
+
+def _name(key: tuple) -> str:
+    (layers, heads, d, d_mlp, _), (seq_len, n_t, p), batch, precision, compiled = key
+    return f"L{layers}h{heads}d{d}m{d_mlp}-T{seq_len}t{n_t}p{p}-B{batch}-{precision}" + (
+        "-compiled" if compiled else ""
+    )

@@ -17,8 +17,9 @@ the runs' hyperparameters differ (an lr sweep) a per-run-broadcast AdamW is used
 
 What may differ between packed runs: seed, dataset (K, n_groups, sharing, label noise),
 the init (scheme and std), the training regime (lr and its schedule, clipping, weight
-decay, betas, eps, budget). What must agree (`pack_key`): the model's shape, the sequence
-layout (direction, z_length), the batch size and the arithmetic (precision, compile).
+decay, betas, eps, budget). What must agree (`mbc.core.packing.pack_key`): the model's
+shape, the sequence layout (length, target positions), the batch size and the arithmetic
+(precision, compile).
 Each run's learning rate is `mbc.training.schedule.learning_rate` of its own spec, and
 clipping clips each run's own global gradient norm. `export_run` turns run r back into an
 ordinary `Transformer` + `torch.optim.AdamW` pair, identical in format to what
@@ -417,7 +418,7 @@ class PackedRuns:
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
         self._norms = None
-        if bool((self.clip > 0).any()):
+        if any(sp.train.clip_norm > 0 for sp in self.specs):  # (no device sync)
             # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
             norms = self.grad_norms()
             coef = torch.where(self.clip > 0, self.clip / (norms + 1e-6), 1.0).clamp(max=1.0)
@@ -485,8 +486,9 @@ class PackedRuns:
                 raise ValueError(f"optimiser states are not at step {step}")
             per_param.append(
                 (
-                    torch.stack([r["exp_avg"] for r in runs]).to(self.device),
-                    torch.stack([r["exp_avg_sq"] for r in runs]).to(self.device),
+                    # states from resume.pt are on the CPU, exported ones on the device
+                    torch.stack([r["exp_avg"].to(self.device) for r in runs]),
+                    torch.stack([r["exp_avg_sq"].to(self.device) for r in runs]),
                 )
             )
         self._set_moments(step, per_param)

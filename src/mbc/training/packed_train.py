@@ -99,11 +99,12 @@ def train_pack(
     batched_eval: bool | None = None,
     progress_every_s: float = 30.0,
 ) -> list[bool]:
-    """Train the runs together; each writes its metrics.csv and checkpoints.csv once it has
-    finished. Returns, per run, whether it was trained here (False: already finished).
+    """Train the runs together; each trained here writes its metrics.csv and checkpoints.csv
+    once all have finished. Returns, per run, whether it was trained here (False: it had
+    finished before).
 
-    stop_after: testing hook, return after the pack has taken that many steps (counted
-    from each run's start) as if interrupted.
+    stop_after: testing hook, return after this call has taken that many pack steps, as
+    if interrupted.
     deadline: a `time.monotonic()` value; at the first step after it, return as if
     interrupted (each run resumes from its last resume point; none is finalized).
     batched_eval: runs that evaluate at the same step with evaluation batches of one shape
@@ -182,8 +183,9 @@ def train_pack(
     finally:
         for rec in records:
             rec.close()
-    for s, d in zip(specs, run_dirs, strict=True):
-        finalize_run(s, d)
+    for s, d, fresh in zip(specs, run_dirs, trained, strict=True):
+        if fresh:  # a run finished before keeps its tables (and their times)
+            finalize_run(s, d)
     return trained
 
 

@@ -119,6 +119,11 @@ class RunRecord:
         if state is not None:
             self.step = self.last_resume = state["step"]
             self.say(f"resuming {self.spec.run_id} from step {self.step}")
+        if self.step >= self.spec.train.max_steps:  # finished, its `done` line not written
+            rows.append({"event": "done", "step": self.step})
+            self.finished, self.tau = True, logged_tau(rows)
+            write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
+            return None
         write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
         self.tau = logged_tau(rows)
         self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
@@ -159,8 +164,7 @@ class RunRecord:
             self._progress.report(step, row, self.tau)
             if step in self.snap_set:
                 path = self.snap_dir / f"step_{step:09d}.pt"
-                weights = view.resume_state()["model"]
-                sha = torch_save_atomic(path, {k: v.cpu() for k, v in weights.items()})
+                sha = torch_save_atomic(path, {k: v.cpu() for k, v in view.keep().items()})
                 _append(
                     self._fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha}
                 )
