@@ -152,7 +152,7 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
 
 def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     """Start-up repair: a packed run's tables come from its log. Tables gone, log done:
-    the pack's manifest stays (`unpack` rewrites them). A snapshot gone (the run is
+    the pack's manifest stays (`unpack_run` rewrites them). A snapshot gone (the run is
     retrained): the manifest is deleted, so its pack runs again."""
     spec = tiny_spec()
     run_dir = tmp_path / "runs" / spec.run_id
@@ -170,7 +170,7 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     lines = repair(scan([files], []), [files], [])
     assert manifest.exists(), lines
     train_pack([spec], [build_dataset(spec.task, spec.seed)], [run_dir], CPU, **QUIET)
-    assert not (run_dir / "metrics.csv").exists(), "a finished run's tables are unpack's"
+    assert not (run_dir / "metrics.csv").exists(), "a finished run's tables are unpack_run's"
     from mbc.pipeline import unpack_run
 
     unpack_run(spec, run_dir)

@@ -180,7 +180,7 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
     unpacked run's; the final L_cand to 0.01 log K. The metrics agree to float32 rounding up to tau (a stated tolerance:
     the batched matmuls sum in another order); after the transition the trajectories
     drift apart as rounding is amplified (measured up to 0.3 in a gradient norm at 3 tau),
-    which no statistic reads before tau. The unpack rule writes a run's tables from its
+    which no statistic reads before tau. The unpack_run rule writes a run's tables from its
     pack's log."""
     out = tmp_path / "packed"
     shutil.copytree(smoke / "datasets", out / "datasets")  # the same datasets (checksummed)
@@ -192,14 +192,14 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
         out / "packs" / f"{p}.json" for p in make_packs(cfg.specs, cfg.raw["pack"]["max_runs"])
     ]
     assert len(packs) >= 2 and linear
-    # the packs (each writes its runs' tables), the linear run alone, then one unpack job
+    # the packs (each writes its runs' tables), the linear run alone, then one unpack_run job
     snakemake(*map(str, packs), str(out / "runs" / linear[0] / "metrics.csv"), *args)
     packed = [r for r in runs if r not in linear]
     members = [r["run_id"] for p in packs for r in json.loads(p.read_text())["runs"]]
     assert sorted(members) == packed
     (out / "runs" / packed[0] / "metrics.csv").unlink()
     res = snakemake(str(out / "runs" / packed[0] / "metrics.csv"), *args)
-    assert "localrule unpack:" in res.stdout + res.stderr
+    assert "localrule unpack_run:" in res.stdout + res.stderr
 
     for run in runs:
         a_dir, b_dir = smoke / "runs" / run, out / "runs" / run

@@ -162,7 +162,10 @@ ALL_TARGETS = [
 
 
 # Figures: name -> tables it reads (mbc.paper.figures registers one function per figure).
-from mbc.paper.figures import FIGURES, TABLES_NEEDED
+# (mbc.paper.figure_tables, not mbc.paper.figures: no matplotlib at every job's start-up)
+from mbc.paper.figure_tables import FIGURE_TABLES as TABLES_NEEDED
+
+FIGURES = list(TABLES_NEEDED)
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]

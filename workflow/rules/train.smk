@@ -2,7 +2,7 @@
 # runs/<id>/state/, outside Snakemake's outputs, so a retried job continues.
 #
 # pack.enabled: the runs of one shape train together in one `train_pack` job (PACKS in
-# common.smk); each packed run's tables are then written by `unpack` from the log its
+# common.smk); each packed run's tables are then written by `unpack_run` from the log its
 # pack wrote, exactly where `train` writes them. Runs that cannot be packed (the linear
 # baseline) train alone either way.
 rule train:
@@ -52,7 +52,7 @@ if PACKS:
         script:
             "../scripts/train_pack.py"
 
-    rule unpack:
+    rule unpack_run:
         input:
             # ancient: a pack that runs again (a run added to it) leaves the tables of
             # its finished runs, and all that is read from them, up to date. (A deleted
@@ -62,7 +62,7 @@ if PACKS:
             metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",
             checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
         log:
-            f"{OUT}/logs/unpack/{{run_id}}.log",
+            f"{OUT}/logs/unpack_run/{{run_id}}.log",
         wildcard_constraints:
             run_id=one_of(PACK_OF),
         localrule: True  # reads a log, writes two tables
@@ -71,4 +71,4 @@ if PACKS:
         params:
             spec=lambda wc: SPECS[wc.run_id].to_dict(),
         script:
-            "../scripts/unpack.py"
+            "../scripts/unpack_run.py"

@@ -3,7 +3,7 @@ shape (`pack_key`) in config order, cut into packs of at most `pack.max_runs`.
 
 A pack's id names its shape and its chunk (`L4h4d128m512-T16t5p10-B128-fp32-0`), not its
 members: a run added to the config joins its shape's pack under the same id, so the
-`unpack` jobs of the runs already there (whose input is the pack's manifest, by name)
+`unpack_run` jobs of the runs already there (whose input is the pack's manifest, by name)
 and everything read from their tables stay up to date. Only where a shape has more than
 max_runs runs can a new run move others to another chunk. A pack's finished runs are
 never trained again (their logs end in `done`)."""

@@ -13,7 +13,8 @@ Robustness contract (each figure):
 - NaN values are skipped (and log axes skip non-positive values).
 
 `FIGURES` maps a figure name to its function ``fig_<name>(tables, out_pdf, out_png)``;
-`TABLES_NEEDED` says which tables each one reads (the Snakemake rule declares them as inputs);
+`TABLES_NEEDED` says which tables each one reads: `mbc.paper.figure_tables`' declaration,
+which the Snakefile reads (without matplotlib) to declare them as inputs;
 `render` reads the CSVs and draws one figure. PDF and PNG (150 dpi) are written atomically.
 
 Modules: `common` (registry, style, saving, table and drawing helpers), `main_text` (plateau
@@ -25,6 +26,7 @@ import matplotlib
 matplotlib.use("Agg")  # before the modules below import pyplot
 
 # Importing the figure modules registers their figures.
+from mbc.paper.figure_tables import FIGURE_TABLES  # noqa: E402
 from mbc.paper.figures import appendix, diagnostics, main_text  # noqa: E402, F401
 from mbc.paper.figures.common import (  # noqa: E402
     CENSORED_LABEL,
@@ -37,18 +39,13 @@ from mbc.paper.figures.common import (  # noqa: E402
 
 __all__ = ["CENSORED_LABEL", "DPI", "FIGURES", "STYLE", "TABLES_NEEDED", "render"]
 
-# FIGURES' order is Snakemake's and the report's: the paper's, with E15 after E11 as before
-# the modules were split (main_text registers init_scale ahead of the other modules).
-_ORDER = (
-    "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
-    "appendix_direction", "appendix_label_noise", "appendix_sharing", "init_scale",
-    "appendix_threshold", "appendix_plateau",
-)  # fmt: skip
-if sorted(_ORDER) != sorted(FIGURES):
+# FIGURES' order is mbc.paper.figure_tables' (Snakemake's and the report's): the paper's.
+if list(FIGURES) != list(FIGURE_TABLES) and sorted(FIGURES) == sorted(FIGURE_TABLES):
+    for _name in FIGURE_TABLES:
+        FIGURES[_name] = FIGURES.pop(_name)
+        TABLES_NEEDED[_name] = TABLES_NEEDED.pop(_name)
+    del _name
+if list(FIGURES) != list(FIGURE_TABLES):
     raise RuntimeError(
-        f"mbc.paper.figures: _ORDER {sorted(_ORDER)} != registered {sorted(FIGURES)}"
+        f"mbc.paper.figures: registered {sorted(FIGURES)}, declared {sorted(FIGURE_TABLES)}"
     )
-for _name in _ORDER:
-    FIGURES[_name] = FIGURES.pop(_name)
-    TABLES_NEEDED[_name] = TABLES_NEEDED.pop(_name)
-del _name

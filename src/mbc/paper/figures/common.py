@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
 from mbc.core.artifacts import read_csv_checked, write_bytes_atomic
+from mbc.paper.figure_tables import FIGURE_TABLES
 
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
@@ -49,8 +50,14 @@ _FIT_NUMERIC = (
 
 
 def _register(name: str, needs: Iterable[str]) -> Callable:
-    """Turn a drawing function ``draw(tables) -> Figure`` into ``fig_<name>`` and register it."""
+    """Turn a drawing function ``draw(tables) -> Figure`` into ``fig_<name>`` and register it.
+    `needs` must be what `mbc.paper.figure_tables` declares (what the rule gives it)."""
     needs = list(needs)
+    if FIGURE_TABLES.get(name) != needs:
+        raise RuntimeError(
+            f"figure {name!r} reads {needs}; mbc.paper.figure_tables declares "
+            f"{FIGURE_TABLES.get(name)}"
+        )
 
     def deco(draw: Callable[[dict[str, pd.DataFrame]], Figure]) -> FigureFn:
         def fig_fn(tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path) -> None:
