@@ -39,7 +39,7 @@ import torch
 
 from mbc import estimate, pack_estimate
 from mbc.core import config as mbc_config
-from mbc.core.runlog import logged_tau, read_log
+from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.training.data import build_dataset
 from mbc.training.packed_train import train_pack
 from mbc.training.train import pick_device
@@ -85,7 +85,7 @@ def slice_table(specs, run_dirs) -> list[dict]:
                 "tau": logged_tau(log),
                 "steps": last.get("step", 0),
                 "lcand": last.get("candidate_loss", math.nan) / s.task.log_k,
-                "finished": bool(log) and log[-1].get("event") == "done",
+                "finished": finished(log),
             }
         )
     return rows

@@ -204,14 +204,14 @@ def test_batched_evaluation_equals_each_runs_own():
     against `evaluate_shared_prefix` of each run's own model, z-shuffle included."""
     from mbc.training.metrics import evaluate_shared_prefix
     from mbc.training.packed import PackedRuns
-    from mbc.training.packed_train import _eval_batch
+    from mbc.training.train import eval_batch
 
     specs = [dataclasses.replace(tiny_spec(), seed=s) for s in range(3)]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
     pack = PackedRuns(specs, datasets, CPU)
     for _ in range(30):
         pack.step()
-    batches = [_eval_batch(s, ds, CPU) for s, ds in zip(specs, datasets, strict=True)]
+    batches = [eval_batch(s, ds, CPU) for s, ds in zip(specs, datasets, strict=True)]
     got = pack.model.evaluate([2, 0], [batches[2], batches[0]], max_seqs=50)  # chunked
     for r, m in zip([2, 0], got, strict=True):
         model, _ = pack.export_run(r)

@@ -33,10 +33,11 @@ import torch
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.packing import make_packs, pack_key
 from mbc.core.spec import VOCAB, RunSpec
+from mbc.estimate import measure_steps_per_s
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
 from mbc.training.packed import PackedRuns
-from mbc.training.train import fresh_run
+from mbc.training.train import eval_batch, fresh_run
 
 WIDTHS = (1, 8, 32, 128)
 
@@ -46,17 +47,23 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _pack_of(spec: RunSpec, width: int, device: torch.device, **variant):
+    """(a pack of `width` runs of `spec`'s shape, seeds 0..width-1, their shared dataset:
+    the data do not change the work)."""
+    specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
+    ds = build_dataset(spec.task, spec.seed)
+    return PackedRuns(specs, [ds] * width, device, **variant), ds
+
+
 def time_pack_step(
     spec: RunSpec, width: int, device: torch.device, steps: int = 20, **variant
 ) -> dict:
-    """Seconds per step of a pack of `width` runs of `spec`'s shape (seeds 0..width-1, one
-    dataset shared: the data do not change the work), and its peak device memory.
+    """Seconds per step of a pack of `width` runs of `spec`'s shape (`_pack_of`), and its
+    peak device memory.
     variant: `PackedRuns`' compile_mode / fused."""
-    specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
-    ds = build_dataset(spec.task, spec.seed)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    pack = PackedRuns(specs, [ds] * width, device, **variant)
+    pack, _ = _pack_of(spec, width, device, **variant)
     for _ in range(3):  # warm-up (allocator, kernels, a compile)
         pack.step()
     _sync(device)
@@ -68,19 +75,6 @@ def time_pack_step(
     if device.type == "cuda":
         out["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
     return out
-
-
-def time_single_step(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
-    """Seconds per step of one unpacked run (`mbc.training.train.train_run`'s step)."""
-    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
-    for s in range(1, 4):
-        run.step(s)
-    _sync(device)
-    t0 = time.perf_counter()
-    for s in range(4, 4 + steps):
-        run.step(s)
-    _sync(device)
-    return (time.perf_counter() - t0) / steps
 
 
 def time_evaluation(spec: RunSpec, device: torch.device, repeats: int = 3) -> float:
@@ -100,12 +94,8 @@ def time_batched_evaluation(
 ) -> float:
     """Seconds per run when `width` runs of `spec` evaluate together
     (`PackedTransformer.evaluate`, what `train_pack` does on CUDA)."""
-    from mbc.training.packed_train import _eval_batch
-
-    specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
-    ds = build_dataset(spec.task, spec.seed)
-    pack = PackedRuns(specs, [ds] * width, device)
-    batches = [_eval_batch(s, ds, device) for s in specs]
+    pack, ds = _pack_of(spec, width, device)
+    batches = [eval_batch(s, ds, device) for s in pack.specs]
     runs = list(range(width))
     pack.model.evaluate(runs, batches)
     _sync(device)
@@ -137,7 +127,7 @@ def measure_rates(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "shape": shape_of(spec),
-        "single_step_s": time_single_step(spec, device, steps),
+        "single_step_s": 1 / measure_steps_per_s(spec, device, steps),
         "pack": {},
         "eval_s": {},
     }
@@ -183,18 +173,15 @@ def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:
     ts = [rates["pack"][str(w)]["step_s"] for w in ws]
     # beyond the widest pack measured: its time per run
     t = float(np.interp(width, ws, ts)) if width <= ws[-1] else ts[-1] * width / ws[-1]
-    ref = rates["shape"]
-    m = spec.model
-    mine = _work(
-        [m.n_layers, m.n_heads, m.d_model, m.d_mlp], spec.train.batch_size, spec.task.seq_len
-    )
-    return t * mine / _work(ref["model"], ref["batch_size"], ref["seq_len"])
+    return t * _work(shape_of(spec)) / _work(rates["shape"])
 
 
-def _work(model: list[int], batch_size: int, seq_len: int) -> float:
-    """A step's work up to a constant: weights of the blocks and embeddings x tokens."""
-    n_layers, _, d, d_mlp = model
-    return (n_layers * (4 * d * d + 2 * d * d_mlp) + 2 * VOCAB * d) * batch_size * seq_len
+def _work(shape: dict) -> float:
+    """A step's work (`shape_of`) up to a constant: weights of the blocks and embeddings x
+    tokens."""
+    n_layers, _, d, d_mlp = shape["model"]
+    tokens = shape["batch_size"] * shape["seq_len"]
+    return (n_layers * (4 * d * d + 2 * d * d_mlp) + 2 * VOCAB * d) * tokens
 
 
 def eval_seconds(rates: dict, k: int, batched: bool = False) -> float:

@@ -33,7 +33,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
-from mbc.core.runlog import logged_tau, read_log
+from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
@@ -147,7 +147,7 @@ def train_pack(
 def unpack_run(spec: RunSpec, run_dir) -> None:
     """A packed run's metrics.csv and checkpoints.csv, from the log its pack wrote."""
     rows = read_log(Path(run_dir) / "state" / "log.jsonl")
-    if not rows or rows[-1].get("event") != "done":
+    if not finished(rows):
         step = next((r["step"] for r in reversed(rows) if "step" in r), 0)
         raise RuntimeError(
             f"{spec.run_id}: its pack has not finished it (its log ends at step {step}); "

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbc.core.artifacts import read_sidecar_sha256, sha256_file
-from mbc.core.runlog import read_log
+from mbc.core.runlog import finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 
@@ -120,12 +120,6 @@ def scan(
     return out
 
 
-def _finished(run_dir: Path) -> bool:
-    """The run's training log ends in `done` (its tables can be written from it)."""
-    rows = read_log(run_dir / "state" / "log.jsonl")
-    return bool(rows) and rows[-1].get("event") == "done"
-
-
 def repair(
     findings: list[Finding], runs: list[RunFiles], aggregates: list[Path], dry_run: bool = False
 ) -> list[str]:
@@ -150,7 +144,11 @@ def repair(
         for level, paths in enumerate(links, start=1):
             if level > fd.level or (level == fd.level and level == 1):
                 doomed.update(p for p in paths if p.exists())
-        if f.pack is not None and f.pack.exists() and (fd.retrain or not _finished(f.run_dir)):
+        if (
+            f.pack is not None
+            and f.pack.exists()
+            and (fd.retrain or not finished(read_log(f.run_dir / "state" / "log.jsonl")))
+        ):
             # the run's tables come from its log: a run to train again needs its pack to
             # run again (whose finished runs are not retrained: their logs say done)
             lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")

@@ -30,6 +30,12 @@ def read_log(path: str | Path) -> list[dict]:
     return rows
 
 
+def finished(rows: list[dict]) -> bool:
+    """The run has finished: its log ends in the `done` event (its tables can be written
+    from it, and it is not trained again)."""
+    return bool(rows) and rows[-1].get("event") == "done"
+
+
 def logged_tau(rows: list[dict]) -> int | None:
     """tau as the training job logged it (its `tau` event), None before the crossing."""
     return next((r["tau"] for r in rows if r.get("event") == "tau"), None)

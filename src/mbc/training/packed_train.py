@@ -20,12 +20,11 @@ from collections.abc import Callable
 import torch
 
 from mbc.core.spec import RunSpec
-from mbc.training.data import STREAM_EVAL, Dataset, stream_seed
-from mbc.training.metrics import fixed_contexts, make_eval_batch
+from mbc.training.data import Dataset
 from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
 from mbc.training.record import RunRecord, Weights, duration, finalize_run
-from mbc.training.train import ENGINES
+from mbc.training.train import ENGINES, eval_batch
 
 
 class PackView:
@@ -61,15 +60,6 @@ class PackView:
     def resume_state(self) -> dict:
         model, opt = self.pack.export_run(self.r)
         return {"model": model.state_dict(), "optimizer": opt.state_dict()}
-
-
-def _eval_batch(spec: RunSpec, dataset: Dataset, device: torch.device):
-    """The run's fixed evaluation batch, drawn as `mbc.training.train.fresh_run` draws it."""
-    import numpy as np
-
-    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
-    contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
-    return make_eval_batch(dataset, contexts, rng).to(device)
 
 
 def evaluate_together(pack: PackedRuns, views: list[PackView], due: list[int]) -> None:
@@ -121,7 +111,7 @@ def train_pack(
     ]
     states = [rec.resume() for rec in records]
     trained = [not rec.finished for rec in records]
-    batches = [_eval_batch(s, ds, device) for s, ds in zip(specs, datasets, strict=True)]
+    batches = [eval_batch(s, ds, device) for s, ds in zip(specs, datasets, strict=True)]
     evaluators = [ENGINES[s.train.engine] for s in specs]
     scratch = build_model(specs[0].model, specs[0].task, torch.Generator().manual_seed(0))
     scratch = scratch.to(device).train()

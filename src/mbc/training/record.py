@@ -40,7 +40,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.crossing import first_crossing
-from mbc.core.runlog import logged_tau, read_log
+from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
 from mbc.training.schedule import crosses_mark, eval_schedule
 
@@ -111,7 +111,7 @@ class RunRecord:
         from the initial weights, or the run has finished: `finished`). Sets `step`."""
         self.snap_dir.mkdir(parents=True, exist_ok=True)
         rows = read_log(self.log_path)
-        if rows and rows[-1].get("event") == "done":
+        if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
             self.tau = logged_tau(rows)
             return None

@@ -149,10 +149,15 @@ def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun
     opt = make_optimizer(model, spec, device)
     loss_fn, evaluate = step_functions(spec.train, model)
     order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
+    batch = eval_batch(spec, dataset, device)
+    return FreshRun(tokens, model, opt, loss_fn, evaluate, order, batch, spec.train)
+
+
+def eval_batch(spec: RunSpec, dataset: Dataset, device: torch.device) -> EvalBatch:
+    """The run's fixed evaluation batch (its own seed's contexts and z-shuffles)."""
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
     contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
-    eval_batch = make_eval_batch(dataset, contexts, rng).to(device)
-    return FreshRun(tokens, model, opt, loss_fn, evaluate, order, eval_batch, spec.train)
+    return make_eval_batch(dataset, contexts, rng).to(device)
 
 
 def train_run(
