@@ -137,6 +137,13 @@ def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys)
     assert sum(n for _, n, _ in p["packs"]) == sum("-linear-" not in r for r in out["table"].run_id)
     assert p["wall_s"] == pytest.approx(sum(s for _, _, s in p["packs"]) + p["alone_s"])
     assert "expected training wall time with pack.enabled (max_runs 256)" in said
+    # a censored run measured in tau.csv (no tau): its evaluations are counted, not NaN
+    censored = out["table"].run_id.iloc[0]
+    pd.DataFrame([{"run_id": censored, "tau": None, "censored": True, "steps": 300}]).to_csv(
+        tmp_path / "tau.csv", index=False
+    )
+    again = estimate("smoke", CONFIG, str(tmp_path), tau_coef=1.0, rates_path=str(rates))
+    assert math.isfinite(again["packed"]["wall_s"]) and again["packed"]["wall_s"] > 0
 
 
 def test_estimate_on_cuda_without_cuda_is_one_line():

@@ -32,6 +32,7 @@ import math
 import os
 import statistics
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -261,13 +262,12 @@ def _packed(cfg, specs, df, device, rates_path, say) -> dict:
     if rates_path is not None:
         rates = json.loads(Path(rates_path).read_text())
     else:  # the most common shape measured here
-        ref = max(
-            specs.values(), key=lambda s: list(map(shape_key, specs.values())).count(shape_key(s))
-        )
+        common = Counter(map(shape_key, specs.values())).most_common(1)[0][0]
+        ref = next(s for s in specs.values() if shape_key(s) == common)
         say(f"measuring pack rates on {device} at {pack_estimate.shape_of(ref)}")
         rates = pack_estimate.measure_rates(ref, device, say=say)
     steps = dict(zip(df.run_id, df.expected_steps, strict=True))
-    taus = dict(zip(df.run_id, df.tau, strict=True))
+    taus = {r: None if pd.isna(t) else t for r, t in zip(df.run_id, df.tau, strict=True)}
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
     max_runs = int(cfg.raw["pack"]["max_runs"])
     batched = rates["device"] != "cpu"  # train_pack evaluates together on a GPU
@@ -302,13 +302,11 @@ def report(out: dict, say=print) -> None:
         say(f"  c = {out['tau_coef']:.4g} ({out['tau_coef_note']})")
     else:
         say("  no tau available: every run assumed to use its full budget")
-    packed = out.get("packed") is not None
-    if packed:
-        pass  # the pack rates are reported below
-    elif isinstance(out["steps_per_s"], dict):
+    packed = out.get("packed") is not None  # then the pack rates are reported below
+    if not packed and isinstance(out["steps_per_s"], dict):
         for k, v in out["steps_per_s"].items():
             say(f"  measured {v:.1f} steps/s: {k}")
-    else:
+    elif not packed:
         say(f"  {out['steps_per_s']} steps/s (given) for every run")
     per_exp = df.assign(experiments=df.experiments.str.split(",")).explode("experiments")
     g = per_exp.groupby("experiments").agg(
