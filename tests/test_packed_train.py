@@ -92,8 +92,9 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         pd.testing.assert_frame_equal(tables(d)[0], m)
 
 
-def test_interrupted_pack_resumes_bitwise(tmp_path):
-    specs = mixed_specs()[:4]
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_interrupted_pack_resumes_bitwise(tmp_path, precision):
+    specs = [_train(s, precision=precision) for s in mixed_specs()[:4]]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
     whole = [tmp_path / f"whole{i}" for i in range(len(specs))]
     cut = [tmp_path / f"cut{i}" for i in range(len(specs))]

@@ -66,12 +66,22 @@ class PackedTransformer(nn.Module):
                 raise ValueError("packed runs must share the model's shape and sequence layout")
         states = [dict(m.named_parameters()) for m in models]
         names = [n for n, _ in first.named_parameters()]
+        # the parameters of the nn.Linear layers: the ones bf16 training copies (`low`)
+        lin = [
+            f"{mn}.{pn}"
+            for mn, m in first.named_modules()
+            if isinstance(m, nn.Linear)
+            for pn, _ in m.named_parameters(recurse=False)
+        ]
         self._register(
-            first.spec, first.task, {n: torch.stack([s[n].detach() for s in states]) for n in names}
+            first.spec,
+            first.task,
+            {n: torch.stack([s[n].detach() for s in states]) for n in names},
+            lin,
         )
 
-    def _register(self, spec, task, stacked: dict[str, torch.Tensor]) -> None:
-        self.spec, self.task = spec, task
+    def _register(self, spec, task, stacked: dict[str, torch.Tensor], lin: list[str]) -> None:
+        self.spec, self.task, self.linear_names = spec, task, lin
         self.names = list(stacked)
         self.r = stacked[self.names[0]].shape[0]
         for n, t in stacked.items():
@@ -81,7 +91,12 @@ class PackedTransformer(nn.Module):
         """A pack of these runs only (their rows of every parameter, copied)."""
         new = PackedTransformer.__new__(PackedTransformer)
         nn.Module.__init__(new)
-        new._register(self.spec, self.task, {n: self.p(n).detach()[rows] for n in self.names})
+        new._register(
+            self.spec,
+            self.task,
+            {n: self.p(n).detach()[rows] for n in self.names},
+            self.linear_names,
+        )
         return new.train(self.training)
 
     def p(self, name: str) -> torch.Tensor:
@@ -91,70 +106,31 @@ class PackedTransformer(nn.Module):
         """Run r's weights as an ordinary `Transformer` state dict (detached copies)."""
         return {n: self.p(n)[r].detach().clone() for n in self.names}
 
-    def _w(self, name: str, runs: torch.Tensor | None) -> torch.Tensor:
-        """The stacked parameter, or its rows of the runs `runs` (their weights only)."""
-        w = self.p(name)
-        return w if runs is None else w[runs]
+    def weights(self, runs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every stacked parameter by its `Transformer` name, or its rows of the runs `runs`."""
+        return {n: self.p(n) if runs is None else self.p(n)[runs] for n in self.names}
 
-    # -- batched building blocks: x is (R, n, t, features)
-    def _linear(self, x, name: str, rows: slice | None = None, runs=None) -> torch.Tensor:
-        w, b = self._w(f"{name}.weight", runs), self._w(f"{name}.bias", runs)
-        if rows is not None:
-            w, b = w[:, rows], b[:, rows]
-        r, n, t, f = x.shape
-        y = torch.baddbmm(b.unsqueeze(1), x.reshape(r, n * t, f), w.transpose(1, 2))
-        return y.view(r, n, t, -1)
-
-    def _ln(self, x: torch.Tensor, name: str, runs=None) -> torch.Tensor:
-        w, b = self._w(f"{name}.weight", runs), self._w(f"{name}.bias", runs)
-        return torch.addcmul(b[:, None, None], F.layer_norm(x, x.shape[-1:]), w[:, None, None])
-
-    def _heads(self, y: torch.Tensor) -> torch.Tensor:
-        r, n, t, d = y.shape
-        h = self.spec.n_heads
-        return y.reshape(r * n, t, h, d // h).transpose(1, 2)
-
-    def _merge(self, z: torch.Tensor, r: int) -> torch.Tensor:
-        rn, h, t, dh = z.shape
-        return z.transpose(1, 2).reshape(r, rn // r, t, h * dh)
-
-    def forward(self, tokens: torch.Tensor, runs: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        runs: torch.Tensor | None = None,
+        low: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
         """tokens (R, n, T) -> logits (R, n, n_targets, vocab) at the target positions.
-        runs: the forward of these runs only (tokens (len(runs), n, T))."""
+
+        runs: the forward of these runs only (tokens (len(runs), n, T)).
+        low: bf16 copies of the linear layers' weights and biases (`linear_names`) to use
+        instead of the fp32 parameters: their matmuls then run in bf16 (on a CPU's AMX
+        unit), as under `torch.autocast`: the embeddings, LayerNorms and the residual
+        stream stay fp32, activations are cast to bf16 where they enter a matmul.
+        """
         r, n, _ = tokens.shape
         if r != (self.r if runs is None else len(runs)):
             raise ValueError(
                 f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
             )
-        d, p = self.spec.d_model, self.task.first_pred_pos
-        sdpa = use_sdpa(tokens.device)
-        x_in = tokens[:, :, :-1]
-        t = x_in.shape[2]
-        emb = self._w("tok_emb.weight", runs)  # (R, V, d)
-        vocab = emb.shape[1]
-        offsets = (torch.arange(r, device=tokens.device) * vocab).view(r, 1, 1)
-        x = F.embedding(x_in + offsets, emb.reshape(r * vocab, d))
-        x = x + self._w("pos_emb.weight", runs)[:, None, :t]
-        last = self.spec.n_layers - 1
-        for i in range(self.spec.n_layers):
-            b = f"blocks.{i}"
-            y = self._ln(x, f"{b}.ln1", runs)
-            if i < last:
-                qkv = self._linear(y, f"{b}.attn.qkv", runs=runs)
-                q, k, v = (self._heads(u) for u in qkv.split(d, -1))
-                off = 0
-            else:  # only positions p.. reach the loss: queries, out-proj and MLP there only
-                q = self._heads(self._linear(y[:, :, p:], f"{b}.attn.qkv", slice(0, d), runs))
-                kv = self._linear(y, f"{b}.attn.qkv", slice(d, 3 * d), runs)
-                k, v = (self._heads(u) for u in kv.split(d, -1))
-                x, off = x[:, :, p:], p
-            z, _ = attend(q, k, v, off, sdpa)
-            x = x + self._linear(self._merge(z, r), f"{b}.attn.out", runs=runs)
-            hid = F.gelu(self._linear(self._ln(x, f"{b}.ln2", runs), f"{b}.mlp.0", runs=runs))
-            x = x + self._linear(hid, f"{b}.mlp.2", runs=runs)
-        if self.spec.n_layers == 0:
-            x = x[:, :, p:]
-        return self._linear(self._ln(x, "ln_f", runs), "unembed", runs=runs)
+        w = self.weights(runs) | (low or {})
+        return stacked_forward(w, tokens, self.spec, self.task, use_sdpa(tokens.device))
 
     @torch.no_grad()
     def evaluate(self, runs: list[int], batches: list, max_seqs: int = 1 << 15) -> list[dict]:
@@ -186,15 +162,73 @@ class PackedTransformer(nn.Module):
             for j, b in enumerate(batches)
         ]
 
-    def losses(self, tokens: torch.Tensor) -> torch.Tensor:
+    def losses(
+        self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """Per-run training loss (R,): `mbc.training.metrics.training_loss` of each run."""
         n_t = self.task.n_targets
-        logits = self.forward(tokens).float()
+        logits = self.forward(tokens, low=low).float()
         r, n = tokens.shape[:2]
         ce = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
         )
         return ce.view(r, n * n_t).mean(dim=1)
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x (R, n, t, f) through R linear layers w (R, out, f), b (R, out), in w's dtype."""
+    r, n, t, f = x.shape
+    y = torch.baddbmm(b.unsqueeze(1), x.reshape(r, n * t, f).to(w.dtype), w.transpose(1, 2))
+    return y.view(r, n, t, -1)
+
+
+def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.addcmul(b[:, None, None], F.layer_norm(x, x.shape[-1:]), w[:, None, None])
+
+
+def stacked_forward(
+    w: dict[str, torch.Tensor], tokens: torch.Tensor, spec, task, sdpa: bool
+) -> torch.Tensor:
+    """`mbc.training.model.Transformer.forward` over R stacked weight sets w (by the
+    Transformer's parameter names, each (R, ...)): tokens (R, n, T) -> logits
+    (R, n, n_targets, vocab). The same steps: the last block at the target positions only,
+    `mbc.training.model.attend`."""
+    r, n, _ = tokens.shape
+    d, p, h = spec.d_model, task.first_pred_pos, spec.n_heads
+
+    def heads(y: torch.Tensor) -> torch.Tensor:  # (R, n, t, d) -> (R n, h, t, d / h)
+        return y.reshape(r * n, y.shape[2], h, d // h).transpose(1, 2)
+
+    x_in = tokens[:, :, :-1]
+    t = x_in.shape[2]
+    emb = w["tok_emb.weight"]  # (R, V, d)
+    vocab = emb.shape[1]
+    offsets = (torch.arange(r, device=tokens.device) * vocab).view(r, 1, 1)
+    x = F.embedding(x_in + offsets, emb.reshape(r * vocab, d))
+    x = x + w["pos_emb.weight"][:, None, :t]
+    last = spec.n_layers - 1
+    for i in range(spec.n_layers):
+        blk = f"blocks.{i}."
+        g = lambda name, blk=blk: w[blk + name]  # noqa: E731
+        y = layer_norm(x, g("ln1.weight"), g("ln1.bias"))
+        qkv_w, qkv_b = g("attn.qkv.weight"), g("attn.qkv.bias")
+        if i < last:
+            q, k, v = (heads(u) for u in linear(y, qkv_w, qkv_b).split(d, -1))
+            off = 0
+        else:  # only positions p.. reach the loss: queries, out-proj and MLP there only
+            q = heads(linear(y[:, :, p:], qkv_w[:, :d], qkv_b[:, :d]))
+            k, v = (heads(u) for u in linear(y, qkv_w[:, d:], qkv_b[:, d:]).split(d, -1))
+            x, off = x[:, :, p:], p
+        z, _ = attend(q, k, v, off, sdpa)
+        z = z.transpose(1, 2).reshape(r, n, z.shape[2], d)
+        x = x + linear(z, g("attn.out.weight"), g("attn.out.bias"))
+        y = layer_norm(x, g("ln2.weight"), g("ln2.bias"))
+        hid = F.gelu(linear(y, g("mlp.0.weight"), g("mlp.0.bias")))
+        x = x + linear(hid, g("mlp.2.weight"), g("mlp.2.bias"))
+    if spec.n_layers == 0:
+        x = x[:, :, p:]
+    y = layer_norm(x, w["ln_f.weight"], w["ln_f.bias"])
+    return linear(y, w["unembed.weight"], w["unembed.bias"])
 
 
 def _shape(m: Transformer) -> tuple:
@@ -304,7 +338,7 @@ class PackedRuns:
         new._stacked = None if self._stacked is None else self._stacked[idx]
         if new._stacked is None and len({t.shape[0] for t in new.tokens}) == 1:
             new._stacked = torch.stack(new.tokens)
-        new._norms = None
+        new._norms, new._low = None, None
         new._loss = new._loss_function(new.specs[0].train, self._compile_mode)
         return new
 
@@ -334,18 +368,35 @@ class PackedRuns:
         self.opt.load_state_dict(sd)
 
     def _loss_function(self, train, compile_mode: str | None):
-        """The packed model's per-run losses under train.precision and train.compile, as
-        `mbc.training.train.step_functions` builds the loss of one run."""
-
-        def loss(tokens: torch.Tensor) -> torch.Tensor:
-            if train.precision == "fp32":
-                return self.model.losses(tokens)
-            with torch.autocast(tokens.device.type, dtype=torch.bfloat16):
-                return self.model.losses(tokens)
-
+        """The packed model's per-run losses(tokens, low) under train.compile (low: the
+        bf16 copies of the linear layers under train.precision bf16, else None)."""
+        loss = self.model.losses
         if compile_mode is not None:
             return torch.compile(loss, mode=compile_mode)
         return torch.compile(loss) if train.compile else loss
+
+    def _low_copies(self) -> dict[str, torch.Tensor] | None:
+        """train.precision bf16: one bf16 copy of the linear layers' weights, refreshed from
+        the fp32 master weights once per step (autocast would cast them at every use); the
+        gradients come back into the fp32 master's .grad (`_master_grads`)."""
+        if self.specs[0].train.precision != "bf16":
+            return None
+        names = self.model.linear_names
+        masters = [self.model.p(n) for n in names]
+        if getattr(self, "_low", None) is None or self._low[0].shape != masters[0].shape:
+            self._low = [torch.empty_like(m, dtype=torch.bfloat16) for m in masters]
+        with torch.no_grad():
+            torch._foreach_copy_(self._low, masters)
+        for t in self._low:
+            t.requires_grad_(True)
+            t.grad = None
+        return dict(zip(names, self._low, strict=True))
+
+    def _master_grads(self, low: dict[str, torch.Tensor] | None) -> None:
+        if low is None:
+            return
+        for n, t in low.items():
+            self.model.p(n).grad = t.grad.float()
 
     def batch(self, step: int) -> torch.Tensor:
         """(R, B, T) tokens of 1-based `step`: each run's own `BatchOrder`."""
@@ -359,9 +410,11 @@ class PackedRuns:
         """One optimiser step of every run (each at its own lr, clipped to its own norm)."""
         self.step_count += 1
         s = self.step_count
-        losses = self._loss(self.batch(s))
+        low = self._low_copies()
+        losses = self._loss(self.batch(s), low)
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
+        self._master_grads(low)
         self._norms = None
         if any(sp.train.clip_norm > 0 for sp in self.specs):  # (no device sync)
             # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
