@@ -82,6 +82,7 @@ from mbc.training.train import make_optimizer, pick_device, step_functions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import author_model  # noqa: E402  (benchmarks/author_model.py, beside this file)
+import cpu_speed  # noqa: E402
 
 PAPER_PARAMS = 807_720
 BF16_TOL = 3e-2  # relative, bf16 autocast vs fp32 loss over a few steps
@@ -416,6 +417,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--packed", type=int, default=0, help="also time R runs packed vs sequential")
     ap.add_argument("--compile", action="store_true", help="also time train.compile: true")
     ap.add_argument(
+        "--packed-bf16",
+        default=None,
+        help="pack widths R of packed bf16 training to time (default 1,4,16,64; --quick 1,4;"
+        " empty: skip)",
+    )
+    ap.add_argument(
         "--clock",
         default="auto",
         choices=["auto", "cpu", "wall"],
@@ -427,6 +434,9 @@ def main(argv: list[str] | None = None) -> dict:
         args.repeats = 3 if args.quick else 9
     if args.numerics_steps is None:
         args.numerics_steps = 2 if args.quick else 3
+    if args.packed_bf16 is None:
+        args.packed_bf16 = "1,4" if args.quick else "1,4,16,64"
+    widths = [int(v) for v in args.packed_bf16.split(",") if v]
 
     t_start = time.perf_counter()
     torch.set_num_threads(args.threads)
@@ -449,6 +459,7 @@ def main(argv: list[str] | None = None) -> dict:
         "args": vars(args),
         "ours": f"train.engine={spec.train.engine}, train.compile={spec.train.compile}",
         "author": _author_version(),
+        "matrix_unit": cpu_speed.matrix_unit() if device.type == "cpu" else None,
     }
 
     # (a), (b): ours, plain, reference -------------------------------------------------
@@ -503,6 +514,29 @@ def main(argv: list[str] | None = None) -> dict:
             res.setdefault("compile_s", {})[name] = time.perf_counter() - t0
             ct.step()
             fns[name] = ct.step
+    # packed bf16 (train.precision bf16 under pack.enabled), eager and compiled, and its
+    # GEMMs alone in bf16 as it issues them, at each width R: in the same rotation
+    packs, widths_of = {}, {}
+    if widths:
+        pspecs = cpu_speed.paper_specs(max(widths))
+        pdata = [ds] + [build_dataset(s.task, s.seed) for s in pspecs[1:]]
+        for r in widths:
+            variants = [(f"packed_bf16_R{r}", False)]
+            if args.compile:
+                variants.append((f"packed_bf16_compiled_R{r}", True))
+            for name, comp in variants:
+                packs[name] = cpu_speed.make_pack(r, device, comp, pdata)
+                t0 = time.perf_counter()
+                packs[name].step()
+                sync(device)
+                if comp:
+                    res.setdefault("compile_s", {})[name] = time.perf_counter() - t0
+                packs[name].step()
+                fns[name], widths_of[name] = packs[name].step, r
+            name = f"roofline_bf16_R{r}"
+            fns[name] = cpu_speed.packed_gemm_pass(spec.model, r, b, t_in, n_t, device)
+            fns[name]()
+            widths_of[name] = r
     walls: dict[str, list[float]] = {}
     times = interleaved(fns, args.steps, args.repeats, device, walls)
     step_s = {k: med(v) for k, v in times.items()}
@@ -519,6 +553,29 @@ def main(argv: list[str] | None = None) -> dict:
     res["steps_per_s"] = {k: 1 / v for k, v in step_s.items()}
     res["gflops"] = {k: flops[k] / v / 1e9 for k, v in step_s.items()}
     res["ratios"] = ratios(step_s)
+    res["widths"] = widths_of
+    # per run-step (a pack's step advances R runs): seconds and run-steps/s per core
+    run_step_s = {k: v / widths_of.get(k, 1) for k, v in step_s.items()}
+    res["run_step_s"] = run_step_s
+    res["run_steps_per_s_per_core"] = {
+        k: 1 / (v * args.threads) for k, v in run_step_s.items() if not k.startswith("roofline")
+    }
+    res["best"] = best_record(res, run_step_s)
+    if packs:
+        first = f"packed_bf16_R{widths[0]}"
+        prof = {first: cpu_speed.profile_step(packs[first].step)}
+        comp = f"packed_bf16_compiled_R{widths[0]}"
+        if comp in packs:
+            prof[comp] = cpu_speed.profile_step(packs[comp].step)
+        res["profile"] = prof
+        # the roofline's GEMMs against the same GEMMs timed inside the step (profiler)
+        res["roofline_check"] = {
+            "roofline_ms": step_s[f"roofline_bf16_R{widths[0]}"] * 1e3,
+            "gemm_ms_in_step": cpu_speed.gemm_ms(packs[first].step),
+        }
+        res["memory"] = {
+            name: cpu_speed.memory_per_run(p) for name, p in packs.items() if "compiled" not in name
+        }
     # (d) evaluation cost ----------------------------------------------------------------
     ev = {}
     eval_diffs = []
@@ -562,6 +619,8 @@ def main(argv: list[str] | None = None) -> dict:
     sched = schedule_ratios(args.schedule_from)
     for k, v in ev.items():
         v["fraction_every_50"] = v["eval_s"] / (50 * v["step_s"])
+        # under the fastest training step measured here (per run-step)
+        v["fraction_every_50_best"] = v["eval_s"] / (50 * res["best"]["run_step_s"])
         ratio, source = sched.get(k, sched.get("pooled", (None, None)))
         if ratio is not None:
             v["evals_per_step"], v["schedule_source"] = ratio, source
@@ -611,6 +670,25 @@ def main(argv: list[str] | None = None) -> dict:
         with open(args.json, "w") as fh:
             json.dump(res, fh, indent=2, default=str)
     return res
+
+
+def best_record(res: dict, run_step_s: dict[str, float]) -> dict:
+    """The fastest training variant per run-step (roofline passes aside), with its ratios
+    to the author's step and to the bf16 GEMM roofline at its pack width (same run)."""
+    trained = {k: v for k, v in run_step_s.items() if not k.startswith("roofline")}
+    trained.pop("author", None)
+    best = min(trained, key=trained.get)
+    r = res["widths"].get(best, 1)
+    roof = run_step_s.get(f"roofline_bf16_R{r}", run_step_s.get("roofline_bf16"))
+    threads = res["env"]["threads"]
+    return {
+        "variant": best,
+        "runs_per_pack": r,
+        "run_step_s": trained[best],
+        "run_steps_per_s_per_core": 1 / (trained[best] * threads),
+        "vs_author": run_step_s["author"] / trained[best] if "author" in run_step_s else None,
+        "vs_roofline_bf16": trained[best] / roof if roof else None,
+    }
 
 
 def tol_of(variant: str) -> float:
@@ -733,7 +811,53 @@ def report(res: dict) -> None:
             + f"; packed/sequential ours {p['packed_over_sequential_ours']:.2f}, "
             f"packed/sequential plain {p['packed_over_sequential_plain']:.2f}"
         )
+    report_cpu(res)
     print(f"benchmark wall time {res['wall_s']:.1f} s")
+
+
+def report_cpu(res: dict) -> None:
+    """The packed bf16 table, the matrix unit, the profile, memory and the best record."""
+    mu = res["env"].get("matrix_unit") or res.get("matrix_unit")
+    if mu:
+        print(
+            f"CPU {mu['cpu_model']}; flags {' '.join(mu['cpu_flags']) or 'none of AMX/AVX-512'};"
+            f" oneDNN bf16 matmul kernels: {', '.join(mu['onednn_kernels']) or 'not reported'}"
+            f" -> AMX {'in use' if mu['amx_in_use'] else 'NOT in use'}"
+            + (f". {mu['note']}" if mu["note"] else "")
+        )
+    per = res["run_steps_per_s_per_core"]
+    rs = res["run_step_s"]
+    print(f"{'variant (per run-step)':<28}{'R':>4}{'ms/run-step':>13}{'run-steps/s/core':>18}")
+    for k in rs:
+        rate = f"{per[k]:>18.2f}" if k in per else f"{'(GEMMs only)':>18}"
+        print(f"{k:<28}{res['widths'].get(k, 1):>4}{rs[k] * 1e3:>13.1f}{rate}")
+    b = res["best"]
+    print(
+        f"best: {b['variant']} {b['run_steps_per_s_per_core']:.1f} run-steps/s per core;"
+        + (f" {b['vs_author']:.2f}x the author's step;" if b["vs_author"] else "")
+        + (f" {b['vs_roofline_bf16']:.2f}x the bf16 GEMM roofline" if b["vs_roofline_bf16"] else "")
+    )
+    rc = res.get("roofline_check")
+    if rc:
+        print(
+            f"roofline check: the step's GEMMs timed alone {rc['roofline_ms']:.1f} ms,"
+            f" inside the step (profiler) {rc['gemm_ms_in_step']:.1f} ms"
+        )
+    for name, p in res.get("profile", {}).items():
+        parts = ", ".join(f"{c} {ms:.1f}" for c, ms in sorted(p["ms"].items(), key=lambda x: -x[1]))
+        print(
+            f"profile {name} (ms/step, {p['step_ms_under_profiler']:.1f} under the profiler): {parts}"
+        )
+    for name, m in res.get("memory", {}).items():
+        print(
+            f"memory {name}: {m['total_mib_per_run']:.0f} MiB per run ({m['state_mib_per_run']:.0f}"
+            f" weights/grads/AdamW/bf16 copy + {m['activations_mib_per_run']:.0f} saved activations)"
+        )
+    for k, v in res["eval"].items():
+        print(
+            f"eval share K={k} at 50-step resolution under the best step: "
+            f"{v['fraction_every_50_best']:.1%}"
+        )
 
 
 if __name__ == "__main__":

@@ -86,9 +86,12 @@ def _cost(spec: RunSpec, n_params: int) -> float:
     return n_params * spec.train.batch_size * spec.task.seq_len
 
 
-def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True) -> float:
-    """Steps/s of `spec` on this machine (5 timed steps), cached per shape (not written
-    when `write` is false: a dry run leaves the outdir as it was)."""
+def _rate(
+    spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True, width: int = 0
+) -> float:
+    """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
+    width > 0, `mbc.estimate.measure_steps_per_s`), cached per shape and width (not
+    written when `write` is false: a dry run leaves the outdir as it was)."""
     import dataclasses
 
     from mbc.estimate import measure_steps_per_s, shape_key
@@ -97,7 +100,7 @@ def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = T
     # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
     # stays an upper bound.
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
-    key = f"{device}|{threads}|{shape_key(spec)}"
+    key = f"{device}|{threads}|{shape_key(spec)}" + (f"|packs of {width}" if width else "")
     known = json.loads(cache.read_text()) if cache.exists() else {}
     if key in known:
         return float(known[key])
@@ -106,7 +109,7 @@ def _rate(spec: RunSpec, device: str, threads: int, cache: Path, write: bool = T
     from mbc.training.train import pick_device
 
     torch.set_num_threads(threads)
-    rate = measure_steps_per_s(spec, pick_device(device), steps=5)
+    rate = measure_steps_per_s(spec, pick_device(device), steps=5, width=width)
     known[key] = rate
     if not write:
         return rate
@@ -163,13 +166,20 @@ def banner_lines(
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines
     pack = cfg.raw["pack"]
+    widths: dict[str, int] = {}
     if pack.get("enabled"):
         packs = [m for m in make_packs(specs, pack["max_runs"]).values() if set(m) & set(todo)]
+        widths = {r: len(m) for m in packs for r in m}
         alone = len(todo) - sum(len(set(m) & set(todo)) for m in packs)
         lines.append(
             f"mbc: pack.enabled: they train in {len(packs)} pack job(s) of up to "
-            f"{pack['max_runs']} runs ({alone} alone: not packable); the times below "
-            "are for one run per job (`python -m mbc.estimate --device cuda` estimates packs)"
+            f"{pack['max_runs']} runs ({alone} alone: not packable); "
+            + (
+                "the times below are at the packed step's rate"
+                if device == "cpu"
+                else "the times below are for one run per job (`python -m mbc.estimate "
+                "--device cuda` estimates packs on one GPU)"
+            )
         )
 
     # torch comes with these: only paid when something is left to train (every Snakemake
@@ -217,7 +227,10 @@ def banner_lines(
         ref = next(s for s in todo.values()
                    if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0])  # fmt: skip
         t0 = time.perf_counter()
-        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run)
+        width = (
+            widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
+        )
+        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run, width)
         ref_cost = _cost(ref, params[ref.model])
         seconds = {}
         for r, spec in todo.items():

@@ -40,6 +40,7 @@ import torch
 
 from mbc.core import config as mbc_config
 from mbc.core.crossing import first_crossing
+from mbc.core.packing import make_packs
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
 from mbc.training.data import build_dataset
@@ -56,8 +57,16 @@ def shape_key(spec: RunSpec) -> tuple:
     return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile, o.precision)
 
 
-def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) -> float:
-    """Steps/s of `spec`'s training step (the step of `mbc.training.train.train_run`)."""
+def measure_steps_per_s(
+    spec: RunSpec, device: torch.device, steps: int = 20, width: int = 0
+) -> float:
+    """Run-steps/s of `spec`'s training step: width 0, the step of one run
+    (`mbc.training.train.train_run`); width R >= 1, a pack of R runs of its shape
+    (`mbc.training.packed.PackedRuns.step`, what `train_pack` runs): R / the pack's step time."""
+    if width:
+        from mbc.pack_estimate import time_pack_step  # (it imports this module)
+
+        return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
     step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
     for s in range(1, 3):
         step(s)
@@ -69,6 +78,14 @@ def measure_steps_per_s(spec: RunSpec, device: torch.device, steps: int = 20) ->
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return steps / (time.perf_counter() - t0)
+
+
+def pack_widths(cfg: mbc_config.Config) -> dict[str, int]:
+    """run id -> the width of the pack it trains in under `pack.enabled` (0: alone)."""
+    pack = cfg.raw["pack"]
+    if not pack.get("enabled"):
+        return {}
+    return {r: len(m) for m in make_packs(cfg.specs, pack["max_runs"]).values() for r in m}
 
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
@@ -194,15 +211,18 @@ def estimate(
     elif tau_coef is not None:
         coef_note = "given on the command line"
 
-    # steps/s per shape
+    # run-steps/s per shape and pack width (pack.enabled on a CPU: each pack is one job,
+    # its runs stepping together at the width's rate)
     rates: dict[tuple, float] = {}
+    widths = {} if packed else pack_widths(cfg)
     if packed:
         steps_per_s = steps_per_s or 1.0  # the per-run table's rate is not used
+    rate_key = lambda r: (*shape_key(specs[r]), widths.get(r, 0))  # noqa: E731
     if steps_per_s is None:
-        for spec in specs.values():
-            key = shape_key(spec)
+        for run_id, spec in specs.items():
+            key = rate_key(run_id)
             if key not in rates:
-                rates[key] = measure_steps_per_s(spec, device)
+                rates[key] = measure_steps_per_s(spec, device, width=widths.get(run_id, 0))
 
     rows = []
     for run_id, spec in specs.items():
@@ -214,7 +234,7 @@ def estimate(
             tau = None if tau_coef is None else tau_coef * spec.task.d**D_EXPONENT
             src = "law"
             steps = expected_steps(spec, tau, None)
-        rate = steps_per_s if steps_per_s is not None else rates[shape_key(spec)]
+        rate = steps_per_s if steps_per_s is not None else rates[rate_key(run_id)]
         total_steps = steps + eval_step_equivalents(spec, steps, tau)
         rows.append(
             {
@@ -276,12 +296,13 @@ def _packed(cfg, specs, df, device, rates_path, say) -> dict:
 
 
 def _shape_name(key: tuple) -> str:
-    m, batch, seq_len, _, engine, compiled, precision = key
+    m, batch, seq_len, _, engine, compiled, precision, *width = key
     arch = "linear" if m.kind == "linear" else f"L{m.n_layers} d{m.d_model} mlp{m.d_mlp}"
     return (
         f"{arch}, batch {batch}, T {seq_len}, engine {engine}"
         + (", compiled" if compiled else "")
         + ("" if precision == "fp32" else f", {precision}")
+        + (f", packs of {width[0]}" if width and width[0] else "")
     )
 
 

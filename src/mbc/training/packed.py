@@ -41,9 +41,10 @@ from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
 from mbc.training.metrics import metrics_from_logprobs
-from mbc.training.model import Transformer, attend, build_model, use_sdpa
+from mbc.training.model import Transformer, build_model, use_sdpa
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.schedule import BatchOrder, learning_rate
+from mbc.training.stacked import stacked_forward
 from mbc.training.train import make_optimizer
 
 
@@ -173,62 +174,6 @@ class PackedTransformer(nn.Module):
             logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
         )
         return ce.view(r, n * n_t).mean(dim=1)
-
-
-def linear(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """x (R, n, t, f) through R linear layers w (R, out, f), b (R, out), in w's dtype."""
-    r, n, t, f = x.shape
-    y = torch.baddbmm(b.unsqueeze(1), x.reshape(r, n * t, f).to(w.dtype), w.transpose(1, 2))
-    return y.view(r, n, t, -1)
-
-
-def layer_norm(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.addcmul(b[:, None, None], F.layer_norm(x, x.shape[-1:]), w[:, None, None])
-
-
-def stacked_forward(
-    w: dict[str, torch.Tensor], tokens: torch.Tensor, spec, task, sdpa: bool
-) -> torch.Tensor:
-    """`mbc.training.model.Transformer.forward` over R stacked weight sets w (by the
-    Transformer's parameter names, each (R, ...)): tokens (R, n, T) -> logits
-    (R, n, n_targets, vocab). The same steps: the last block at the target positions only,
-    `mbc.training.model.attend`."""
-    r, n, _ = tokens.shape
-    d, p, h = spec.d_model, task.first_pred_pos, spec.n_heads
-
-    def heads(y: torch.Tensor) -> torch.Tensor:  # (R, n, t, d) -> (R n, h, t, d / h)
-        return y.reshape(r * n, y.shape[2], h, d // h).transpose(1, 2)
-
-    x_in = tokens[:, :, :-1]
-    t = x_in.shape[2]
-    emb = w["tok_emb.weight"]  # (R, V, d)
-    vocab = emb.shape[1]
-    offsets = (torch.arange(r, device=tokens.device) * vocab).view(r, 1, 1)
-    x = F.embedding(x_in + offsets, emb.reshape(r * vocab, d))
-    x = x + w["pos_emb.weight"][:, None, :t]
-    last = spec.n_layers - 1
-    for i in range(spec.n_layers):
-        blk = f"blocks.{i}."
-        g = lambda name, blk=blk: w[blk + name]  # noqa: E731
-        y = layer_norm(x, g("ln1.weight"), g("ln1.bias"))
-        qkv_w, qkv_b = g("attn.qkv.weight"), g("attn.qkv.bias")
-        if i < last:
-            q, k, v = (heads(u) for u in linear(y, qkv_w, qkv_b).split(d, -1))
-            off = 0
-        else:  # only positions p.. reach the loss: queries, out-proj and MLP there only
-            q = heads(linear(y[:, :, p:], qkv_w[:, :d], qkv_b[:, :d]))
-            k, v = (heads(u) for u in linear(y, qkv_w[:, d:], qkv_b[:, d:]).split(d, -1))
-            x, off = x[:, :, p:], p
-        z, _ = attend(q, k, v, off, sdpa)
-        z = z.transpose(1, 2).reshape(r, n, z.shape[2], d)
-        x = x + linear(z, g("attn.out.weight"), g("attn.out.bias"))
-        y = layer_norm(x, g("ln2.weight"), g("ln2.bias"))
-        hid = F.gelu(linear(y, g("mlp.0.weight"), g("mlp.0.bias")))
-        x = x + linear(hid, g("mlp.2.weight"), g("mlp.2.bias"))
-    if spec.n_layers == 0:
-        x = x[:, :, p:]
-    y = layer_norm(x, w["ln_f.weight"], w["ln_f.bias"])
-    return linear(y, w["unembed.weight"], w["unembed.bias"])
 
 
 def _shape(m: Transformer) -> tuple:
