@@ -13,7 +13,8 @@ number of steps and the expected wall time on this machine. The assumptions, kep
      `mbc.training.train` step and evaluations) until its first crossing, at most
      --calibrate-s seconds. A run that does not cross in time gives only a lower bound
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
-  Linear-baseline runs (E13) are assumed never to transition: their full budget.
+  Linear-baseline runs (E13) are assumed never to transition: their full budget. Runs
+  with label noise (E12) never meet the early stop's loss bound: their full budget too.
 * Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
   sequence layout, train.engine, train.compile, train.precision) shape, with the config's `threads` and
   device, through the loss `mbc.training.train.train_run` uses (`mbc.training.train.step_functions`); or
@@ -132,6 +133,8 @@ def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None)
     if measured_steps is not None:
         return measured_steps
     if tau is None or spec.model.kind == "linear" or t.early_stop_tau_factor <= 0:
+        return t.max_steps
+    if spec.task.label_noise > 0:  # noisy labels keep L_cand off the early stop's bound
         return t.max_steps
     return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
 
