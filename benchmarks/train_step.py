@@ -544,8 +544,8 @@ def main(argv: list[str] | None = None) -> dict:
     res["step_wall_s"] = {k: med(v) for k, v in walls.items()}
     pruned_flops = step_flops(spec.model, b, t_in, n_t, prune_last=True)
     full_flops = step_flops(spec.model, b, t_in, n_t)
-    flops = {k: full_flops if k in ("plain", "reference", "author", "roofline_full")
-             else pruned_flops for k in step_s}  # fmt: skip
+    flops = {k: (full_flops if k in ("plain", "reference", "author", "roofline_full")
+                 else pruned_flops) * widths_of.get(k, 1) for k in step_s}  # fmt: skip
     res["parameters"] = n_ours
     res["flops_per_step"] = {"ours": pruned_flops, "full": full_flops}
     res["step_s"] = step_s
