@@ -40,6 +40,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.crossing import first_crossing
+from mbc.core.provenance import now, start_event
 from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
 from mbc.training.schedule import crosses_mark, eval_schedule
@@ -120,7 +121,7 @@ class RunRecord:
             self.step = self.last_resume = state["step"]
             self.say(f"resuming {self.spec.run_id} from step {self.step}")
         if self.step >= self.spec.train.max_steps:  # finished, its `done` line not written
-            rows.append({"event": "done", "step": self.step})
+            rows.append({"event": "done", "step": self.step, "time": now()})
             self.finished, self.tau = True, logged_tau(rows)
             write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
             return None
@@ -130,6 +131,7 @@ class RunRecord:
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.log_path, "a")  # noqa: SIM115 - closed by close()
+        _append(self._fh, start_event(self.step))  # the code and machine (mbc.measured)
         return state
 
     def start(self, view: RunView) -> None:
@@ -190,7 +192,7 @@ class RunRecord:
             self._fh = None
 
     def _finish(self) -> bool:
-        _append(self._fh, {"event": "done", "step": self.step})
+        _append(self._fh, {"event": "done", "step": self.step, "time": now()})
         self.finished = True
         self.close()
         return True

@@ -1,0 +1,141 @@
+"""The measured report of a preset, committed with the code that produced it.
+
+    python -m mbc.measured --preset paper_cpu [--config config.yaml] [--dest measured]
+
+copies the small tables of a finished outdir and its PDF into `measured/<preset>/` and
+writes `PROVENANCE` from what the runs' logs recorded at every start of their training
+(`mbc.core.provenance`): the commits, the start and end times, the wall time, the total
+training steps, the CPU, the threads, and whether any run was resumed. Nothing there is
+typed by hand, and nothing there is edited afterwards: a change of defaults that moves the
+run ids either re-measures or adds a `STALE` file naming the change (`check`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+
+from mbc.core import config as mbc_config
+from mbc.core.artifacts import write_text_atomic
+from mbc.core.runlog import read_log
+
+TABLES = ("tau", "fits", "statistics", "hypotheses", "scorecard", "robustness", "init_scale")
+
+
+def ids_digest(run_ids) -> str:
+    return hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:16]
+
+
+def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
+    """PROVENANCE's lines, from the runs' logs (`start` and `done` events)."""
+    starts, ends, resumed, missing = [], [], [], []
+    for r in run_ids:
+        rows = read_log(outdir / "runs" / r / "state" / "log.jsonl")
+        s = [x for x in rows if x.get("event") == "start"]
+        if not s:
+            missing.append(r)
+        starts += s
+        ends += [x["time"] for x in rows if x.get("event") == "done" and "time" in x]
+        if any(x["step"] > 0 for x in s):
+            resumed.append(r)
+    commits = Counter(
+        (x.get("commit") or "unknown") + (" (with uncommitted changes)" if x.get("dirty") else "")
+        for x in starts
+    )
+    times = sorted(x["time"] for x in starts)
+    lines = [
+        f"runs: {len(run_ids)} (run ids: tau.csv; sha256 of the sorted ids {ids_digest(run_ids)})"
+    ]
+    lines += [f"commit: {c} ({n} training start(s))" for c, n in commits.most_common()]
+    if times and ends:
+        t0, t1 = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ") for t in (times[0], max(ends)))
+        lines += [
+            f"started: {times[0]}",
+            f"ended: {max(ends)}",
+            f"wall time: {(t1 - t0).total_seconds() / 3600:.2f} h from the first start to the last end",
+        ]
+    for key, what in (("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
+        values = Counter(str(x.get(key)) for x in starts)
+        lines.append(f"{what}: " + ", ".join(f"{v} ({n})" for v, n in values.most_common()))
+    lines.append(
+        f"resumed: {'yes' if resumed else 'no'} ({len(resumed)} of {len(run_ids)} runs resumed"
+        " from a resume point at least once)"
+    )
+    if missing:
+        lines.append(
+            f"runs whose logs record no start (trained before provenance was logged): {len(missing)}"
+        )
+    return lines
+
+
+def collect(preset: str, config_path: str, dest: str, overrides: dict | None = None) -> Path:
+    """Copy the preset's tables and PDF into dest/<preset>/ and write PROVENANCE."""
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(config_path), {"preset": preset, **(overrides or {})}
+    )
+    out = Path(cfg.outdir)
+    tau = pd.read_csv(out / "tau.csv")
+    target = Path(dest) / preset
+    target.mkdir(parents=True, exist_ok=True)
+    for t in TABLES:
+        src = out / f"{t}.csv"
+        if not src.exists():
+            raise SystemExit(f"mbc.measured: {src} does not exist: has the preset run end to end?")
+        shutil.copyfile(src, target / src.name)
+    pdf = Path(cfg.raw["paper_pdf"])
+    if pdf.exists():
+        shutil.copyfile(pdf, target / "main.pdf")
+    run_ids = sorted(set(tau.run_id))
+    steps = int(pd.to_numeric(tau.drop_duplicates("run_id")["steps"]).sum())
+    lines = [f"preset: {preset}", f"outdir: {out}"]
+    lines += provenance(out, run_ids)
+    lines.append(f"total training steps: {steps:,}")
+    lines.append(f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured")
+    write_text_atomic(target / "PROVENANCE", "\n".join(lines) + "\n")
+    (target / "STALE").unlink(missing_ok=True)  # measured anew with this config
+    return target
+
+
+def check(measured: Path, config_path: str) -> list[str]:
+    """Problems with the committed reports under `measured/`: a tau.csv whose run ids are not
+    the ones the current config gives its preset, without a STALE file saying why."""
+    problems = []
+    raw = mbc_config.read_yaml(config_path)
+    for d in sorted(p for p in Path(measured).iterdir() if p.is_dir()):
+        ids = set(pd.read_csv(d / "tau.csv").run_id)
+        want = set(mbc_config.load(raw, {"preset": d.name}).specs)
+        if ids != want and not (d / "STALE").exists():
+            problems.append(
+                f"{d}/tau.csv: {len(ids - want)} run ids the config no longer gives and "
+                f"{len(want - ids)} it gives that were not measured: re-measure, or add "
+                f"{d}/STALE naming the change"
+            )
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", required=True)
+    ap.add_argument("--config", default="config.yaml")
+    ap.add_argument("--dest", default="measured")
+    ap.add_argument("--outdir", default=None, help="the preset's outdir, if not the config's")
+    args = ap.parse_args(argv)
+    try:
+        extra = {"outdir": args.outdir} if args.outdir else None
+        target = collect(args.preset, args.config, args.dest, extra)
+    except (mbc_config.ConfigError, mbc_config.ConfigFileError) as exc:
+        print(f"mbc.measured: {exc}", file=sys.stderr)
+        return 2
+    print(f"mbc.measured: wrote {target}/ ({', '.join(sorted(p.name for p in target.iterdir()))})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

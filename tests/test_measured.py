@@ -1,0 +1,80 @@
+"""measured/<preset>/: the committed reports match the config's run ids (or say STALE), and
+PROVENANCE comes from what the runs' logs recorded."""
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import torch
+from helpers import tiny_spec
+
+from mbc.core import config as mbc_config
+from mbc.measured import check, provenance
+from mbc.training.data import build_dataset
+from mbc.training.train import train_run
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = str(ROOT / "config.yaml")
+
+
+def test_committed_reports_have_the_configs_run_ids_or_say_stale():
+    measured = ROOT / "measured"
+    if measured.exists():
+        assert check(measured, CONFIG) == []
+        for d in measured.iterdir():
+            if (d / "STALE").exists():  # the README says so
+                assert f"measured/{d.name}/STALE" in (ROOT / "README.md").read_text()
+
+
+def test_a_report_with_other_run_ids_needs_a_stale_file(tmp_path):
+    ids = sorted(mbc_config.load(mbc_config.read_yaml(CONFIG), {"preset": "smoke"}).specs)
+    d = tmp_path / "smoke"
+    d.mkdir()
+    pd.DataFrame({"run_id": ids}).to_csv(d / "tau.csv", index=False)
+    assert check(tmp_path, CONFIG) == []
+    pd.DataFrame({"run_id": ids[1:] + ["E1-K3-old-id"]}).to_csv(d / "tau.csv", index=False)
+    (problem,) = check(tmp_path, CONFIG)
+    assert "1 run ids the config no longer gives and 1 it gives" in problem and "STALE" in problem
+    (d / "STALE").write_text("defaults changed: precision bf16\n")
+    assert check(tmp_path, CONFIG) == []
+
+
+def _log(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
+    start = {"event": "start", "commit": "abc123", "dirty": False, "cpu": "Xeon", "threads": 1,
+             "torch": "2.13.0", "host": "vm"}  # fmt: skip
+    _log(tmp_path / "runs" / "a" / "state" / "log.jsonl", [
+        {**start, "step": 0, "time": "2026-12-04T10:00:00Z"},
+        {"event": "done", "step": 900, "time": "2026-12-04T11:00:00Z"},
+    ])  # fmt: skip
+    _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [
+        {**start, "step": 0, "time": "2026-12-04T10:30:00Z"},
+        {**start, "step": 500, "time": "2026-12-04T12:00:00Z", "commit": "def456"},
+        {"event": "done", "step": 900, "time": "2026-12-04T13:30:00Z"},
+    ])  # fmt: skip
+    lines = provenance(tmp_path, ["a", "b"])
+    text = "\n".join(lines)
+    assert "commit: abc123 (2 training start(s))" in text
+    assert "commit: def456 (1 training start(s))" in text
+    assert "started: 2026-12-04T10:00:00Z" in text and "ended: 2026-12-04T13:30:00Z" in text
+    assert "wall time: 3.50 h" in text
+    assert "resumed: yes (1 of 2 runs" in text
+    assert "CPU: Xeon (3)" in text
+
+
+def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
+    spec = tiny_spec()
+    run_dir = tmp_path / "runs" / "r1"
+    train_run(spec, build_dataset(spec.task, spec.seed), run_dir, torch.device("cpu"),
+              say=lambda m: None)  # fmt: skip
+    rows = [json.loads(x) for x in (run_dir / "state" / "log.jsonl").read_text().splitlines()]
+    (start,) = [r for r in rows if r.get("event") == "start"]
+    assert start["step"] == 0 and {"commit", "dirty", "cpu", "threads", "time"} <= set(start)
+    assert rows[-1]["event"] == "done" and "time" in rows[-1]
+    text = "\n".join(provenance(tmp_path, ["r1"]))
+    assert "resumed: no (0 of 1" in text and "record no start" not in text
+    assert f"threads per training job: {start['threads']} (1)" in text
