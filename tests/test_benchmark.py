@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,6 +39,41 @@ def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
     assert set(res["eval"]) == {"5", "20", "36"}
     assert all(v > 0 for v in res["ratios"].values())
+    # packed bf16 (R = 1, 4 in --quick), its roofline, the matrix unit, profile and best
+    assert re.search(
+        r"^CPU .*; oneDNN bf16 matmul kernels: .* -> AMX (in use|NOT in use)", out, re.M
+    )
+    for name in ("packed_bf16_R1", "packed_bf16_R4", "roofline_bf16_R4"):
+        assert re.search(rf"^{name}\s+\d+\s+\d+\.\d", out, re.M), (name, out)
+    best = res["best"]
+    assert {"variant", "run_steps_per_s_per_core", "vs_author", "vs_roofline_bf16"} <= set(best)
+    assert best["run_steps_per_s_per_core"] > 0 and best["vs_roofline_bf16"] >= 1.0
+    assert res["widths"]["packed_bf16_R4"] == 4
+    cats = res["profile"]["packed_bf16_R1"]["ms"]
+    assert {"GEMM", "attention", "casts / copies", "elementwise / norm"} <= set(cats)
+    assert res["roofline_check"]["gemm_ms_in_step"] > 0
+    assert res["memory"]["packed_bf16_R4"]["total_mib_per_run"] > 0
+
+
+def test_compare_outdirs_matches_runs_by_what_defines_them(tmp_path, capsys):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import compare_outdirs
+
+    base = {"experiment": "E1", "d": 300, "first_target_tau": 40, "transition_start": 10,
+            "transition_end": 90, "run_id": "x"}  # fmt: skip
+    rows_a = [{**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.0},
+              {**base, "k": 5, "seed": 0, "tau": 100, "height_over_log_k": 0.99}]  # fmt: skip
+    rows_b = [{**base, "k": 5, "seed": 0, "tau": 150, "height_over_log_k": 1.0},
+              {**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.002}]  # fmt: skip
+    for name, rows in (("a", rows_a), ("b", rows_b)):
+        (tmp_path / name).mkdir()
+        pd.DataFrame(rows).to_csv(tmp_path / name / "tau.csv", index=False)
+    m = compare_outdirs.compare(tmp_path / "a", tmp_path / "b")
+    assert m.tau_equal.tolist() == [True, False]  # K = 3 equal, K = 5 not
+    compare_outdirs.main([str(tmp_path / "a"), str(tmp_path / "b")])
+    out = capsys.readouterr().out
+    assert "| E1, 5, 300, 0 | 100 -> 150 |" in out
+    assert "tau equal in 1 of 2 runs" in out and "max abs 0.0100" in out
 
 
 def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
