@@ -442,3 +442,35 @@ def test_main_tex_compiles(tmp_path, missing):
     assert "LaTeX Error" not in log
     assert not re.search(r"Reference `[^']+' on page \d+ undefined", log), "undefined \\ref"
     assert not list(REPO.joinpath("paper").glob("*.aux")), "build files leaked into paper/"
+
+
+@pytest.mark.parametrize("strings", ["object", "python", "pyarrow"])
+def test_ci_cells_stay_latex_under_every_pandas_string_dtype(strings):
+    """The `value [CI]` cells are LaTeX by their column's declaration (tables.yaml
+    `latex_cells`), not by a str subclass that pandas' string dtypes turn into plain str
+    (the PDF then showed `\\ensuremath{...}` as text)."""
+    if strings == "pyarrow":
+        pytest.importorskip("pyarrow", reason="pyarrow not installed: its string dtype untested")
+    from mbc.paper.report import init_scale_tex
+
+    table = pd.DataFrame(
+        {"init_std": [0.05], "init_scale": [0.7], "n_runs": [3], "n_censored": [0],
+         "tau_mean": [2520.0], "tau_ci_low": [2100.0], "tau_ci_high": [3000.0],
+         "height_over_log_k": [1.0], "height_ci_low": [0.99], "height_ci_high": [1.01]}
+    )  # fmt: skip
+    dtype = {"object": object, "python": "string[python]", "pyarrow": "string[pyarrow]"}[strings]
+    with pd.option_context("future.infer_string", strings != "object"):
+        tex = init_scale_tex(table.astype({"init_std": float}))
+        original = pd.DataFrame.assign
+
+        def assign_as(self, **kw):  # the cells as the string dtype under test holds them
+            return original(self, **{k: pd.array(v, dtype=dtype) for k, v in kw.items()})
+
+        pd.DataFrame.assign = assign_as
+        try:
+            converted = init_scale_tex(table)
+        finally:
+            pd.DataFrame.assign = original
+    for out in (tex, converted):
+        assert r"\ensuremath{2.52\times 10^{3}}" in out
+        assert r"\textbackslash" not in out and r"\{" not in out

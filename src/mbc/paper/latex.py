@@ -158,10 +158,10 @@ def format_number(value: Any, spec: str | None = None, *, missing: str = EN_DASH
     return out.replace("-", r"\ensuremath{-}")
 
 
-def _render_cell(value: Any, spec: str | None) -> str:
+def _render_cell(value: Any, spec: str | None, latex: bool = False) -> str:
     if is_missing(value):
         return EN_DASH
-    if isinstance(value, Raw):
+    if latex:  # a column declared LaTeX (never a str subclass: pandas may drop it)
         return str(value)
     if isinstance(value, bool | np.bool_ | numbers.Number):
         return format_number(value, spec)
@@ -181,13 +181,15 @@ def booktabs_table(
     align: str | None = None,
     size: str | None = "small",
     placement: str = "htbp",
+    latex_cells: tuple[str, ...] | list[str] = (),
 ) -> str:
     """Render ``df`` as a complete ``table`` environment with booktabs rules.
 
     ``columns`` maps DataFrame column -> header text and selects/orders the columns
     (default: all columns, headed by their names). ``formats`` maps column -> number
-    format (see :func:`format_number`). Cells, headers, the caption and the notes are
-    escaped unless they are :class:`Raw`. NaN/None cells show an en dash. The index is
+    format (see :func:`format_number`). Headers, the caption and the notes are escaped
+    unless they are :class:`Raw`; cells are escaped except in the columns `latex_cells`
+    (declared by name: a str subclass in a cell does not survive pandas' string dtypes). NaN/None cells show an en dash. The index is
     ignored (call ``reset_index`` to keep it). Numeric columns are right-aligned, the
     rest left-aligned, unless ``align`` gives the full column spec (``"lrr"``).
     ``size`` is a font-size command name without backslash (``None`` for none).
@@ -202,9 +204,9 @@ def booktabs_table(
     missing = [c for c in columns if c not in names]
     if missing:
         raise KeyError(f"columns not in the table: {missing}")
-    unknown = [c for c in formats if c not in columns]
+    unknown = [c for c in [*formats, *latex_cells] if c not in columns]
     if unknown:
-        raise KeyError(f"formats given for columns that are not shown: {unknown}")
+        raise KeyError(f"formats or latex_cells given for columns that are not shown: {unknown}")
     if not columns:
         raise ValueError("booktabs_table needs at least one column")
     if len(set(names)) != len(names):
@@ -245,7 +247,10 @@ def booktabs_table(
     if len(frame) == 0:
         lines.append(rf"\multicolumn{{{len(keys)}}}{{c}}{{\textit{{no data}}}} \\")
     for row in frame[keys].itertuples(index=False, name=None):
-        cells = [_render_cell(v, formats.get(c)) for c, v in zip(keys, row, strict=True)]
+        cells = [
+            _render_cell(v, formats.get(c), c in latex_cells)
+            for c, v in zip(keys, row, strict=True)
+        ]
         lines.append(" & ".join(cells) + r" \\")
     lines += [
         r"\bottomrule",

@@ -174,17 +174,18 @@ def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
     return booktabs_table(rows, **LAYOUTS["fits"])
 
 
-def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") -> list[Raw]:
-    """`value [lo, hi]` cells of three columns of `df`."""
+def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") -> list[str]:
+    """`value [lo, hi]` cells (LaTeX) of three columns of `df`: a table's `latex_cells`."""
     return [value_with_ci(*r, spec=spec) for r in zip(df[value], df[lo], df[hi], strict=True)]
 
 
-def value_with_ci(value, lo, hi, spec: str = ".3g") -> Raw:
-    """One cell: `value [lo, hi]`, or the value alone without a CI (en dash when missing)."""
+def value_with_ci(value, lo, hi, spec: str = ".3g") -> str:
+    """One LaTeX cell: `value [lo, hi]`, or the value alone without a CI (en dash when
+    missing)."""
     v = format_number(value, spec)
     if is_missing(lo) or is_missing(hi):
-        return Raw(v)
-    return Raw(f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]")
+        return v
+    return f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]"
 
 
 def _verdict_rows(df: pd.DataFrame, labels: dict | None) -> pd.DataFrame:
