@@ -407,3 +407,32 @@ def test_figure_text_is_readable_at_print_size(full):
         )
         scale = widths[name] * TEXT_WIDTH_IN / (float(box.group(1)) / 72)
         assert smallest * scale >= MIN_PRINTED_PT, (name, smallest, round(scale, 2))
+
+
+def test_every_run_censored_at_a_budget_of_zero_renders(tmp_path):
+    """Every run censored with 0 steps (`train.max_steps: 1`): no tau and no budget > 0 to
+    place on a log axis. Every figure renders, saying so, instead of failing to log-scale."""
+    tables = _all_tables()
+    tau = tables["tau"].copy()
+    tau["censored"], tau["tau"], tau["steps"] = True, np.nan, 0
+    tables["tau"], tables["fits"] = tau, tables["fits"].iloc[:0]  # no fit either
+    texts = _render_all(_write(tables, tmp_path / "tables"), tmp_path / "out")
+    for name in NAMES:
+        _check_files(tmp_path / "out", name, min_png=2000)
+    for name in ("tau_vs_d", "init_scale", "noise"):
+        assert any("no data" in t for t in texts[f"{name}:all"]), name
+
+
+def test_aggregating_per_run_tables_that_are_all_empty_gives_an_empty_table(tmp_path):
+    """Every diagnosed run censored: each per-run table is header-only; the aggregate is an
+    empty table with those columns (it raised "No objects to concatenate")."""
+    from mbc.pipeline import concat_tables
+
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"run{i}.csv"
+        pd.DataFrame(columns=["run_id", "step", "value"]).to_csv(p, index=False)
+        paths.append(p)
+    concat_tables(paths, tmp_path / "all.csv")
+    out = pd.read_csv(tmp_path / "all.csv")
+    assert out.empty and out.columns.tolist() == ["run_id", "step", "value"]

@@ -286,13 +286,11 @@ def concat_tables(paths: list, out_path) -> None:
     """Stack per-run tidy tables into one (empty per-run tables contribute nothing)."""
     frames = [read_csv_checked(p) for p in paths]
     frames = [f for f in frames if len(f.columns)]
-    df = (
-        pd.concat([f for f in frames if not f.empty], ignore_index=True)
-        if frames
-        else pd.DataFrame()
-    )
-    if df.empty and frames:
-        df = frames[0].iloc[:0]
+    rows = [f for f in frames if not f.empty]
+    if rows:
+        df = pd.concat(rows, ignore_index=True)
+    else:  # nothing measured (e.g. every diagnosed run censored): an empty table is data
+        df = frames[0].iloc[:0] if frames else pd.DataFrame()
     write_csv_atomic(out_path, df)
     print(f"{out_path}: {len(df)} rows from {len(paths)} files")
 

@@ -67,6 +67,7 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
             try:
                 with plt.style.context(STYLE):
                     fig = draw(full)
+                    _unlog_empty_axes(fig)
                     _tidy_log_axes(fig)
                     _save(fig, Path(out_pdf), Path(out_png))
             finally:  # close what this call opened, also when drawing fails
@@ -97,6 +98,28 @@ def _save(fig: Figure, out_pdf: Path, out_png: Path) -> None:
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=meta)
         fig.set_layout_engine("none")
         write_bytes_atomic(path, buf.getvalue())
+
+
+def _unlog_empty_axes(fig: Figure) -> None:
+    """A log axis with no value > 0 to show (every run censored at a budget of 0, nothing
+    measured) cannot be drawn: such a panel goes linear and says it has no data."""
+    for ax in [a for top in fig.axes for a in (top, *top.child_axes)]:  # insets too
+        for i, (get, set_) in enumerate(
+            ((ax.get_xscale, ax.set_xscale), (ax.get_yscale, ax.set_yscale))
+        ):
+            if get() != "log":
+                continue
+            values = [
+                np.asarray(ln.get_xydata(), float)[:, i] for ln in ax.lines if len(ln.get_xydata())
+            ]
+            values += [
+                np.asarray(c.get_offsets(), float).reshape(-1, 2)[:, i] for c in ax.collections
+            ]
+            v = np.concatenate(values) if values else np.array([])
+            if not (np.isfinite(v) & (v > 0)).any():
+                set_("linear")
+                if not any(t.get_text().startswith("no data") for t in ax.texts):
+                    _no_data(ax, "nothing > 0 to place on its log axis")
 
 
 def render(

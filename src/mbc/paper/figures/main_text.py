@@ -165,13 +165,19 @@ def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
     fits = tables["fits"]
     sweep = _tau_rows(tables["tau"], ["E15"])
     any_cens = False
+    placed = 0  # runs a log-log panel can place (a tau, or a budget > 0 if censored)
     if sweep.empty:
         _no_data(a, "no E15 runs")
     else:
-        _, nc = _tau_points(a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label="E15 runs")
+        no, nc = _tau_points(
+            a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label="E15 runs"
+        )
         any_cens |= nc > 0
-        _fit_line(a, _fit_row(fits, "tau_vs_init_std"), sweep["init_std"])
-        _tau_panel(a, "init std (every weight matrix)", "(a) tau vs init scale", any_cens)
+        if no + nc == 0:
+            _no_data(a, "no E15 run with a tau or a budget > 0")
+        else:
+            _fit_line(a, _fit_row(fits, "tau_vs_init_std"), sweep["init_std"])
+            _tau_panel(a, "init std (every weight matrix)", "(a) tau vs init scale", any_cens)
     drawn = False
     for exps, fit, color, marker, label in (
         (["E1", "E2"], "tau_vs_d", "C0", "o", "default init"),
@@ -181,14 +187,15 @@ def fig_init_scale(tables: dict[str, pd.DataFrame]) -> Figure:
         if df.empty:
             continue
         scheme = ", ".join(sorted(set(df["init"].astype(str))))
-        _, nc = _tau_points(
+        no, nc = _tau_points(
             b, *_tau_budget_arrays(df, "d"), color=color, marker=marker, label=f"{label} ({scheme})"
         )
         any_cens |= nc > 0
+        placed += no + nc
         _fit_line(b, _fit_row(fits, fit), df["d"], color=color, prefix=label)
         drawn = True
-    if not drawn:
-        _no_data(b, "no E1/E2 or E15_E1/E15_E2 runs")
+    if not drawn or not placed:
+        _no_data(b, "no E1/E2 or E15_E1/E15_E2 run with a tau or a budget > 0")
     else:
         _tau_panel(b, "dataset size D (examples)", "(b) tau vs D under both inits", any_cens)
     return fig
