@@ -38,6 +38,8 @@ NON_EXECUTING = {
     "--dry-run", "--dryrun", "--lint", "--list", "-l", "--list-rules", "--summary", "-S",
     "--detailed-summary", "-D", "--dag", "--rulegraph", "--filegraph", "--report",
     "--list-target-rules", "--lt", "--containerize", "--archive", "--unlock",
+    "--list-changes", "--lc", "--list-untracked", "--lu", "--touch", "-t",
+    "--cleanup-metadata", "--cm", "--delete-all-output", "--delete-temp-output",
 }  # fmt: skip
 
 

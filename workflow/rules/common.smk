@@ -146,10 +146,26 @@ if MAIN_PROCESS:
     _findings = mbc.core.integrity.scan(
         _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
     )
+    # repair only under this invocation's hold on the outdir; inspection commands and a
+    # second invocation on a running outdir only report
+    _report_only = DRY_RUN or not mbc.core.integrity.hold_outdir(OUT)
+    if _report_only and not DRY_RUN:
+        print(
+            f"mbc: another snakemake is running on {OUT}/: nothing repaired here",
+            file=sys.stderr,
+        )
     for line in mbc.core.integrity.repair(
-        _findings, _runs, _aggregates, dry_run=DRY_RUN
+        _findings, _runs, _aggregates, dry_run=_report_only
     ):
         print(f"mbc: repair: {line}", file=sys.stderr)
+    for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
+        print(
+            f"mbc: repair: {_p}: differs from the checksum written with it, "
+            + ("would be deleted" if _report_only else "deleted so that it is rebuilt"),
+            file=sys.stderr,
+        )
+        if not _report_only:
+            _p.unlink()
 
 
 ALL_TARGETS = [

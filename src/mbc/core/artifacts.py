@@ -61,11 +61,20 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    _write_table(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
 
 
 def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:
-    write_text_atomic(path, df.to_csv(index=False, lineterminator="\n"))
+    _write_table(path, df.to_csv(index=False, lineterminator="\n"))
+
+
+def _write_table(path: str | os.PathLike, text: str) -> None:
+    """A table and then its `.sha256` sidecar: a table cut or edited after it was written
+    no longer matches, and the start-up check rebuilds it (`mbc.core.integrity`). A kill
+    between the two writes leaves a mismatch too: rebuilt, never trusted."""
+    data = text.encode("utf-8")
+    _atomic_write(path, data)
+    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest())
 
 
 def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
@@ -80,7 +89,8 @@ def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
 
 
 def sidecar(path: str | os.PathLike) -> Path:
-    """`<file>.sha256`: the checksum of a file that has no index recording one (datasets)."""
+    """`<file>.sha256`: the checksum of a file that has no index recording one (datasets,
+    tables)."""
     return Path(f"{path}.sha256")
 
 

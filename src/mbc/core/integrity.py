@@ -20,6 +20,8 @@ pack runs again.
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +32,26 @@ from mbc.core.artifacts import read_sidecar_sha256, sha256_file
 from mbc.core.runlog import finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
+_HELD: dict[Path, object] = {}  # outdir lock path -> its open file, held by this process
+
+
+def hold_outdir(outdir: str | os.PathLike) -> bool:
+    """Hold `<outdir>/.mbc/outdir.lock` for the rest of this process (the main Snakemake
+    process of an invocation): False when another invocation holds it. Repair runs only
+    under it, so a second `snakemake` on a running outdir, refused later by Snakemake's
+    own lock, never deletes what the first is writing."""
+    path = (Path(outdir) / ".mbc" / "outdir.lock").resolve()
+    if path in _HELD:  # (the Snakefile parsed again in this process)
+        return True
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.close()
+        return False
+    _HELD[path] = fh
+    return True
 
 
 @dataclass
@@ -107,6 +129,9 @@ def scan(
         if missing is not None:
             out.append(Finding(f.run_id, 1, missing, "missing", False))
             continue
+        if (bad := _altered(f.run_id, 1, f.train)) is not None:
+            out.append(bad)
+            continue
         snap = _snapshot_finding(f, verify_snapshots)
         if snap is not None:
             out.append(snap)
@@ -114,10 +139,37 @@ def scan(
         if not f.summary.is_file():
             out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue
+        if (bad := _altered(f.run_id, 2, [f.summary])) is not None:
+            out.append(bad)
+            continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
         if gone is not None:
             out.append(Finding(f.run_id, 3, gone, "missing", False))
+        elif (bad := _altered(f.run_id, 3, f.diagnostics)) is not None:
+            out.append(bad)
     return out
+
+
+def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
+    """The first table whose bytes differ from the checksum written with it (rows cut, a
+    line torn, an edit): it is rebuilt from what it derives from (a run's tables from its
+    log, which says the run finished: no retraining). Tables written before checksums
+    were recorded (no sidecar) are not checked."""
+    for p in paths:
+        digest = read_sidecar_sha256(p)
+        if digest is not None and sha256_file(p) != digest:
+            why = "differs from the checksum written with it (cut or edited since)"
+            return Finding(run_id, level, p, why, True)
+    return None
+
+
+def altered_aggregates(aggregates: list[Path]) -> list[Path]:
+    """Aggregated tables whose bytes differ from their checksum: deleted, then rebuilt."""
+    return [
+        p
+        for p in aggregates
+        if p.is_file() and (d := read_sidecar_sha256(p)) is not None and sha256_file(p) != d
+    ]
 
 
 def repair(

@@ -1,0 +1,88 @@
+"""Faults that changed results silently (issue 25), each with its exact outcome, on copies
+of the shared smoke run: a per-run table with rows cut is rebuilt from the run's log (the
+tables then equal the clean run's); a second invocation on a running outdir repairs
+nothing; inspection commands only report."""
+
+import fcntl
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+from helpers import smoke_args, snakemake
+
+TABLES = ["tau", "statistics", "hypotheses", "scorecard"]
+
+
+def _copy(smoke, tmp_path):
+    out = tmp_path / "results"
+    shutil.copytree(smoke, out)  # keeps mtimes: the copy is up to date
+    return out
+
+
+def _equal_tables(out, smoke):
+    for t in TABLES:
+        a, b = pd.read_csv(out / f"{t}.csv"), pd.read_csv(smoke / f"{t}.csv")
+        wall = [c for c in a.columns if c.startswith("wall")]
+        pd.testing.assert_frame_equal(a.drop(columns=wall), b.drop(columns=wall), check_exact=True)
+
+
+def _cut_rows(path, keep: int) -> None:
+    """The table's header and first `keep` rows, final newline kept (a well-formed CSV)."""
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[: 1 + keep]))
+
+
+@pytest.mark.slow
+def test_a_per_run_table_with_rows_cut_is_rebuilt_not_trusted(smoke, tmp_path):
+    out = _copy(smoke, tmp_path)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E6"].run_id.iloc[0]
+    metrics = out / "runs" / run / "metrics.csv"
+    before = metrics.read_bytes()
+    _cut_rows(metrics, 16)
+    res = snakemake("all", *smoke_args(out))
+    said = res.stdout + res.stderr
+    assert f"{metrics}: differs from the checksum written with it" in said, said[-3000:]
+    assert list(metrics.parent.glob("metrics.csv.corrupt-*")), "moved aside, not lost"
+    assert metrics.read_bytes() == before, "rebuilt from the run's log, as it was"
+    _equal_tables(out, smoke)
+
+
+@pytest.mark.slow
+def test_a_cut_aggregate_is_rebuilt(smoke, tmp_path):
+    out = _copy(smoke, tmp_path)
+    _cut_rows(out / "tau.csv", 3)
+    res = snakemake("all", *smoke_args(out))
+    assert f"{out}/tau.csv: differs from the checksum" in res.stdout + res.stderr
+    _equal_tables(out, smoke)
+
+
+def test_inspection_commands_and_a_second_invocation_repair_nothing(smoke, tmp_path):
+    out = _copy(smoke, tmp_path)
+    run = pd.read_csv(smoke / "tau.csv").run_id.iloc[0]
+    metrics = out / "runs" / run / "metrics.csv"
+    _cut_rows(metrics, 2)
+    cut = metrics.read_bytes()
+    # --list-changes only reports (it repaired before)
+    res = snakemake("--list-changes", "code", *smoke_args(out))
+    assert "would be" in res.stderr or "dry run: nothing changed" in res.stderr, res.stderr[-2000:]
+    assert metrics.read_bytes() == cut
+    # another invocation holds the outdir (as a running `snakemake` does)
+    lock = out / ".mbc" / "outdir.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+        "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"
+    ), str(lock)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        res = snakemake(str(out / "tau.csv"), *smoke_args(out), check=False)
+        assert "another snakemake is running on" in res.stderr, res.stderr[-2000:]
+        assert metrics.read_bytes() == cut, "a second invocation never repairs"
+        assert not list(metrics.parent.glob("metrics.csv.corrupt-*"))
+    finally:
+        holder.kill()
+        holder.wait()
+    with open(lock, "a") as fh:  # released with its holder
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
