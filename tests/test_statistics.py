@@ -134,3 +134,30 @@ def test_the_lead_statistics_read_their_configured_source():
         assert s.loc["lead_fraction_mean", "value"] == pytest.approx(lead)
         assert s.loc["lead_fraction_first_mean", "value"] == pytest.approx(first)
         assert f"over {source} runs" in s.loc["lead_fraction_mean", "what"]
+
+
+def test_sharing_beta_is_the_authors_loglog_fit_of_mean_duration_plus_one():
+    """Planted: mean duration + 1 = 100 * factor^0.5 at factors 2, 8, 32 (two seeds each,
+    +-d around the mean); factor 1 (private) is left out, whatever its duration."""
+    from mbc.analysis.stats import sharing_beta
+
+    factors = [1, 1, 2, 2, 8, 8, 32, 32]
+    means = {f: 100 * f**0.5 - 1 for f in (2, 8, 32)}
+    dur = [5000, 7000] + [means[f] + s for f in (2, 8, 32) for s in (-10, 10)]
+    t = tau_rows(experiment=["E11"] * 8, sharing_factor=factors, dip_duration=dur,
+                 dip_censored=[False] * 8, dip_bound=[np.nan] * 8)  # fmt: skip
+    r = sharing_beta(t, ["E11"], {"offset": 1.0, "min_sharing_factor": 1.0}, BOOT)
+    assert r["name"] == "sharing_duration_beta"
+    assert r["value"] == pytest.approx(0.5, abs=1e-12)
+    assert r["ci_low"] < 0.5 < r["ci_high"] and r["n"] == 6
+    # without the +1 the slope differs (the offset is applied)
+    r0 = sharing_beta(t, ["E11"], {"offset": 0.0, "min_sharing_factor": 1.0}, BOOT)
+    assert r0["value"] != pytest.approx(0.5, abs=1e-6)
+    # a censored run enters with its bound and is counted
+    cens = t.assign(dip_duration=[np.nan if i == 7 else d for i, d in enumerate(dur)],
+                    dip_censored=[i == 7 for i in range(8)],
+                    dip_bound=[dur[7] if i == 7 else np.nan for i in range(8)])  # fmt: skip
+    rc = sharing_beta(cens, ["E11"], {"offset": 1.0}, BOOT)
+    assert rc["value"] == pytest.approx(0.5, abs=1e-12) and rc["n_censored"] == 1
+    one = sharing_beta(t[t.sharing_factor <= 2], ["E11"], {}, BOOT)
+    assert math.isnan(one["value"])

@@ -166,3 +166,29 @@ def test_author_statistics_first_target_tau_window_and_lead():
     low = author_statistics(steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk),
                             lk, diag)  # fmt: skip
     assert (low["transition_start"], low["transition_end"]) == (0, 600)
+
+
+def test_dip_duration_is_log_k_dip_to_half_a_nat():
+    """E11's duration (the author's): first L_cand < log K -> first L_cand < 0.5 nats, an
+    absolute threshold, on a planted series whose steps are known."""
+    from mbc.diagnostics.summary import dip_duration
+
+    lk = math.log(20)  # 3.0 nats
+    steps = np.arange(0, 1001, 50)
+    # above log K to step 200, just below from 250, 0.6 nats at 700 (< 0.5 log K = 1.5 but
+    # not < 0.5 nats), 0.4 nats from 800
+    lcand = np.select([steps <= 200, steps < 700, steps < 800], [lk + 0.1, lk - 0.01, 0.6], 0.4)
+    d = dip_duration(steps, lcand, lk, start_fraction=1.0, end_nats=0.5)
+    assert (d["dip_start"], d["dip_end"], d["dip_duration"]) == (250, 800, 550)
+    assert not d["dip_censored"] and d["dip_bound"] is None
+    # never below 0.5 nats: censored, bound = steps since the dip
+    cut = dip_duration(steps, np.minimum(lcand, lk - 0.01).clip(0.6), lk, 1.0, 0.5)
+    assert cut["dip_censored"] and cut["dip_duration"] is None
+    assert cut["dip_start"] == 0 and cut["dip_bound"] == 1000
+    # never dipped: no bound
+    flat = dip_duration(steps, np.full(steps.size, lk), lk, 1.0, 0.5)
+    assert flat["dip_start"] is None and flat["dip_bound"] is None and flat["dip_censored"]
+    # the author's statistic reaches tau.csv through author_statistics
+    m = pd.DataFrame({"step": steps, "candidate_loss": lcand, "first_target_loss": lcand})
+    a = author_statistics(steps, m, lk, {**DIAG, "dip": {"start_fraction": 1.0, "end_nats": 0.5}})
+    assert a["dip_duration"] == 550

@@ -143,6 +143,8 @@ def compute_statistics(
                               f"examples to tau at the smallest batch / at the largest ({_names(batch)})",
                               invert=True))  # fmt: skip
     rows.append(lr_duration_ratio(tau, lr, cfg.get("lr_pair", {}), boot))
+    if "sharing" in src:
+        rows.append(sharing_beta(tau, src["sharing"], cfg.get("sharing_fit", {}), boot))
     rows.extend(batch_pair_ratios(tau, batch, cfg.get("batch_pair", {}), boot))
 
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
@@ -232,6 +234,53 @@ def lr_duration_ratio(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot
         return _row(name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window")
     vci = _ratio_of_means(dur(hi).to_numpy(float), dur(lo).to_numpy(float), boot)
     return _row(name, vci, len(pair), 0, what)
+
+
+def _loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    if np.unique(x).size < 2:
+        return NAN
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def sharing_beta(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot: dict) -> dict:
+    """The author's E11 statistic: beta, the slope of a least-squares line through
+    (log sharing factor, log(mean duration + offset)), one point per sharing factor above
+    `min_sharing_factor` (his: > 1, i.e. private selectors left out; offset 1). The duration
+    is `dip_duration` (first L_cand < log K -> first L_cand < 0.5 nats); a censored run enters
+    its condition's mean with its lower bound `dip_bound` (one that never dipped is left
+    out), counted in n_censored. CI: percentile bootstrap resampling the runs within each
+    condition."""
+    name = "sharing_duration_beta"
+    offset = float(cfg.get("offset", 1.0))
+    min_factor = float(cfg.get("min_sharing_factor", 1.0))
+    e = runs_of(tau, experiments)
+    what = (f"slope of log(mean dip duration + {offset:g}) on log(sharing factor), factors > "
+            f"{min_factor:g} ({_names(experiments)})")  # fmt: skip
+    if e.empty:
+        return _row(name, (NAN,) * 3, 0, 0, what)
+    e = e[e.sharing_factor.astype(float) > min_factor]
+    dur = e.dip_duration.astype("Float64").fillna(e.dip_bound.astype("Float64"))
+    e = e.assign(y=dur.to_numpy(float)).dropna(subset=["y"])
+    groups = [(float(x), g.y.to_numpy(float)) for x, g in e.groupby("sharing_factor")]
+    n_cens = int(e.dip_censored.astype(bool).sum())
+    if len(groups) < 2:
+        return _row(name, (NAN,) * 3, len(e), n_cens, what + ": fewer than 2 sharing factors")
+    xs = np.array([x for x, _ in groups])
+
+    def slope(samples: list[np.ndarray]) -> float:
+        return _loglog_slope(xs, np.array([v.mean() + offset for v in samples]))
+
+    v = slope([g for _, g in groups])
+    rng = np.random.default_rng(boot["seed"])
+    reps = np.array(
+        [slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot["n_boot"])]
+    )
+    reps = reps[np.isfinite(reps)]
+    lo = hi = NAN
+    if reps.size and any(g.size > 1 for _, g in groups):
+        a = (1 - boot["ci"]) / 2
+        lo, hi = float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+    return _row(name, (v, lo, hi), len(e), n_cens, what)
 
 
 def batch_pair_ratios(

@@ -31,12 +31,43 @@ TAU_COLUMNS = [
     "first_target_tau", "first_target_censored", "transition_start", "transition_end",
     "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "lead_fraction_first",
+    # E11's duration (diagnostics.dip): first L_cand < log K -> first L_cand < 0.5 nats
+    "dip_start", "dip_end", "dip_duration", "dip_censored", "dip_bound",
 ]  # fmt: skip
 INT_COLUMNS = [
     "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
     "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
-    "delta_z_first_onset", "lead_first",
+    "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
 ]  # fmt: skip
+
+# diagnostics.dip when the config has none: the author's E11 duration
+DIP_DEFAULT = {"start_fraction": 1.0, "end_nats": 0.5}
+
+
+def dip_duration(
+    steps: np.ndarray, lcand: np.ndarray, log_k: float, start_fraction: float, end_nats: float
+) -> dict:
+    """The author's E11 duration (his analysis script, spec section 7): from the first
+    evaluation with L_cand < start_fraction * log K (the first dip below log K) to the first
+    with L_cand < end_nats, an absolute loss in nats (not a fraction of log K).
+
+    Censored when L_cand never falls below end_nats; then `dip_bound`, the steps since the
+    dip (a lower bound on the duration), when the run has dipped, else None."""
+    start = first_crossing(steps, lcand, start_fraction * log_k)
+    end = first_crossing(steps, lcand, end_nats)
+    if end is not None and start is None:  # below end_nats < log K: dipped at or before it
+        start = end
+    censored = end is None
+    bound = None
+    if censored and start is not None and steps.size:
+        bound = int(steps[-1]) - start
+    return {
+        "dip_start": start,
+        "dip_end": end,
+        "dip_duration": None if censored else end - start,
+        "dip_censored": censored,
+        "dip_bound": bound,
+    }
 
 
 def last_step_above_before(
@@ -197,6 +228,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
         "delta_z_first_onset": dz1_onset,
         "lead_first": lead,
         "lead_fraction_first": None if lead is None or not l1_onset else lead / l1_onset,
+        **dip_duration(steps, lcand, log_k, **diag.get("dip", DIP_DEFAULT)),
     }
 
 
