@@ -64,6 +64,7 @@ from mbc.paper.report import (
 )
 from mbc.training import packed_train
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
+from mbc.training import train_log
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
@@ -157,8 +158,15 @@ def unpack_run(spec: RunSpec, run_dir) -> None:
 
 
 def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
+    """The run's summary.json. The author's logged lead reads train_log.csv beside
+    metrics.csv (written with it by `finalize_run`); a run trained before that file
+    existed has none, and its logged lead is reported as not measured."""
     metrics = read_csv_checked(metrics_path, required=METRIC_COLUMNS, min_rows=1)
-    s = summarize_run(spec, metrics, diagnostics)
+    log_path = Path(metrics_path).parent / train_log.FILE
+    windows = read_csv_checked(log_path, required=train_log.COLUMNS) if log_path.exists() else None
+    if windows is None:
+        print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")
+    s = summarize_run(spec, metrics, diagnostics, windows)
     write_json_atomic(out_path, s)
     print(json.dumps(s))
 

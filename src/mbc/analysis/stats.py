@@ -107,6 +107,21 @@ def compute_statistics(
                      int(e1.first_target_censored.sum()),
                      f"mean lead fraction over {lead_source} runs on the first-target loss L1 and its delta_z"))  # fmt: skip
 
+    logged = e1[e1.lead_log_measured.astype("boolean").fillna(False).astype(bool)] if (
+        "lead_log_measured" in e1) else e1.iloc[:0]  # fmt: skip
+    lead_log = logged.lead_fraction_log.dropna().to_numpy(float)
+    rows.append(_row("lead_fraction_log_mean", _boot(lead_log, np.mean, boot), lead_log.size,
+                     len(e1) - len(logged),
+                     f"mean lead fraction over {lead_source} runs on the training log (author's: "
+                     "running-mean L1 per window, last batch's shuffled L1 minus it); n_censored: "
+                     "runs whose log has no such series (not measured)"))  # fmt: skip
+    for name, col, series in (("lead_fraction_k_spearman", "lead_fraction", "L_cand, delta_z"),
+                              ("lead_fraction_first_k_spearman", "lead_fraction_first",
+                               "L1, delta_z_first, fixed batch"),
+                              ("lead_fraction_log_k_spearman", "lead_fraction_log",
+                               "the training log, author's")):  # fmt: skip
+        rows.append(lead_trend(e1, col, boot, name, f"{series}; {lead_source} runs"))
+
     frac = collective_fraction_at(collective, cfg["collective_fraction"])
     rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
                      f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
@@ -167,6 +182,16 @@ def compute_statistics(
     rows.append(_row("n_runs", (float(tau.run_id.nunique()), NAN, NAN), tau.run_id.nunique(),
                      int(tau.drop_duplicates("run_id").censored.sum()), "distinct training runs"))  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def lead_trend(runs: pd.DataFrame, column: str, boot: dict, name: str, what: str) -> dict:
+    """Spearman rho of the lead fraction (`column`) with K over the runs that measured it,
+    percentile bootstrap over runs: its sign says whether the lead grows with K (the paper's
+    text), its CI whether the data decide it."""
+    e = runs[["k", column]].dropna() if column in runs else pd.DataFrame(columns=["k", column])
+    pairs = e.to_numpy(float) if len(e) else np.empty((0, 2))
+    vci = _boot(pairs, lambda p: _spearman(p[:, 0], p[:, 1]), boot) if len(e) else (NAN,) * 3
+    return _row(name, vci, len(e), 0, f"Spearman rho of the lead fraction with K ({what})")
 
 
 def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray:
