@@ -62,9 +62,8 @@ from mbc.paper.report import (
     robustness_tex,
     scorecard_table,
 )
-from mbc.training import packed_train
+from mbc.training import packed_train, train_log
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
-from mbc.training import train_log
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
