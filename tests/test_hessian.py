@@ -237,3 +237,22 @@ def test_hessian_estimates_share_one_graph_and_equal_the_single_method_calls():
     assert both["power"] == hessian_extremes(loss_fn, params, n_iter=60, seed=2, method="power")
     with pytest.raises(ValueError, match="method"):
         hessian_estimates(loss_fn, params, n_iters={"arnoldi": 5}, seed=0)
+
+
+def test_hessian_estimates_power_rule_is_the_authors():
+    """power_rule reaches extremes_by_power: the author's |cos| exit, floor and shift."""
+    from mbc.diagnostics.spectrum import extremes_by_power
+    from mbc.pipeline import author_power_rule
+
+    loss_fn, params, a = quadratic(seed=5)
+    cfg = {"power_n_iter": 50, "power_min_iter": 10, "power_cos": 0.9999,
+           "power_shift_offset": 1.0}  # fmt: skip
+    rule = author_power_rule(cfg)
+    assert rule == {"cos_tol": 0.9999, "min_iter": 10, "shift_offset": 1.0}
+    got = hessian_estimates(loss_fn, params, n_iters={"power": 50}, seed=2, power_rule=rule)
+    want = extremes_by_power(lambda v: a @ v, a.shape[0], n_iter=50, seed=2, **rule)
+    assert got["power"].lambda_max == pytest.approx(want.lambda_max, rel=1e-9)
+    assert got["power"].lambda_min == pytest.approx(want.lambda_min, rel=1e-9, abs=1e-12)
+    assert (got["power"].n_iter_max, got["power"].n_iter_min) == (want.n_iter_max, want.n_iter_min)
+    assert 10 <= got["power"].n_iter_max <= 50
+    assert author_power_rule({"power_n_iter": 50}) == {"shift_offset": 0.0}

@@ -77,6 +77,12 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
     assert trained == [True] * len(specs)
     for i in range(len(specs)):
         assert_same_run(tmp_path / f"alone{i}", dirs[i])
+        # the author's training-log series (running first-target loss, deranged last batch)
+        a, b = (pd.read_csv(d / "train_log.csv") for d in (tmp_path / f"alone{i}", dirs[i]))
+        assert a.step.tolist() == b.step.tolist() and len(a) > 2
+        assert b.train_first_shuffled_loss.notna().all() and b.train_first_loss.notna().all()
+        num = ["train_first_loss", "train_first_shuffled_loss", "delta_z_train_first"]
+        np.testing.assert_allclose(b[num].to_numpy(), a[num].to_numpy(), rtol=0, atol=ATOL)
     # the early-stopped run and the 80-step run left the pack; the others went on
     assert any("early stop at step 60" in line for line in said), said
     assert pd.read_csv(dirs[4] / "metrics.csv").step.max() == 80

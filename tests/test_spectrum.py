@@ -220,3 +220,82 @@ def test_bad_arguments_raise(fn):
         fn(matvec_of(a), 50, n_iter=0, seed=0)
     with pytest.raises(ValueError, match="shape"):
         fn(lambda v: torch.zeros(3, dtype=v.dtype), 50, n_iter=5, seed=0)
+
+
+AUTHOR_RULE = {"n_iter": 50, "min_iter": 10, "cos_tol": 0.9999, "shift_offset": 1.0}
+
+
+def _author_power_numpy(a: np.ndarray, v: np.ndarray, shift: float) -> tuple[float, int]:
+    """An independent numpy transcription of the author's loop: v <- Bv / ||Bv||, exit once
+    |cos(v_new, v)| > 0.9999 at iteration >= 10, at most 50; the estimate is v^T A v of the
+    vector the last product was taken of. Returns (eigenvalue, iterations)."""
+    b = a - shift * np.eye(len(a))
+    for it in range(1, 51):
+        w = b @ v
+        lam = float(v @ a @ v)
+        new = w / np.linalg.norm(w)
+        if it >= 10 and abs(new @ v) > 0.9999:
+            return lam, it
+        v = new
+    return lam, 50
+
+
+def _author_expected(a: torch.Tensor, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    v1 = spectrum._start_vector(gen, a.shape[0], torch.float64, "cpu").numpy()
+    v2 = spectrum._start_vector(gen, a.shape[0], torch.float64, "cpu").numpy()
+    top, n_top = _author_power_numpy(a.numpy(), v1, 0.0)
+    bottom, n_bottom = _author_power_numpy(a.numpy(), v2, top + 1.0)
+    return top, n_top, bottom, n_bottom
+
+
+@pytest.mark.parametrize(
+    "eigs, n_top, n_bottom",
+    [
+        # well separated at both ends: |cos| > 0.9999 within a few steps, so the floor of 10
+        # decides; the shift lambda_max + 1 = 11 makes the bottom ratio (11 - 2) / (11 - 0.1)
+        ([0.1, 2.0, 2.0, 2.0, 10.0], 10, None),
+        # +10 and -10 at the top: v swings between two directions, |cos| stays away from 1
+        # and the cap of 50 decides
+        ([-10.0, 1.0, 2.0, 3.0, 10.0], 50, None),
+        # ratio 0.99 at the top: v hardly moves from step to step, so |cos| > 0.9999 at the
+        # floor of 10 although the estimate has not converged (the author's early exits)
+        ([0.5, 1.0, 1.5, 9.9, 10.0], 10, None),
+        ([0.5, 1.0, 3.0, 6.0, 10.0], None, None),
+    ],
+)
+def test_author_power_iteration_rule(eigs, n_top, n_bottom):
+    a = sym_matrix(np.array(eigs), seed=3)
+    est = extremes_by_power(matvec_of(a), len(eigs), seed=0, tol=1e-2, **AUTHOR_RULE)
+    top, top_it, bottom, bottom_it = _author_expected(a, seed=0)
+    assert (est.n_iter_max, est.n_iter_min) == (top_it, bottom_it)
+    assert est.n_iter == top_it + bottom_it
+    if n_top is not None:
+        assert est.n_iter_max == n_top
+    assert 10 <= est.n_iter_min <= 50
+    assert est.lambda_max == pytest.approx(top, rel=1e-9)
+    assert est.lambda_min == pytest.approx(bottom, rel=1e-9, abs=1e-12)
+
+
+def test_author_power_iteration_well_separated_matches_eigvalsh():
+    a = sym_matrix(np.array([0.1, 2.0, 2.0, 2.0, 10.0]), seed=3)
+    est = extremes_by_power(matvec_of(a), 5, seed=0, tol=1e-2, **AUTHOR_RULE)
+    true = exact(a)
+    assert est.n_iter_max == 10  # stopped by |cos| once the floor of 10 is reached
+    assert est.lambda_max == pytest.approx(true[-1], rel=1e-9)
+    assert est.lambda_min == pytest.approx(true[0], abs=0.02)  # ratio 0.83 per step
+    # the shift is lambda_max + 1, not lambda_max: lambda_min's iteration differs
+    plain = extremes_by_power(
+        matvec_of(a), 5, seed=0, tol=1e-2, **{**AUTHOR_RULE, "shift_offset": 0.0}
+    )
+    assert plain.lambda_min != est.lambda_min
+
+
+def test_author_power_iteration_exits_unconverged():
+    """|cos| > 0.9999 is not convergence: with lambda_2 / lambda_1 = 0.99 the rule exits at
+    its floor of 10 with lambda_max off by more than its residual allows to ignore."""
+    a = sym_matrix(np.array([0.5, 1.0, 1.5, 9.9, 10.0]), seed=3)
+    est = extremes_by_power(matvec_of(a), 5, seed=0, tol=1e-3, **AUTHOR_RULE)
+    assert est.n_iter_max == 10
+    assert abs(est.lambda_max - exact(a)[-1]) > 1e-3
+    assert not est.converged_max  # the residual says so

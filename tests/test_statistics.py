@@ -134,3 +134,65 @@ def test_the_lead_statistics_read_their_configured_source():
         assert s.loc["lead_fraction_mean", "value"] == pytest.approx(lead)
         assert s.loc["lead_fraction_first_mean", "value"] == pytest.approx(first)
         assert f"over {source} runs" in s.loc["lead_fraction_mean", "what"]
+
+
+def test_sharing_beta_is_the_authors_loglog_fit_of_mean_duration_plus_one():
+    """Planted: mean duration + 1 = 100 * factor^0.5 at factors 2, 8, 32 (two seeds each,
+    +-d around the mean); factor 1 (private) is left out, whatever its duration."""
+    from mbc.analysis.stats import sharing_beta
+
+    factors = [1, 1, 2, 2, 8, 8, 32, 32]
+    means = {f: 100 * f**0.5 - 1 for f in (2, 8, 32)}
+    dur = [5000, 7000] + [means[f] + s for f in (2, 8, 32) for s in (-10, 10)]
+    t = tau_rows(experiment=["E11"] * 8, sharing_factor=factors, dip_duration=dur,
+                 dip_censored=[False] * 8, dip_bound=[np.nan] * 8)  # fmt: skip
+    r = sharing_beta(t, ["E11"], {"offset": 1.0, "min_sharing_factor": 1.0}, BOOT)
+    assert r["name"] == "sharing_duration_beta"
+    assert r["value"] == pytest.approx(0.5, abs=1e-12)
+    assert r["ci_low"] < 0.5 < r["ci_high"] and r["n"] == 6
+    # without the +1 the slope differs (the offset is applied)
+    r0 = sharing_beta(t, ["E11"], {"offset": 0.0, "min_sharing_factor": 1.0}, BOOT)
+    assert r0["value"] != pytest.approx(0.5, abs=1e-6)
+    # a censored run enters with its bound and is counted
+    cens = t.assign(dip_duration=[np.nan if i == 7 else d for i, d in enumerate(dur)],
+                    dip_censored=[i == 7 for i in range(8)],
+                    dip_bound=[dur[7] if i == 7 else np.nan for i in range(8)])  # fmt: skip
+    rc = sharing_beta(cens, ["E11"], {"offset": 1.0}, BOOT)
+    assert rc["value"] == pytest.approx(0.5, abs=1e-12) and rc["n_censored"] == 1
+    one = sharing_beta(t[t.sharing_factor <= 2], ["E11"], {}, BOOT)
+    assert math.isnan(one["value"])
+
+
+def test_lead_trend_spearman_and_the_logged_lead_mean():
+    """The lead-vs-K trend: rho = +1 on a planted increasing series, -1 decreasing; the
+    logged lead's mean reads only runs whose training log measured it."""
+    from mbc.analysis.stats import lead_trend
+
+    t = tau_rows(experiment=["E1"] * 6, k=[3, 5, 10, 20, 30, 36],
+                 lead_fraction=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+                 lead_fraction_log=[0.6, 0.5, 0.4, 0.3, 0.2, np.nan],
+                 lead_log_measured=[True] * 5 + [False],
+                 lead_fraction_first=[0.5] * 6, first_target_censored=[False] * 6)  # fmt: skip
+    up = lead_trend(t, "lead_fraction", BOOT, "x", "y")
+    assert up["value"] == pytest.approx(1.0) and up["n"] == 6
+    down = lead_trend(t, "lead_fraction_log", BOOT, "x", "y")
+    assert down["value"] == pytest.approx(-1.0) and down["n"] == 5
+    assert math.isnan(lead_trend(t, "lead_fraction_first", BOOT, "x", "y")["value"])  # no spread
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    s = compute_statistics(t, *no_rows(), BOOT, raw["statistics"], "E1").set_index("name")
+    assert s.loc["lead_fraction_log_mean", "value"] == pytest.approx(0.4)
+    assert s.loc["lead_fraction_log_mean", "n_censored"] == 1  # not measured
+    assert s.loc["lead_fraction_log_k_spearman", "value"] == pytest.approx(-1.0)
+    assert s.loc["lead_fraction_k_spearman", "value"] == pytest.approx(1.0)
+
+
+def test_sign_agreement_rule():
+    from mbc.analysis.scorecard import agreement
+
+    ref, rule = {"sign": 1}, {"sign": True}
+    assert agreement(0.5, 0.2, 0.8, ref, rule) == "agree"
+    assert agreement(-0.5, -0.8, -0.2, ref, rule) == "disagree"
+    assert agreement(0.3, -0.1, 0.6, ref, rule) == "inconclusive"
+    assert agreement(0.3, float("nan"), float("nan"), ref, rule) == "inconclusive"
+    assert agreement(float("nan"), 0, 1, ref, rule) == "not measured"
+    assert agreement(-0.5, -0.8, -0.2, {"sign": -1}, rule) == "agree"

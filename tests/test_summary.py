@@ -1,8 +1,12 @@
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
+import yaml
 from helpers import tiny_spec
 
 from mbc.diagnostics.summary import (
@@ -166,3 +170,73 @@ def test_author_statistics_first_target_tau_window_and_lead():
     low = author_statistics(steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk),
                             lk, diag)  # fmt: skip
     assert (low["transition_start"], low["transition_end"]) == (0, 600)
+
+
+def test_dip_duration_is_log_k_dip_to_half_a_nat():
+    """E11's duration (the author's): first L_cand < log K -> first L_cand < 0.5 nats, an
+    absolute threshold, on a planted series whose steps are known."""
+    from mbc.diagnostics.summary import dip_duration
+
+    lk = math.log(20)  # 3.0 nats
+    steps = np.arange(0, 1001, 50)
+    # above log K to step 200, just below from 250, 0.6 nats at 700 (< 0.5 log K = 1.5 but
+    # not < 0.5 nats), 0.4 nats from 800
+    lcand = np.select([steps <= 200, steps < 700, steps < 800], [lk + 0.1, lk - 0.01, 0.6], 0.4)
+    d = dip_duration(steps, lcand, lk, start_fraction=1.0, end_nats=0.5)
+    assert (d["dip_start"], d["dip_end"], d["dip_duration"]) == (250, 800, 550)
+    assert not d["dip_censored"] and d["dip_bound"] is None
+    # never below 0.5 nats: censored, bound = steps since the dip
+    cut = dip_duration(steps, np.minimum(lcand, lk - 0.01).clip(0.6), lk, 1.0, 0.5)
+    assert cut["dip_censored"] and cut["dip_duration"] is None
+    assert cut["dip_start"] == 0 and cut["dip_bound"] == 1000
+    # never dipped: no bound
+    flat = dip_duration(steps, np.full(steps.size, lk), lk, 1.0, 0.5)
+    assert flat["dip_start"] is None and flat["dip_bound"] is None and flat["dip_censored"]
+    # the author's statistic reaches tau.csv through author_statistics
+    m = pd.DataFrame({"step": steps, "candidate_loss": lcand, "first_target_loss": lcand})
+    a = author_statistics(steps, m, lk, {**DIAG, "dip": {"start_fraction": 1.0, "end_nats": 0.5}})
+    assert a["dip_duration"] == 550
+
+
+def test_logged_lead_on_a_planted_running_mean_series():
+    """The author's lead from the training log: onsets read on the windows' running-mean L1
+    and on (last batch's shuffled L1 - running mean), by hand."""
+    from mbc.diagnostics.summary import logged_lead
+
+    lk = math.log(10)
+    lead_cfg = {"delta_z_onset": 0.1, "loss_onset_fraction": 0.9}
+    steps = np.arange(50, 1001, 50)
+    # running mean: log 36 until 600, then 0.85 log K from 650 (< 0.9 log K: onset 650)
+    l1 = np.where(steps < 650, math.log(36), 0.85 * lk)
+    # gap: 0.05 until 350, exactly 0.1 at 400 (not > 0.1), 0.2 from 450: onset 450
+    dz = np.select([steps < 400, steps == 400], [0.05, 0.1], 0.2)
+    t = pd.DataFrame({"step": steps, "train_first_loss": l1,
+                      "train_first_shuffled_loss": l1 + dz, "delta_z_train_first": dz})  # fmt: skip
+    r = logged_lead(t, lk, lead_cfg)
+    assert r["lead_log_measured"]
+    assert (r["log_loss_onset"], r["log_delta_z_onset"], r["lead_log"]) == (650, 450, 200)
+    assert r["lead_fraction_log"] == pytest.approx(200 / 650)
+    # no training log (a run trained before it existed), or one without the series (a
+    # trainer that did not hand L1 over): not measured, said by the flag
+    for missing in (None, t.iloc[:0], t.assign(train_first_loss=np.nan,
+                                               delta_z_train_first=np.nan)):  # fmt: skip
+        r = logged_lead(missing, lk, lead_cfg)
+        assert not r["lead_log_measured"] and r["lead_fraction_log"] is None
+
+
+def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path):
+    from mbc.pipeline import summarize
+    from mbc.training.data import build_dataset
+    from mbc.training.train import train_run
+
+    spec = tiny_spec()
+    diag = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    diag = diag["diagnostics"]
+    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"),
+              say=lambda s: None)  # fmt: skip
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
+    (tmp_path / "train_log.csv").unlink()  # an old run: metrics.csv only
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    s = json.loads((tmp_path / "s.json").read_text())
+    assert s["lead_log_measured"] is False and s["lead_fraction_log"] is None

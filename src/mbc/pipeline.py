@@ -62,7 +62,7 @@ from mbc.paper.report import (
     robustness_tex,
     scorecard_table,
 )
-from mbc.training import packed_train
+from mbc.training import packed_train, train_log
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
@@ -157,8 +157,15 @@ def unpack_run(spec: RunSpec, run_dir) -> None:
 
 
 def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
+    """The run's summary.json. The author's logged lead reads train_log.csv beside
+    metrics.csv (written with it by `finalize_run`); a run trained before that file
+    existed has none, and its logged lead is reported as not measured."""
     metrics = read_csv_checked(metrics_path, required=METRIC_COLUMNS, min_rows=1)
-    s = summarize_run(spec, metrics, diagnostics)
+    log_path = Path(metrics_path).parent / train_log.FILE
+    windows = read_csv_checked(log_path, required=train_log.COLUMNS) if log_path.exists() else None
+    if windows is None:
+        print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")
+    s = summarize_run(spec, metrics, diagnostics, windows)
     write_json_atomic(out_path, s)
     print(json.dumps(s))
 
@@ -261,6 +268,7 @@ def diagnose_hessian(
             lambda m=model: training_loss(m, tokens), params,
             n_iters={"lanczos": cfg["n_iter"], "power": cfg["power_n_iter"]},
             seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"],
+            power_rule=author_power_rule(cfg),
         )  # fmt: skip
         est, power = both["lanczos"], both["power"]
         rows.append({
@@ -274,12 +282,27 @@ def diagnose_hessian(
             "residual_max_power": power.residual_max, "residual_min_power": power.residual_min,
             "converged_max_power": power.converged_max,
             "converged_min_power": power.converged_min, "anisotropy_power": power.anisotropy,
+            "n_iter_max_power": power.n_iter_max, "n_iter_min_power": power.n_iter_min,
         })  # fmt: skip
         print(
             f"step {step} ({f:g} tau): Lanczos lambda_max={est.lambda_max:.4g} "
             f"lambda_min={est.lambda_min:.4g}; power {power.lambda_max:.4g} {power.lambda_min:.4g}"
         )
     write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
+
+
+def author_power_rule(cfg: dict) -> dict:
+    """The author's power-iteration rule from config `diagnostics.hessian`: stop once
+    |cos(v_t, v_t-1)| > power_cos after at least power_min_iter steps (power_n_iter at
+    most); lambda_min from H - (lambda_max + power_shift_offset) I. Without power_cos, our
+    residual rule (`mbc.diagnostics.spectrum._power`)."""
+    if cfg.get("power_cos") is None:
+        return {"shift_offset": float(cfg.get("power_shift_offset", 0.0))}
+    return {
+        "cos_tol": float(cfg["power_cos"]),
+        "min_iter": int(cfg.get("power_min_iter", 1)),
+        "shift_offset": float(cfg.get("power_shift_offset", 0.0)),
+    }
 
 
 def concat_tables(paths: list, out_path) -> None:

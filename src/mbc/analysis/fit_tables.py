@@ -32,6 +32,7 @@ WAITING_TIMES = {
     "transition_duration": (
         "transition_duration", "transition_censored", "transition_bound", False
     ),
+    "dip_duration": ("dip_duration", "dip_censored", "dip_bound", False),
 }  # fmt: skip
 
 

@@ -10,6 +10,10 @@ Agreement rules (one per row):
                 (f = `factor`, default 1)
   ci_overlap    our CI overlaps the paper's CI
   equal         measured == reference (categorical, e.g. the routing head's layer)
+  sign          reference given as a sign (+1: grows, -1: falls) of a trend statistic
+                (e.g. a Spearman rho): agree when the whole CI lies on that side of 0,
+                disagree when it lies wholly on the other, inconclusive when it straddles
+                0 or has no CI
 
 Each row's `statistic` is computed the way the author computed the claim
 (docs/method.md#author-statistics; `why` says how); `ours` is our uniform candidate-tau
@@ -39,9 +43,17 @@ def _finite(*vs) -> bool:
 
 
 def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
-    """'agree', 'disagree' or 'n/a' (nothing measured)."""
+    """'agree', 'disagree', 'inconclusive' (a sign rule whose CI straddles 0) or
+    'not measured'."""
     if not _finite(measured):
         return "not measured"
+    if rule.get("sign"):
+        if not _finite(lo, hi):
+            return "inconclusive"
+        side = ref["sign"]
+        if min(lo * side, hi * side) > 0:
+            return "agree"
+        return "disagree" if max(lo * side, hi * side) < 0 else "inconclusive"
     inside = _finite(lo, hi) and "value" in ref and lo <= ref["value"] <= hi
     if "abs" in rule:
         ok = abs(measured - ref["value"]) <= rule["abs"] or inside
@@ -66,6 +78,8 @@ def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
 
 
 def _describe(ref: dict) -> str:
+    if "sign" in ref:
+        return "> 0 (grows)" if ref["sign"] > 0 else "< 0 (falls)"
     if "range" in ref:
         return f"{ref['range'][0]:g}-{ref['range'][1]:g}"
     s = f"{ref['value']:g}"
@@ -75,6 +89,8 @@ def _describe(ref: dict) -> str:
 
 
 def _tolerance(rule: dict) -> str:
+    if rule.get("sign"):
+        return "whole CI on the sign's side of 0"
     if "abs" in rule:
         return f"abs {rule['abs']:g} or reference in CI"
     if "factor" in rule:

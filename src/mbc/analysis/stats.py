@@ -107,6 +107,21 @@ def compute_statistics(
                      int(e1.first_target_censored.sum()),
                      f"mean lead fraction over {lead_source} runs on the first-target loss L1 and its delta_z"))  # fmt: skip
 
+    logged = e1[e1.lead_log_measured.astype("boolean").fillna(False).astype(bool)] if (
+        "lead_log_measured" in e1) else e1.iloc[:0]  # fmt: skip
+    lead_log = logged.lead_fraction_log.dropna().to_numpy(float)
+    rows.append(_row("lead_fraction_log_mean", _boot(lead_log, np.mean, boot), lead_log.size,
+                     len(e1) - len(logged),
+                     f"mean lead fraction over {lead_source} runs on the training log (author's: "
+                     "running-mean L1 per window, last batch's shuffled L1 minus it); n_censored: "
+                     "runs whose log has no such series (not measured)"))  # fmt: skip
+    for name, col, series in (("lead_fraction_k_spearman", "lead_fraction", "L_cand, delta_z"),
+                              ("lead_fraction_first_k_spearman", "lead_fraction_first",
+                               "L1, delta_z_first, fixed batch"),
+                              ("lead_fraction_log_k_spearman", "lead_fraction_log",
+                               "the training log, author's")):  # fmt: skip
+        rows.append(lead_trend(e1, col, boot, name, f"{series}; {lead_source} runs"))
+
     frac = collective_fraction_at(collective, cfg["collective_fraction"])
     rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
                      f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
@@ -143,6 +158,8 @@ def compute_statistics(
                               f"examples to tau at the smallest batch / at the largest ({_names(batch)})",
                               invert=True))  # fmt: skip
     rows.append(lr_duration_ratio(tau, lr, cfg.get("lr_pair", {}), boot))
+    if "sharing" in src:
+        rows.append(sharing_beta(tau, src["sharing"], cfg.get("sharing_fit", {}), boot))
     rows.extend(batch_pair_ratios(tau, batch, cfg.get("batch_pair", {}), boot))
 
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
@@ -165,6 +182,16 @@ def compute_statistics(
     rows.append(_row("n_runs", (float(tau.run_id.nunique()), NAN, NAN), tau.run_id.nunique(),
                      int(tau.drop_duplicates("run_id").censored.sum()), "distinct training runs"))  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def lead_trend(runs: pd.DataFrame, column: str, boot: dict, name: str, what: str) -> dict:
+    """Spearman rho of the lead fraction (`column`) with K over the runs that measured it,
+    percentile bootstrap over runs: its sign says whether the lead grows with K (the paper's
+    text), its CI whether the data decide it."""
+    e = runs[["k", column]].dropna() if column in runs else pd.DataFrame(columns=["k", column])
+    pairs = e.to_numpy(float) if len(e) else np.empty((0, 2))
+    vci = _boot(pairs, lambda p: _spearman(p[:, 0], p[:, 1]), boot) if len(e) else (NAN,) * 3
+    return _row(name, vci, len(e), 0, f"Spearman rho of the lead fraction with K ({what})")
 
 
 def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray:
@@ -232,6 +259,53 @@ def lr_duration_ratio(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot
         return _row(name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window")
     vci = _ratio_of_means(dur(hi).to_numpy(float), dur(lo).to_numpy(float), boot)
     return _row(name, vci, len(pair), 0, what)
+
+
+def _loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    if np.unique(x).size < 2:
+        return NAN
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def sharing_beta(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot: dict) -> dict:
+    """The author's E11 statistic: beta, the slope of a least-squares line through
+    (log sharing factor, log(mean duration + offset)), one point per sharing factor above
+    `min_sharing_factor` (his: > 1, i.e. private selectors left out; offset 1). The duration
+    is `dip_duration` (first L_cand < log K -> first L_cand < 0.5 nats); a censored run enters
+    its condition's mean with its lower bound `dip_bound` (one that never dipped is left
+    out), counted in n_censored. CI: percentile bootstrap resampling the runs within each
+    condition."""
+    name = "sharing_duration_beta"
+    offset = float(cfg.get("offset", 1.0))
+    min_factor = float(cfg.get("min_sharing_factor", 1.0))
+    e = runs_of(tau, experiments)
+    what = (f"slope of log(mean dip duration + {offset:g}) on log(sharing factor), factors > "
+            f"{min_factor:g} ({_names(experiments)})")  # fmt: skip
+    if e.empty:
+        return _row(name, (NAN,) * 3, 0, 0, what)
+    e = e[e.sharing_factor.astype(float) > min_factor]
+    dur = e.dip_duration.astype("Float64").fillna(e.dip_bound.astype("Float64"))
+    e = e.assign(y=dur.to_numpy(float)).dropna(subset=["y"])
+    groups = [(float(x), g.y.to_numpy(float)) for x, g in e.groupby("sharing_factor")]
+    n_cens = int(e.dip_censored.astype(bool).sum())
+    if len(groups) < 2:
+        return _row(name, (NAN,) * 3, len(e), n_cens, what + ": fewer than 2 sharing factors")
+    xs = np.array([x for x, _ in groups])
+
+    def slope(samples: list[np.ndarray]) -> float:
+        return _loglog_slope(xs, np.array([v.mean() + offset for v in samples]))
+
+    v = slope([g for _, g in groups])
+    rng = np.random.default_rng(boot["seed"])
+    reps = np.array(
+        [slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot["n_boot"])]
+    )
+    reps = reps[np.isfinite(reps)]
+    lo = hi = NAN
+    if reps.size and any(g.size > 1 for _, g in groups):
+        a = (1 - boot["ci"]) / 2
+        lo, hi = float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+    return _row(name, (v, lo, hi), len(e), n_cens, what)
 
 
 def batch_pair_ratios(

@@ -27,9 +27,12 @@ HESSIAN_COLUMNS = [
     "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
     "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
     # the author's estimator on the same checkpoint and subsample: power iteration for
-    # lambda_max, then on H - lambda_max I for lambda_min (hessian.power_n_iter steps each)
+    # lambda_max, then on H - (lambda_max + 1) I for lambda_min, each stopped once
+    # |cos(v_t, v_t-1)| > 0.9999 after at least 10 steps, at most 50 (config hessian.power_*),
+    # with the steps each end took
     "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
-    "converged_max_power", "converged_min_power", "anisotropy_power",
+    "converged_max_power", "converged_min_power", "anisotropy_power", "n_iter_max_power",
+    "n_iter_min_power",
 ]  # fmt: skip
 
 METHODS = ("lanczos", "power")
@@ -138,9 +141,12 @@ def hessian_estimates(
     n_iters: dict[str, int],
     seed: int,
     tol: float = 1e-3,
+    power_rule: dict | None = None,
 ) -> dict[str, SpectrumEstimate]:
     """:func:`hessian_extremes` by several methods (``{method: n_iter}``) on one Hessian:
-    the first-order graph of :func:`hvp_fn` is built once and shared by all of them."""
+    the first-order graph of :func:`hvp_fn` is built once and shared by all of them.
+    power_rule: keywords of :func:`mbc.diagnostics.spectrum.extremes_by_power`'s stopping
+    rule and shift (``cos_tol``, ``min_iter``, ``shift_offset``; the author's estimator)."""
     unknown = sorted(set(n_iters) - set(METHODS))
     if unknown:
         raise ValueError(f"method must be one of {METHODS}, got {unknown[0]!r}")
@@ -148,10 +154,11 @@ def hessian_estimates(
     matvec = hvp_fn(loss_fn, params)
     n = n_params(params)
     run = {"lanczos": lanczos, "power": extremes_by_power}
+    extra = {"lanczos": {}, "power": power_rule or {}}
     return {
         method: run[method](
             matvec, n, n_iter=n_iter, seed=seed, tol=tol, dtype=torch.float64,
-            device=params[0].device,
+            device=params[0].device, **extra[method],
         )
         for method, n_iter in n_iters.items()
     }  # fmt: skip

@@ -30,6 +30,7 @@ same start vector on every device.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -65,6 +66,8 @@ class SpectrumEstimate:
             accuracy; for power iteration it does not by itself certify that it is the extreme one.
         n_iter: matvecs spent in the iterations (excluding the residual checks).
         method: ``"lanczos"`` or ``"power"``.
+        n_iter_max, n_iter_min: power iteration only, the matvecs of each end (None for
+            Lanczos, whose two ends come from one iteration).
     """
 
     lambda_max: float
@@ -75,6 +78,8 @@ class SpectrumEstimate:
     converged_min: bool
     n_iter: int
     method: str
+    n_iter_max: int | None = None
+    n_iter_min: int | None = None
 
     @property
     def scale(self) -> float:
@@ -258,13 +263,25 @@ def _estimate(
     )
 
 
-def _power(matvec: Matvec, v: torch.Tensor, *, n_iter: int, shift: float, tol: float):
+def _power(
+    matvec: Matvec,
+    v: torch.Tensor,
+    *,
+    n_iter: int,
+    shift: float,
+    tol: float,
+    cos_tol: float | None = None,
+    min_iter: int = 1,
+):
     """Power iteration on ``B = A - shift I`` from unit vector v (n,): the eigenvalue of ``A``
     farthest from ``shift`` (with ``shift = 0`` the largest-magnitude one, with
-    ``shift = lambda_max`` ``lambda_min``). Runs at most ``n_iter`` steps (one matvec each) and
-    stops as soon as the relative residual is ``<= tol``. Converges at rate ``|mu_2 / mu_1|``
-    of the shifted operator and stalls if its two dominant eigenvalues have equal magnitude
-    (e.g. ``+c`` and ``-c``).
+    ``shift >= lambda_max`` ``lambda_min``). Runs at most ``n_iter`` steps (one matvec each).
+    Stopping rule: with ``cos_tol`` None, as soon as the relative residual is ``<= tol``
+    (ours); with ``cos_tol`` set, as soon as ``|cos(v_t, v_{t-1})| > cos_tol`` at step
+    ``t >= min_iter`` (the author's rule: ``v_t = B v_{t-1} / ||B v_{t-1}||``; the estimate is
+    then the Rayleigh quotient of ``v_{t-1}``, whose matvec step t computed). Converges at rate
+    ``|mu_2 / mu_1|`` of the shifted operator and stalls if its two dominant eigenvalues have
+    equal magnitude (e.g. ``+c`` and ``-c``).
 
     The Rayleigh quotient ``mu = v^T B v`` and the residual ``||B v - mu v||`` come free with the
     matvec of each step, and ``B v - mu v = A v - (mu + shift) v``, so the residual is the true
@@ -278,9 +295,15 @@ def _power(matvec: Matvec, v: torch.Tensor, *, n_iter: int, shift: float, tol: f
         residual = torch.linalg.vector_norm(w - mu * v).item()
         eigenvalue = mu + shift
         rel = residual / max(abs(eigenvalue), abs(shift), _TINY)
-        if rel <= tol or steps == n_iter:
+        norm = torch.linalg.vector_norm(w)
+        nxt = w / norm if norm > 0 else v  # w == 0: v is an exact eigenvector (residual 0)
+        if cos_tol is None:
+            stop = rel <= tol
+        else:
+            stop = steps >= min_iter and abs(torch.dot(nxt, v).item()) > cos_tol
+        if stop or steps == n_iter:
             return PowerEstimate(eigenvalue, residual, rel, rel <= tol, steps)
-        v = w / torch.linalg.vector_norm(w)  # w != 0 here: w == 0 gives residual 0 above
+        v = nxt
 
 
 def extremes_by_power(
@@ -292,21 +315,34 @@ def extremes_by_power(
     tol: float = 1e-3,
     dtype: torch.dtype = torch.float64,
     device: torch.device | str = "cpu",
+    cos_tol: float | None = None,
+    min_iter: int = 1,
+    shift_offset: float = 0.0,
 ) -> SpectrumEstimate:
-    """``lambda_max`` by power iteration, then ``lambda_min`` by power iteration on ``A - lambda_max I``.
+    """``lambda_max`` by power iteration, then ``lambda_min`` by power iteration on
+    ``A - (lambda_max + shift_offset) I``.
 
     Assumes ``lambda_max`` is the largest-magnitude eigenvalue (true for a Hessian near a
     minimum or on a plateau, where negative curvature is small); otherwise the first stage
-    returns the most negative eigenvalue. Each stage runs at most ``n_iter`` steps; both start
-    vectors come from one generator seeded with ``seed``. The result's ``n_iter`` is the total.
+    returns the most negative eigenvalue. Each stage runs at most ``n_iter`` steps, stopped by
+    `_power`'s rule (``cos_tol`` None: relative residual <= ``tol``; else the author's
+    ``|cos| > cos_tol`` after at least ``min_iter`` steps); both start vectors come from one
+    generator seeded with ``seed``. The result's ``n_iter`` is the total, ``n_iter_max`` and
+    ``n_iter_min`` each end's. The author's estimator (docs/method.md#hessian):
+    ``n_iter=50, min_iter=10, cos_tol=0.9999, shift_offset=1.0``.
     """
     _check_sizes(n, n_iter)
+    rule = {"tol": tol, "cos_tol": cos_tol, "min_iter": min_iter}
     gen = torch.Generator().manual_seed(seed)
-    top = _power(matvec, _start_vector(gen, n, dtype, device), n_iter=n_iter, shift=0.0, tol=tol)
+    top = _power(matvec, _start_vector(gen, n, dtype, device), n_iter=n_iter, shift=0.0, **rule)
     bottom = _power(
-        matvec, _start_vector(gen, n, dtype, device), n_iter=n_iter, shift=top.eigenvalue, tol=tol
+        matvec,
+        _start_vector(gen, n, dtype, device),
+        n_iter=n_iter,
+        shift=top.eigenvalue + shift_offset,
+        **rule,
     )
-    return _estimate(
+    est = _estimate(
         top.eigenvalue,
         bottom.eigenvalue,
         top.residual,
@@ -315,3 +351,4 @@ def extremes_by_power(
         method="power",
         tol=tol,
     )
+    return dataclasses.replace(est, n_iter_max=top.n_iter, n_iter_min=bottom.n_iter)

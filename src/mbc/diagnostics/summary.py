@@ -31,12 +31,47 @@ TAU_COLUMNS = [
     "first_target_tau", "first_target_censored", "transition_start", "transition_end",
     "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "lead_fraction_first",
+    # E11's duration (diagnostics.dip): first L_cand < log K -> first L_cand < 0.5 nats
+    "dip_start", "dip_end", "dip_duration", "dip_censored", "dip_bound",
+    # the author's lead as he computed it, from the training log (train_log.csv): onsets of
+    # the windows' running-mean L1 and of (last batch's shuffled L1 - running mean)
+    "log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_measured",
 ]  # fmt: skip
 INT_COLUMNS = [
     "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
     "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
-    "delta_z_first_onset", "lead_first",
+    "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
+    "log_loss_onset", "log_delta_z_onset", "lead_log",
 ]  # fmt: skip
+
+# diagnostics.dip when the config has none: the author's E11 duration
+DIP_DEFAULT = {"start_fraction": 1.0, "end_nats": 0.5}
+
+
+def dip_duration(
+    steps: np.ndarray, lcand: np.ndarray, log_k: float, start_fraction: float, end_nats: float
+) -> dict:
+    """The author's E11 duration (his analysis script, spec section 7): from the first
+    evaluation with L_cand < start_fraction * log K (the first dip below log K) to the first
+    with L_cand < end_nats, an absolute loss in nats (not a fraction of log K).
+
+    Censored when L_cand never falls below end_nats; then `dip_bound`, the steps since the
+    dip (a lower bound on the duration), when the run has dipped, else None."""
+    start = first_crossing(steps, lcand, start_fraction * log_k)
+    end = first_crossing(steps, lcand, end_nats)
+    if end is not None and start is None:  # below end_nats < log K: dipped at or before it
+        start = end
+    censored = end is None
+    bound = None
+    if censored and start is not None and steps.size:
+        bound = int(steps[-1]) - start
+    return {
+        "dip_start": start,
+        "dip_end": end,
+        "dip_duration": None if censored else end - start,
+        "dip_censored": censored,
+        "dip_bound": bound,
+    }
 
 
 def last_step_above_before(
@@ -117,9 +152,40 @@ def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window)
     return plateau(steps, lcand, log_k, **window).height
 
 
-def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
+def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: dict) -> dict:
+    """The author's lead (his posthoc script over the training log, spec section 7): on the
+    logged windows (`mbc.training.train_log`), loss onset = first window whose running-mean
+    L1 < loss_onset_fraction * log K, z onset = first window whose delta_z (last batch's
+    shuffled L1 - the running mean) > delta_z_onset nats; lead = loss onset - z onset,
+    fraction = lead / loss onset. Not measured (`lead_log_measured` false, every value None)
+    without a training log or when its trainer did not log the series."""
+    none = dict.fromkeys(["log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log"])
+    if train_log is None or train_log.empty:
+        return {**none, "lead_log_measured": False}
+    t = train_log.sort_values("step")
+    l1 = t["train_first_loss"].to_numpy(float)
+    dz = t["delta_z_train_first"].to_numpy(float)
+    if not np.isfinite(l1).any() or not np.isfinite(dz).any():
+        return {**none, "lead_log_measured": False}
+    steps = t["step"].to_numpy()
+    loss_onset = first_crossing(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
+    z_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
+    lead = None if loss_onset is None or z_onset is None else loss_onset - z_onset
+    return {
+        "log_loss_onset": loss_onset,
+        "log_delta_z_onset": z_onset,
+        "lead_log": lead,
+        "lead_fraction_log": None if lead is None or not loss_onset else lead / loss_onset,
+        "lead_log_measured": True,
+    }
+
+
+def summarize_run(
+    spec: RunSpec, metrics: pd.DataFrame, diag: dict, train_log: pd.DataFrame | None = None
+) -> dict:
     """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss.
-    Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`)."""
+    Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`);
+    the author's logged lead reads `train_log` (train_log.csv; None: not measured)."""
     m = metrics.sort_values("step")
     m = m[grid_mask(spec.eval, m["step"].to_numpy())]
     steps = m["step"].to_numpy()
@@ -155,6 +221,7 @@ def summarize_run(spec: RunSpec, metrics: pd.DataFrame, diag: dict) -> dict:
         "lead": lead,
         "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
         **author,
+        **logged_lead(train_log, log_k, lead_cfg),
     }
 
 
@@ -197,6 +264,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
         "delta_z_first_onset": dz1_onset,
         "lead_first": lead,
         "lead_fraction_first": None if lead is None or not l1_onset else lead / l1_onset,
+        **dip_duration(steps, lcand, log_k, **diag.get("dip", DIP_DEFAULT)),
     }
 
 

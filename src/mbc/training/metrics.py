@@ -48,15 +48,20 @@ class EvalBatch:
 
 
 def derange_selectors(
-    ds: Dataset, examples: torch.Tensor, rng: np.random.Generator
+    ds: Dataset,
+    examples: torch.Tensor,
+    rng: np.random.Generator,
+    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Clean sequences of `examples` with every z replaced by another selector of its group."""
+    """Clean sequences of `examples` with every z replaced by another selector of its group.
+    tokens: the sequences to start from instead of the clean ones (the training sequences,
+    whose targets carry the label noise, for the logged training-batch gap)."""
     task = ds.task
     k = task.k
     j = ds.target_index[examples].numpy()
     wrong = (j + rng.integers(1, k, size=j.size)) % k
     sets = ds.selector_set[ds.group[examples]].numpy()
-    seqs = ds.clean_tokens[examples].clone()
+    seqs = (ds.clean_tokens if tokens is None else tokens)[examples].clone()
     pos = list(task.z_positions)
     seqs[:, pos] = ds.selectors[torch.as_tensor(sets), torch.as_tensor(wrong)]
     return seqs
@@ -266,6 +271,25 @@ def z_shuffle_gaps(
         "first_target_shuffled_loss": float(first_shuffled),
         "delta_z_first": float(first_shuffled + true_lp[:, 0].double().mean()),
     }
+
+
+def training_losses(model: nn.Module, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(`training_loss`, computed by the same operations, and the batch's first-target loss:
+    the mean CE of A's first token over the vocabulary, detached, from the same logits).
+    The second costs one cross-entropy over (batch, vocab); it is what the training log's
+    running mean averages (mbc.training.train_log)."""
+    n_t = model.task.n_targets
+    logits = model(seqs)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, -n_t:].reshape(-1))
+    first = F.cross_entropy(logits[:, 0].detach().float(), seqs[:, -n_t])
+    return loss, first
+
+
+@torch.no_grad()
+def first_target_loss(model: nn.Module, seqs: torch.Tensor) -> float:
+    """Mean first-target CE of `seqs` (nats), in eval mode, without gradients."""
+    with _eval_mode(model):
+        return float(-target_logprobs(model, seqs)[:, 0].double().mean())
 
 
 def training_loss(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:

@@ -165,15 +165,17 @@ class PackedTransformer(nn.Module):
 
     def losses(
         self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
-    ) -> torch.Tensor:
-        """Per-run training loss (R,): `mbc.training.metrics.training_loss` of each run."""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
+        per-run first-target loss of the batch (R,), detached, from the same logits
+        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
         n_t = self.task.n_targets
         logits = self.forward(tokens, low=low).float()
         r, n = tokens.shape[:2]
         ce = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
-        )
-        return ce.view(r, n * n_t).mean(dim=1)
+        ).view(r, n, n_t)
+        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
 
 
 def _shape(m: Transformer) -> tuple:
@@ -352,11 +354,13 @@ class PackedRuns:
         return torch.stack([t[i] for t, i in zip(self.tokens, idx, strict=True)])
 
     def step(self) -> torch.Tensor:
-        """One optimiser step of every run (each at its own lr, clipped to its own norm)."""
+        """One optimiser step of every run (each at its own lr, clipped to its own norm);
+        returns the losses (R,), and keeps the batch's first-target losses (R,) in
+        `first_losses`."""
         self.step_count += 1
         s = self.step_count
         low = self._low_copies()
-        losses = self._loss(self.batch(s), low)
+        losses, self.first_losses = self._loss(self.batch(s), low)
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
         self._master_grads(low)
@@ -376,7 +380,10 @@ class PackedRuns:
             self.opt.set_lr(lrs)
         self.opt.step()
         # a CUDA graph's next replay overwrites its outputs: keep a copy
-        return losses.detach().clone() if self._graphs else losses.detach()
+        if self._graphs:
+            self.first_losses = self.first_losses.clone()
+            return losses.detach().clone()
+        return losses.detach()
 
     def grad_norms(self) -> torch.Tensor:
         """Per-run global gradient norm (R,) of the last step, before clipping (what

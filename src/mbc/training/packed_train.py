@@ -25,6 +25,7 @@ from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
 from mbc.training.record import RunRecord, Weights, duration, finalize_run
 from mbc.training.train import ENGINES, eval_batch
+from mbc.training.train_log import shuffled_first_loss_fn
 
 
 class PackView:
@@ -32,7 +33,9 @@ class PackView:
     ordinary `Transformer` of the pack's shape shared by its runs, loaded with the run's
     weights: the evaluation of an unpacked run, on the same weights."""
 
-    def __init__(self, pack: PackedRuns, r: int, scratch: torch.nn.Module, evaluate, batch):
+    def __init__(
+        self, pack: PackedRuns, r: int, scratch: torch.nn.Module, evaluate, batch, dataset
+    ):
         self.pack, self.r, self.scratch, self._evaluate, self.batch = (
             pack,
             r,
@@ -41,6 +44,18 @@ class PackView:
             batch,
         )
         self.batched: tuple[int, dict] | None = None  # (step, metrics) of a batched evaluation
+        # the author's logged gap, on the scratch model loaded with this run's weights
+        self._shuffled = shuffled_first_loss_fn(
+            pack.specs[r], dataset, pack.orders[r].indices, scratch
+        )
+        if self._shuffled is None:
+            self.train_shuffled_first_loss = None  # the record logs NaN (no z to derange)
+
+    def train_shuffled_first_loss(self, step: int) -> float:
+        """The first-target loss of training batch `step` with z deranged, at the run's
+        current weights (`mbc.training.train_log`)."""
+        self.scratch.load_state_dict(self.pack.weights(self.r))
+        return self._shuffled(step)
 
     def keep(self) -> Weights:
         return self.pack.weights(self.r)
@@ -145,7 +160,8 @@ def train_pack(
                     step=step,
                 )
             views = [
-                PackView(pack, j, scratch, evaluators[i], batches[i]) for j, i in enumerate(group)
+                PackView(pack, j, scratch, evaluators[i], batches[i], datasets[i])
+                for j, i in enumerate(group)
             ]
             for i, v in zip(group, views, strict=True):
                 records[i].start(v)
@@ -160,8 +176,10 @@ def train_pack(
                 if batched_eval:
                     due = [j for j, i in enumerate(group) if step in records[i].eval_set]
                     evaluate_together(pack, views, due)
+                first = pack.first_losses
                 done = [
-                    records[i].after_step(step, losses[j], views[j]) for j, i in enumerate(group)
+                    records[i].after_step(step, losses[j], views[j], first_loss=first[j])
+                    for j, i in enumerate(group)
                 ]
                 progress.report(step, len(group))
                 if (stop_after is not None and taken >= stop_after) or (

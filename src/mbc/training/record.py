@@ -43,6 +43,7 @@ from mbc.core.crossing import first_crossing
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
+from mbc.training import train_log
 from mbc.training.schedule import crosses_mark, eval_schedule
 
 METRIC_COLUMNS = [
@@ -65,7 +66,11 @@ Weights = dict[str, torch.Tensor]
 
 
 class RunView(Protocol):
-    """A run's current weights as its trainer holds them (one model, or a slice of a pack)."""
+    """A run's current weights as its trainer holds them (one model, or a slice of a pack).
+
+    Optional: `train_shuffled_first_loss(step) -> float`, the first-target loss of training
+    batch `step` with z deranged at the current weights (mbc.training.train_log); a view
+    without it leaves the author's logged gap NaN."""
 
     def keep(self) -> Weights:
         """A copy of the current weights (kept at a dense_every step)."""
@@ -106,6 +111,8 @@ class RunRecord:
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
         self._prev_row: dict | None = None
+        # the author's training-log series (mbc.training.train_log)
+        self._windows = train_log.TrainWindows(train_log.window_every(spec))
 
     def resume(self) -> dict | None:
         """Read the run's state: the resume point to load into the weights (None: start
@@ -140,12 +147,27 @@ class RunRecord:
             self._prev_row = self._row(view.evaluate()[0], 0, math.nan, math.nan)
             self._log(self._prev_row)
 
-    def after_step(self, step: int, loss: torch.Tensor, view: RunView) -> bool:
+    def after_step(
+        self,
+        step: int,
+        loss: torch.Tensor,
+        view: RunView,
+        first_loss: torch.Tensor | None = None,
+    ) -> bool:
         """Record optimiser step `step` (its detached loss); True when the run has finished
-        (its budget, or the early stop): its trainer stops updating it."""
+        (its budget, or the early stop): its trainer stops updating it.
+
+        first_loss: the step's training batch's first-target loss (detached, from the
+        step's logits), for the author's training-log series (mbc.training.train_log);
+        None: not handed over (those windows log NaN). At a window's last step the record
+        asks the view for `train_shuffled_first_loss(step)` when it has one."""
         ev, t = self.spec.eval, self.spec.train
         self.step = step
         self._losses.append((step, loss))
+        self._windows.add(first_loss)
+        window = self._windows.close(step, getattr(view, "train_shuffled_first_loss", None))
+        if window is not None:
+            _append(self._fh, window)
         if ev.dense_every and step % ev.dense_every == 0 and step not in self.eval_set:
             self._pending.append(
                 _Kept(step, view.keep(), view.grad_norm(), time.perf_counter() - self._t0)
@@ -327,5 +349,6 @@ def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
     ).drop_duplicates("step", keep="last")
     snaps["path"] = [str(Path("state") / "snapshots" / p) for p in snaps["path"]]
     write_csv_atomic(run_dir / "checkpoints.csv", snaps)
+    write_csv_atomic(run_dir / train_log.FILE, train_log.table(rows))  # before metrics.csv
     write_csv_atomic(run_dir / "metrics.csv", metrics)
     return metrics

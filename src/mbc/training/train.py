@@ -26,6 +26,7 @@ from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
 from mbc.training.record import RunRecord, finalize_run
 from mbc.training.schedule import BatchOrder, learning_rate
+from mbc.training.train_log import shuffled_first_loss_fn
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -52,8 +53,11 @@ def train_step(
     gradient's global L2 norm before the update (`torch.nn.utils.clip_grad_norm_`); the
     norm before clipping is kept on the model as `model.grad_norm_before_clip` (what
     `train_run` logs as grad_norm: after clipping it would read at most clip_norm).
+    A loss_fn that returns (loss, first-target loss) (`step_functions(first_target=True)`)
+    leaves the latter on the model as `model.first_target_loss` (None otherwise).
     """
-    loss = (loss_fn or (lambda s: metrics.training_loss(model, s)))(seqs)
+    out = (loss_fn or (lambda s: metrics.training_loss(model, s)))(seqs)
+    loss, model.first_target_loss = out if isinstance(out, tuple) else (out, None)
     opt.zero_grad(set_to_none=True)
     loss.backward()
     if clip_norm > 0:
@@ -71,9 +75,12 @@ def train_step(
 ENGINES = {"fast": metrics.evaluate_shared_prefix, "plain": metrics.evaluate}
 
 
-def step_functions(train: TrainSpec, model: torch.nn.Module):
+def step_functions(train: TrainSpec, model: torch.nn.Module, first_target: bool = False):
     """(loss(seqs), evaluate(batch)) of `model` as `train_run` computes them.
 
+    first_target: loss(seqs) returns (loss, the batch's first-target loss, detached, from
+    the same logits: `mbc.training.metrics.training_losses`), for the training log;
+    the loss itself is computed by the same operations either way.
     train.engine picks the evaluation (`fast`: shared-prefix, `plain`: every candidate
     sequence in full; both mbc.training.metrics);
     train.compile wraps the loss in torch.compile (compiled on its first call);
@@ -86,13 +93,15 @@ def step_functions(train: TrainSpec, model: torch.nn.Module):
     if train.precision not in ("fp32", "bf16"):
         raise ValueError(f"train.precision = {train.precision!r}: expected fp32 or bf16")
 
-    def loss(seqs: torch.Tensor) -> torch.Tensor:
+    objective = metrics.training_losses if first_target else metrics.training_loss
+
+    def loss(seqs: torch.Tensor):
         if train.precision == "fp32":
-            return metrics.training_loss(model, seqs)
+            return objective(model, seqs)
         # bf16 matmuls in the forward (and so in the backward autograd derives from it);
         # the weights, their gradients and the optimiser stay fp32, the loss is fp32
         with torch.autocast(seqs.device.type, dtype=torch.bfloat16):
-            return metrics.training_loss(model, seqs)
+            return objective(model, seqs)
 
     def evaluate(batch) -> dict[str, float]:
         return evaluate_of(model, batch)
@@ -147,7 +156,7 @@ def fresh_run(spec: RunSpec, dataset: Dataset, device: torch.device) -> FreshRun
     gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
     model = build_model(spec.model, spec.task, gen).to(device).train()
     opt = make_optimizer(model, spec, device)
-    loss_fn, evaluate = step_functions(spec.train, model)
+    loss_fn, evaluate = step_functions(spec.train, model, first_target=True)
     order = BatchOrder(tokens.shape[0], spec.train.batch_size, spec.seed, device)
     batch = eval_batch(spec, dataset, device)
     return FreshRun(tokens, model, opt, loss_fn, evaluate, order, batch, spec.train)
@@ -184,13 +193,15 @@ def train_run(
     if state is not None:
         run.model.load_state_dict(state["model"])
         run.opt.load_state_dict(state["optimizer"])
-    view = ModelView(run.model, run.opt, run.evaluate, run.eval_batch)
+    shuffled = shuffled_first_loss_fn(spec, dataset, run.order.indices, run.model)
+    view = ModelView(run.model, run.opt, run.evaluate, run.eval_batch, shuffled)
     try:
         record.start(view)
         step = record.step
         while not record.finished:
             step += 1
-            if record.after_step(step, run.step(step), view):
+            loss = run.step(step)
+            if record.after_step(step, loss, view, run.model.first_target_loss):
                 break
             if stop_after is not None and step >= stop_after:
                 return pd.DataFrame()
@@ -202,8 +213,14 @@ def train_run(
 class ModelView:
     """`mbc.training.record.RunView` of one model and its optimiser."""
 
-    def __init__(self, model, opt, evaluate, batch):
+    def __init__(self, model, opt, evaluate, batch, shuffled_first=None):
         self.model, self.opt, self._evaluate, self.batch = model, opt, evaluate, batch
+        self._shuffled_first = shuffled_first
+
+    def train_shuffled_first_loss(self, step: int) -> float:
+        """First-target loss of training batch `step` with z deranged, current weights
+        (NaN where the task has no selector): the author's logged gap (train_log)."""
+        return math.nan if self._shuffled_first is None else self._shuffled_first(step)
 
     def keep(self) -> dict[str, torch.Tensor]:
         return _clone(self.model)

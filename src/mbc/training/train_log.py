@@ -1,0 +1,104 @@
+"""The author's training-log series (spec section 7, "Lead"; docs/method.md#lead): per window
+of `eval.dense_every` steps (the author's 50), the running mean of the first-target loss L1
+over the window's training batches, and, at the window's last step, L1 of that same last
+training batch with every z deranged (a wrong selector of the same group). His lead reads
+these two series: delta_z = shuffled L1 of the last batch minus the window's running mean.
+
+Cheap by construction: each step's L1 comes from the logits the step already computed
+(`mbc.training.metrics.training_losses`); one extra forward of one batch closes a window.
+The record (`mbc.training.record.RunRecord`) logs one `train_window` event per window;
+`finalize_run` writes them to `train_log.csv`, read by the run's summary (a run without it,
+or whose trainer did not hand L1 over, has the author's lead "not measured").
+
+The shuffled loss is taken at the weights after the window's last optimiser step (the
+record sees the weights then); the running mean averages the losses of the window's
+forward passes, each before its own step, as a training log does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+import torch
+
+from mbc.core.spec import RunSpec
+from mbc.training.data import STREAM_WINDOW, Dataset, stream_seed
+from mbc.training.metrics import derange_selectors, first_target_loss
+
+EVENT = "train_window"
+COLUMNS = [
+    "step", "n_batches", "train_first_loss", "train_first_shuffled_loss", "delta_z_train_first",
+]  # fmt: skip
+FILE = "train_log.csv"
+
+
+def window_every(spec: RunSpec) -> int:
+    """The window length: eval.dense_every (the author logged every 50 steps), or eval.every
+    when there is no dense grid."""
+    return int(spec.eval.dense_every or spec.eval.every)
+
+
+class TrainWindows:
+    """Collects each step's first-target loss; `close` at a window's last step returns the
+    event to log (None between windows)."""
+
+    def __init__(self, every: int):
+        self.every = every
+        self._first: list[torch.Tensor] = []
+        self._missing = False
+        self._n = 0
+
+    def add(self, first_loss: torch.Tensor | None) -> None:
+        self._n += 1
+        if first_loss is None:
+            self._missing = True
+        else:
+            self._first.append(first_loss)
+
+    def close(self, step: int, shuffled: Callable[[int], float] | None) -> dict | None:
+        """The window's event at its last step (step % every == 0), else None. The
+        running mean is NaN when a step of the window handed no loss; the shuffled loss is
+        NaN without `shuffled` (the view cannot compute it) or without a running mean."""
+        if not self.every or step % self.every:
+            return None
+        n = self._n
+        mean = math.nan
+        if self._first and not self._missing:
+            mean = float(torch.stack(self._first).double().mean())
+        sh = shuffled(step) if shuffled is not None and math.isfinite(mean) else math.nan
+        self._first, self._missing, self._n = [], False, 0
+        return {
+            "event": EVENT, "step": step, "n_batches": n, "train_first_loss": mean,
+            "train_first_shuffled_loss": sh,
+        }  # fmt: skip
+
+
+def shuffled_first_loss_fn(
+    spec: RunSpec, dataset: Dataset, indices: Callable[[int], torch.Tensor], model
+) -> Callable[[int], float] | None:
+    """step -> L1 of the training batch of `step` (`indices(step)`, its dataset rows) with
+    every z deranged, at `model`'s current weights; None where the task has no selector to
+    derange. The derangement's draw is a pure function of (seed, step)."""
+    if spec.task.direction != "bz_to_a":
+        return None
+    device = next(model.parameters()).device
+
+    def loss(step: int) -> float:
+        rng = np.random.default_rng([stream_seed(spec.seed, STREAM_WINDOW), step])
+        examples = indices(step).cpu()
+        seqs = derange_selectors(dataset, examples, rng, tokens=dataset.tokens)
+        return first_target_loss(model, seqs.to(device))
+
+    return loss
+
+
+def table(rows: list[dict]) -> pd.DataFrame:
+    """The `train_window` events of a log as train_log.csv (one row per step, the last)."""
+    ev = pd.DataFrame([r for r in rows if r.get("event") == EVENT], columns=COLUMNS[:-1])
+    ev = ev.drop_duplicates("step", keep="last").sort_values("step")
+    ev = ev.astype({"train_first_loss": float, "train_first_shuffled_loss": float})
+    ev["delta_z_train_first"] = ev["train_first_shuffled_loss"] - ev["train_first_loss"]
+    return ev.reset_index(drop=True)[COLUMNS]

@@ -1,0 +1,133 @@
+"""The author's training-log series (mbc.training.train_log): per window of dense_every
+steps, the running mean of the training batches' first-target loss and the last batch's
+first-target loss with z deranged."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_spec
+
+from mbc.training import train_log
+from mbc.training.data import build_dataset
+from mbc.training.metrics import training_loss, training_losses
+from mbc.training.train import fresh_run, train_run
+from mbc.training.train_log import TrainWindows, shuffled_first_loss_fn
+
+CPU = torch.device("cpu")
+
+
+def test_windows_running_mean_and_last_batch_gap_by_hand():
+    w = TrainWindows(every=4)
+    asked = []
+    events = []
+    for step, x in enumerate([1.0, 2.0, 3.0, 6.0, 10.0, 10.0, 10.0, 2.0], start=1):
+        w.add(torch.tensor(x))
+        e = w.close(step, lambda s: asked.append(s) or 100.0 + s)
+        if e is not None:
+            events.append(e)
+    assert [e["step"] for e in events] == [4, 8] and asked == [4, 8]
+    assert [e["train_first_loss"] for e in events] == [3.0, 8.0]  # (1+2+3+6)/4, (10*3+2)/4
+    assert [e["train_first_shuffled_loss"] for e in events] == [104.0, 108.0]
+    assert all(e["n_batches"] == 4 for e in events)
+    table = train_log.table(events)
+    assert table["delta_z_train_first"].tolist() == [101.0, 100.0]
+    # a step without its loss (a trainer that does not hand it over): the window is NaN and
+    # the shuffled loss is not computed; a view without the method: NaN gap
+    w = TrainWindows(every=2)
+    w.add(torch.tensor(1.0))
+    w.add(None)
+    e = w.close(2, lambda s: pytest.fail("not asked without a running mean"))
+    assert math.isnan(e["train_first_loss"]) and math.isnan(e["train_first_shuffled_loss"])
+    w.add(torch.tensor(1.0))
+    w.add(torch.tensor(3.0))
+    e = w.close(4, None)
+    assert e["train_first_loss"] == 2.0 and math.isnan(e["train_first_shuffled_loss"])
+
+
+def test_training_losses_keeps_the_loss_and_adds_the_first_target_ce():
+    spec = tiny_spec()
+    run = fresh_run(spec, build_dataset(spec.task, spec.seed), CPU)
+    x = run.tokens[:16]
+    loss, first = training_losses(run.model, x)
+    assert torch.equal(loss, training_loss(run.model, x))  # same operations, bitwise
+    logits = run.model(x)
+    n_t = spec.task.n_targets
+    want = torch.nn.functional.cross_entropy(logits[:, 0], x[:, -n_t])
+    torch.testing.assert_close(first, want)
+    assert not first.requires_grad
+
+
+def test_train_run_logs_the_windows_as_a_replay_computes_them(tmp_path):
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    train_run(spec, ds, tmp_path, CPU, say=lambda s: None)
+    got = pd.read_csv(tmp_path / train_log.FILE)
+    every = spec.eval.dense_every
+    assert got.step.tolist() == list(range(every, spec.train.max_steps + 1, every))
+    assert (got.n_batches == every).all()
+    # replay: the same run stepped by hand, each step's first-target CE recomputed
+    run = fresh_run(spec, ds, CPU)
+    shuffled = shuffled_first_loss_fn(spec, ds, run.order.indices, run.model)
+    firsts, gaps = [], {}
+    n_t = spec.task.n_targets
+    for s in range(1, spec.train.max_steps + 1):
+        idx = run.order.indices(s)
+        with torch.no_grad():
+            logits = run.model(run.tokens[idx])
+            firsts.append(float(torch.nn.functional.cross_entropy(logits[:, 0],
+                                                                  run.tokens[idx][:, -n_t])))  # fmt: skip
+        run.step(s)
+        if s % every == 0:
+            gaps[s] = shuffled(s)
+    means = np.array(firsts).reshape(-1, every).mean(axis=1)
+    np.testing.assert_allclose(got.train_first_loss, means, rtol=1e-5)
+    np.testing.assert_allclose(
+        got.train_first_shuffled_loss, [gaps[s] for s in got.step], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        got.delta_z_train_first, got.train_first_shuffled_loss - means, rtol=1e-4
+    )
+
+
+def test_shuffled_batch_is_the_training_batch_with_every_z_wrong():
+    spec = tiny_spec(label_noise=0.3)
+    ds = build_dataset(spec.task, spec.seed)
+    run = fresh_run(spec, ds, CPU)
+    seen = {}
+
+    def capture(model, seqs):
+        seen["seqs"] = seqs
+        return 0.0
+
+    import mbc.training.train_log as tl
+
+    orig = tl.first_target_loss
+    tl.first_target_loss = capture
+    try:
+        shuffled_first_loss_fn(spec, ds, run.order.indices, run.model)(7)
+    finally:
+        tl.first_target_loss = orig
+    idx = run.order.indices(7)
+    clean = ds.tokens[idx]
+    got = seen["seqs"]
+    z = list(spec.task.z_positions)
+    n_t = spec.task.n_targets
+    assert torch.equal(got[:, -n_t:], clean[:, -n_t:])  # the training targets (noisy ones too)
+    assert (got[:, z] != clean[:, z]).any(dim=1).all()  # no example keeps its own z
+    others = [i for i in range(clean.shape[1]) if i not in z]
+    assert torch.equal(got[:, others], clean[:, others])
+    assert shuffled_first_loss_fn(tiny_spec(direction="a_to_b"), ds, run.order.indices,
+                                  run.model) is None  # fmt: skip
+
+
+def test_resumed_run_logs_the_same_windows(tmp_path):
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    train_run(spec, ds, tmp_path / "full", CPU, say=lambda s: None)
+    train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None, stop_after=70)
+    train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None)
+    a, b = (pd.read_csv(tmp_path / d / train_log.FILE) for d in ("full", "cut"))
+    pd.testing.assert_frame_equal(a, b)
