@@ -154,10 +154,6 @@ if MAIN_PROCESS:
             f"mbc: another snakemake is running on {OUT}/: nothing repaired here",
             file=sys.stderr,
         )
-    for line in mbc.core.integrity.repair(
-        _findings, _runs, _aggregates, dry_run=_report_only
-    ):
-        print(f"mbc: repair: {line}", file=sys.stderr)
     for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
         print(
             f"mbc: repair: {_p}: differs from the checksum written with it, "
@@ -166,6 +162,10 @@ if MAIN_PROCESS:
         )
         if not _report_only:
             _p.unlink()
+    for line in mbc.core.integrity.repair(
+        _findings, _runs, _aggregates, dry_run=_report_only
+    ):
+        print(f"mbc: repair: {line}", file=sys.stderr)
 
 
 ALL_TARGETS = [
