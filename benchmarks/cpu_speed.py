@@ -135,12 +135,22 @@ def packed_gemm_pass(spec: ModelSpec, r: int, batch: int, t: int, n_targets: int
             ops.append(lambda dy=dy, w=w: torch.bmm(dy, w))
             ops.append(lambda dy=dy, x=x: torch.bmm(dy.transpose(1, 2), x))
         else:  # attention: scores laid out keys-first (mbc.training.model.attend)
-            a, bm, dy = (
-                torch.randn(rr, *s, device=device, dtype=bf) for s in ((m, k), (k, n), (m, n))
-            )
-            ops.append(lambda a=a, bm=bm: torch.bmm(a, bm))
-            ops.append(lambda dy=dy, bm=bm: torch.bmm(dy, bm.transpose(1, 2)))
-            ops.append(lambda dy=dy, a=a: torch.bmm(a.transpose(1, 2), dy))
+            ops += batched_matmul_ops(rr, m, k, n, device, bf)
+    return in_turn(ops)
+
+
+def batched_matmul_ops(b: int, m: int, k: int, n: int, device, dtype) -> list[Callable]:
+    """A batched matmul (b, m, k) @ (b, k, n) and its two gradients, as autograd runs them."""
+    a, bm, dy = (torch.randn(b, *s, device=device, dtype=dtype) for s in ((m, k), (k, n), (m, n)))
+    return [
+        lambda: torch.bmm(a, bm),
+        lambda: torch.bmm(dy, bm.transpose(1, 2)),
+        lambda: torch.bmm(a.transpose(1, 2), dy),
+    ]
+
+
+def in_turn(ops: list[Callable]) -> Callable[[], None]:
+    """One callable running `ops` one after another."""
 
     def run():
         for op in ops:

@@ -225,20 +225,8 @@ def gemm_pass(
                 ops.append(lambda dy=dy, x=x, o=out_dw: torch.mm(dy.t(), x, out=o))
         else:
             _, bh, m, k, n, c = g
-            a, bm, dy = (
-                torch.randn(*s, device=device, dtype=dtype)
-                for s in ((bh, m, k), (bh, k, n), (bh, m, n))
-            )
-            for _ in range(c):
-                ops.append(lambda a=a, bm=bm: torch.bmm(a, bm))
-                ops.append(lambda dy=dy, bm=bm: torch.bmm(dy, bm.transpose(1, 2)))
-                ops.append(lambda dy=dy, a=a: torch.bmm(a.transpose(1, 2), dy))
-
-    def run():
-        for op in ops:
-            op()
-
-    return run
+            ops += c * cpu_speed.batched_matmul_ops(bh, m, k, n, device, dtype)
+    return cpu_speed.in_turn(ops)
 
 
 # ----------------------------------------------------------------------------- timing
