@@ -1,6 +1,5 @@
 """mbc.estimate on the smoke preset (given rates, so it runs in a second or two)."""
 
-import functools
 import math
 from pathlib import Path
 
@@ -13,12 +12,6 @@ from mbc.core import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main, measure_steps_per_s
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
-
-
-@pytest.fixture(autouse=True)
-def _parse_schema_once(monkeypatch):
-    # mbc.core.config.load re-reads the schema for every run; parse it once (test speed only)
-    monkeypatch.setattr(mbc_config, "schema", functools.cache(mbc_config.schema))
 
 
 def test_estimate_smoke_with_given_rate_and_law(tmp_path):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import itertools
 from dataclasses import dataclass
 from importlib import resources
@@ -87,12 +88,23 @@ def deep_merge(base: dict, over: dict) -> dict:
     return out
 
 
+@functools.cache
 def schema() -> dict:
+    """The config schema, read once per process (every run's sections are checked against
+    it: re-reading it per run made loading the paper preset take seconds). Not mutated."""
     return yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
 
 
+@functools.cache
+def _validators() -> tuple[jsonschema.Draft202012Validator, jsonschema.Draft202012Validator]:
+    """(the whole config's validator, one run's sections' validator), built once."""
+    full = schema()
+    sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
+    return jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(sub)
+
+
 def _schema_check(cfg: dict, where: str) -> None:
-    validator = jsonschema.Draft202012Validator(schema())
+    validator = _validators()[0]
     errors = sorted(validator.iter_errors(cfg), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
@@ -163,9 +175,7 @@ def _origin(key: str, origins: dict[str, str], written=_dotted) -> str:
 
 def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) -> None:
     """Types and enums of one assembled run (grid values bypass the top-level schema)."""
-    full = schema()
-    sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
-    errors = list(jsonschema.Draft202012Validator(sub).iter_errors(sections))
+    errors = list(_validators()[1].iter_errors(sections))
     if errors:
         e = errors[0]
         key = ".".join(str(p) for p in e.absolute_path)
