@@ -13,6 +13,7 @@ Only the evaluation rows and the tau, diverged and done events of a log are pars
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from dataclasses import dataclass, field
@@ -91,12 +92,12 @@ def _flat(spec: RunSpec) -> dict:
 
 def varied_keys(specs: list[RunSpec]) -> list[str]:
     """The run keys that take more than one value among `specs` (seeds aside), with D
-    (`d`) in place of n_groups when D takes fewer values (E2's grid is D x K)."""
+    (`d`) in place of n_groups when D takes no more values (E2's grid is D x K)."""
     flats = [_flat(s) for s in specs]
     if not flats:
         return []
     keys = [k for k in flats[0] if len({repr(f[k]) for f in flats}) > 1]
-    if "task.n_groups" in keys and len({s.task.d for s in specs}) < len(
+    if "task.n_groups" in keys and len({s.task.d for s in specs}) <= len(
         {f["task.n_groups"] for f in flats}
     ):
         keys[keys.index("task.n_groups")] = "d"
@@ -141,8 +142,10 @@ def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: d
     ax.axhline(1.0, color="0.6", ls=":", lw=0.8, zorder=1)
     drawn, counts = 0, {}
     for rid, spec in runs:
-        state = _state_of(states.get(rid, "pending"), curves[rid])
-        counts[state] = counts.get(state, 0) + 1
+        said = states.get(rid, "pending")
+        state = _state_of(said, curves[rid])
+        said = "diverged" if state == "diverged" else said
+        counts[said] = counts.get(said, 0) + 1
         c = curves[rid]
         if not c.steps:
             continue
@@ -180,9 +183,9 @@ def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: d
     return drawn
 
 
-def plot_curves(cfg: mbc_config.Config, path: str | Path, states: dict[str, str]) -> dict:
-    """One picture of every run of `cfg` so far into `path` (.png or .pdf), one panel per
-    experiment; `states`: run id -> mbc.status's state. Returns {experiment: curves drawn}."""
+def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[str, int]]:
+    """The picture of every run of `cfg` so far, one panel per experiment (titled by its
+    name); `states`: run id -> mbc.status's state. Returns it and {experiment: curves}."""
     curves = {rid: read_curve(Path(cfg.outdir) / "runs" / rid / "state" / "log.jsonl")
               for rid in cfg.specs}  # fmt: skip
     exps: dict[str, list[tuple[str, RunSpec]]] = {}
@@ -217,11 +220,16 @@ def plot_curves(cfg: mbc_config.Config, path: str | Path, states: dict[str, str]
         fontsize=7,
         frameon=False,
     )
+    return fig, drawn
+
+
+def plot_curves(cfg: mbc_config.Config, path: str | Path, states: dict[str, str]) -> dict:
+    """`draw` into `path` (.png or .pdf), replaced atomically (a viewer reloading it never
+    sees half a file). Returns {experiment: curves drawn}."""
+    fig, drawn = draw(cfg, states)
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower() or "png"
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt)
-    write_bytes_atomic(path, buf.getvalue())  # a viewer reloading it never sees half a file
+    write_bytes_atomic(path, buf.getvalue())
     return drawn
