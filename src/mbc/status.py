@@ -9,6 +9,10 @@ One row per run, read from what the training jobs leave on disk (nothing is star
                next `snakemake` resumes it from its last checkpoint
   pending      nothing on disk yet
 with the last evaluated step / budget, L_cand / log K there, and tau once crossed.
+
+--plot FILE.png (or .pdf): also draw every run's L_cand / log K so far (mbc.curves).
+--config takes the workflow's overrides, KEY=VALUE as `snakemake --config` does
+(preset=quick outdir=/scratch/q 'only=["E1"]'); an item without `=` names the base config.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from mbc.core import config as mbc_config
 from mbc.core.runlog import logged_tau, read_log
@@ -97,21 +102,45 @@ def report(table: pd.DataFrame, preset: str, say=print) -> None:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
-    ap.add_argument("--config", default="config.yaml")
+    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
+                    help="the workflow's --config overrides; a FILE (no '=') is the base "
+                    "config (default config.yaml)")  # fmt: skip
     ap.add_argument("--outdir", default=None, help="override the preset's outdir")
     ap.add_argument("--stale-s", type=float, default=300.0,
                     help="a live log quiet this long means the job is not running")  # fmt: skip
+    ap.add_argument("--plot", default=None, metavar="FILE",
+                    help="draw every run's loss curve so far into FILE (.png or .pdf)")  # fmt: skip
     a = ap.parse_args(argv)
+    base = [c for c in a.config if "=" not in c]
+    overrides = {"preset": a.preset} | ({"outdir": a.outdir} if a.outdir else {})
     try:
-        raw = mbc_config.read_yaml(a.config)
-        cfg = mbc_config.load(
-            raw, {"preset": a.preset} | ({"outdir": a.outdir} if a.outdir else {})
-        )
+        overrides |= parse_overrides([c for c in a.config if "=" in c])
+        raw = mbc_config.read_yaml(base[-1] if base else "config.yaml")
+        cfg = mbc_config.load(raw, overrides)
     except (mbc_config.ConfigFileError, mbc_config.ConfigError) as exc:
         raise SystemExit(f"mbc.status: {exc}") from None
     table = status(cfg, a.stale_s)
     report(table, cfg.preset)
+    if a.plot:
+        from mbc.curves import plot_curves
+
+        t0 = time.perf_counter()
+        plot_curves(cfg, a.plot, dict(zip(table.run_id, table.state, strict=True)))
+        print(f"curves: {a.plot} ({time.perf_counter() - t0:.1f} s)")
     return table
+
+
+def parse_overrides(items: list[str]) -> dict:
+    """KEY=VALUE items as `snakemake --config` reads them: each value as YAML (numbers,
+    booleans, lists, mappings), else the string as written."""
+    out = {}
+    for item in items:
+        key, _, text = item.partition("=")
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            out[key] = text
+    return out
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 # Shared helpers: the validated config, run lookup and output paths.
+import os
 import re
 import sys
 
@@ -9,6 +10,7 @@ import mbc.core.config
 import mbc.core.integrity
 import mbc.core.packing
 import mbc.core.spec
+import mbc.training.tensorboard_log
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
@@ -32,6 +34,11 @@ try:
 except mbc.core.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
+# tensorboard: reaches the training jobs through their environment, not as a rule
+# parameter (a changed parameter retrains; the scalars change no number)
+os.environ[mbc.training.tensorboard_log.ENV] = (
+    "1" if CFG.raw.get("tensorboard") else "0"
+)
 SPECS = CFG.specs  # run_id -> RunSpec
 MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 
@@ -44,6 +51,8 @@ if MAIN_PROCESS:
         CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
     ):
         print(line, file=sys.stderr)
+    if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
+        print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 # pack.enabled: pack id -> its run ids (rules in train.smk)

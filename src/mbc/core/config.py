@@ -138,13 +138,22 @@ def _coerce(value: Any) -> Any:
     return value
 
 
+def _coerce_top(value: Any) -> Any:
+    """A top-level value: nested ones coerced, and true/false as booleans (other strings,
+    such as an outdir, stay strings)."""
+    if isinstance(value, dict | list):
+        return _coerce(value)
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    return value
+
+
 def resolve(raw: dict, overrides: dict | None = None) -> dict:
     """Apply the preset named by `preset` and then the command-line overrides."""
-    # Snakemake has already merged `--config` into `raw`, so both need the coercion.
-    raw = {k: _coerce(v) if isinstance(v, dict | list) else v for k, v in raw.items()}
-    overrides = {
-        k: _coerce(v) if isinstance(v, dict | list) else v for k, v in (overrides or {}).items()
-    }
+    # Snakemake has already merged `--config` into `raw`, so both need the coercion (a
+    # top-level `tensorboard=true` arrives as the string "true").
+    raw = {k: _coerce_top(v) for k, v in raw.items()}
+    overrides = {k: _coerce_top(v) for k, v in (overrides or {}).items()}
     _schema_check(raw, "config")
     preset = overrides.get("preset", raw.get("preset", "paper"))
     presets = raw.get("presets", {})

@@ -43,7 +43,7 @@ from mbc.core.crossing import first_crossing
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import finished, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
-from mbc.training import train_log
+from mbc.training import tensorboard_log, train_log
 from mbc.training.schedule import crosses_mark, eval_schedule
 
 METRIC_COLUMNS = [
@@ -113,6 +113,7 @@ class RunRecord:
         self._prev_row: dict | None = None
         # the author's training-log series (mbc.training.train_log)
         self._windows = train_log.TrainWindows(train_log.window_every(spec))
+        self._tb = None  # TensorBoard scalars (config `tensorboard`), when switched on
 
     def resume(self) -> dict | None:
         """Read the run's state: the resume point to load into the weights (None: start
@@ -138,6 +139,7 @@ class RunRecord:
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.log_path, "a")  # noqa: SIM115 - closed by close()
+        self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
         _append(self._fh, start_event(self.step))  # the code and machine (mbc.measured)
         return state
 
@@ -209,6 +211,9 @@ class RunRecord:
         return False
 
     def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
         if self._fh is not None:
             self._fh.close()
             self._fh = None
@@ -232,6 +237,8 @@ class RunRecord:
 
     def _log(self, row: dict) -> None:
         _append(self._fh, row)
+        if self._tb is not None:
+            self._tb.add(row)
         ev, task = self.spec.eval, self.spec.task
         if self.tau is None and grid_mask(ev, row["step"]):
             # rows come in step order and no earlier grid row crossed (tau is None)
