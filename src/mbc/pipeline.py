@@ -6,7 +6,6 @@ atomically. Nothing here imports Snakemake.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from mbc.analysis.robustness import comparison_table, init_scale_table, robustne
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import (
+    dumps_strict,
     read_csv_checked,
     read_json_checked,
     read_sidecar_sha256,
@@ -160,7 +160,7 @@ def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
     metrics = read_csv_checked(metrics_path, required=METRIC_COLUMNS, min_rows=1)
     s = summarize_run(spec, metrics, diagnostics)
     write_json_atomic(out_path, s)
-    print(json.dumps(s))
+    print(dumps_strict(s))
 
 
 def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:

@@ -21,7 +21,6 @@ The declared outputs, `metrics.csv` and `checkpoints.csv`, are written by `final
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -34,6 +33,7 @@ import torch
 
 from mbc.core.artifacts import (
     CorruptArtifactError,
+    dumps_strict,
     torch_load_checked,
     torch_save_atomic,
     write_csv_atomic,
@@ -219,11 +219,9 @@ class RunRecord:
 
 
 def _json_line(row: dict) -> str:
-    """One strict-JSON line: NaN and infinities (no value yet) are written as null."""
-    clean = {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
-    }
-    return json.dumps(clean, allow_nan=False) + "\n"
+    """One strict-JSON line: NaN and infinities (no value yet, or a diverged run's) are
+    written as null."""
+    return dumps_strict(row) + "\n"
 
 
 def _append(fh, row: dict) -> None:
