@@ -33,7 +33,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
-from mbc.core.runlog import finished, logged_tau, read_log
+from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
@@ -135,6 +135,7 @@ def train_pack(
                 "trained": fresh,
                 "steps": rows[-1]["step"],
                 "tau": logged_tau(rows),
+                "diverged_step": logged_divergence(rows),
             }
         )
     wall = time.perf_counter() - t0
@@ -170,7 +171,7 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
         summaries[s["run_id"]] = s
     df = tau_table(runs, summaries)
     write_csv_atomic(out_path, df)
-    print(f"{len(df)} rows, {int(df.censored.sum())} censored")
+    print(f"{len(df)} rows, {int(df.censored.sum())} censored, {int(df.diverged.sum())} diverged")
 
 
 def make_plateau_sensitivity(
