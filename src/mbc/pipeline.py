@@ -311,10 +311,12 @@ def make_fits(
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
     boot = raw["bootstrap"]
-    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"))
+    policy = raw.get("diverged") or "exclude"
+    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"), policy)
     write_csv_atomic(out_fits, fits)
     write_csv_atomic(
-        out_threshold, threshold_table(raw["threshold_sensitivity"], tau, metrics, boot)
+        out_threshold,
+        threshold_table(raw["threshold_sensitivity"], tau, metrics, boot, policy),
     )
     print(fits.to_string())
 
@@ -323,7 +325,8 @@ def make_fits(
 
 
 def make_statistics(raw: dict, paths: dict, out_path) -> None:
-    """raw: config `bootstrap` and `statistics`, and `lead_source` (diagnostics.lead.source)."""
+    """raw: config `bootstrap`, `statistics` and `diverged`, and `lead_source`
+    (diagnostics.lead.source)."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
@@ -331,7 +334,7 @@ def make_statistics(raw: dict, paths: dict, out_path) -> None:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        raw["bootstrap"], raw["statistics"], raw["lead_source"],
+        raw["bootstrap"], raw["statistics"], raw["lead_source"], raw.get("diverged") or "exclude",
     )  # fmt: skip
     write_csv_atomic(out_path, df)
     print(df.to_string())
@@ -349,7 +352,10 @@ def make_robustness(raw: dict, tau_path, statistics_path, out: dict) -> None:
     cfg = raw["robustness"]
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"]))
+    policy = raw.get("diverged") or "exclude"
+    write_csv_atomic(
+        out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"], policy)
+    )
     write_csv_atomic(out["init_comparison"], comparison_table(cfg["compare"], stats))
     table = robustness_table(cfg["tests"], stats)
     write_csv_atomic(out["robustness"], table)

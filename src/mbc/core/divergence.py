@@ -29,9 +29,10 @@ def bound(train: TrainSpec) -> float:
 
 def divergence(row: dict, limit: float) -> str | None:
     """Why `row` (a log row or a metrics.csv row) shows a diverged run, or None.
-    The step-0 row has no training loss yet (NaN there is not divergence)."""
+    The step-0 row has no training loss yet (NaN there is not divergence); a column the
+    row does not have is not read."""
     for name in CHECKED:
-        if name == "train_loss" and row.get("step", 0) == 0:
+        if name not in row or (name == "train_loss" and row.get("step", 0) == 0):
             continue
         v = row.get(name)
         v = math.nan if v is None else float(v)  # null in the log: a non-finite value

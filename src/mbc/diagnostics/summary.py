@@ -250,9 +250,7 @@ def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     old = {"status": None, "diverged": False, "diverged_step": None}
     rows = [{**run_columns(r), **old, **summaries[r.run_id]} for r in runs]
     df = pd.DataFrame(rows, columns=TAU_COLUMNS)
-    df["status"] = df["status"].fillna(
-        df["censored"].map(lambda c: "censored" if c else "crossed")
-    )
+    df["status"] = df["status"].fillna(df["censored"].map(lambda c: "censored" if c else "crossed"))
     for c in INT_COLUMNS:  # nullable: censored and diverged runs have no tau
         df[c] = df[c].astype("Int64")
     return df
@@ -287,6 +285,8 @@ def plateau_sensitivity(
     ends.append((LOSS_ONSET_ONLY, None))
     lo, hi = cfg["band"]
     rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    if "diverged" in rows:  # a diverged run has no plateau to measure (its rows end in NaN)
+        rows = rows[~rows["diverged"].astype(str).str.lower().isin(["true", "1"])]
     by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
     out = []
     for _, r in rows.iterrows():
