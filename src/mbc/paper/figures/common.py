@@ -24,6 +24,9 @@ from mbc.paper.figure_tables import FIGURE_TABLES
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
 CENSORED_LABEL = "censored (tau > budget)"
+# a diverged run (docs/method.md#divergence): a red cross at the step it was stopped
+DIVERGED_LABEL = "diverged (stopped)"
+DIVERGED_STYLE = dict(marker="x", color="C3", zorder=4)
 ONE_COL = 3.4  # inches: one-column figure width
 TWO_COL = 7.0  # inches: figures with two or three side-by-side panels
 
@@ -149,7 +152,8 @@ def _tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd
     if experiments is not None:
         df = df[df["experiment"].isin(list(experiments))]
     flag = _as_bool(df["censored"]) if "censored" in df.columns else False
-    df["censored"] = flag | df["tau"].isna()
+    df["diverged"] = _as_bool(df["diverged"]) if "diverged" in df.columns else False
+    df["censored"] = (flag | df["tau"].isna()) & ~df["diverged"]  # diverged: never censored
     return df.reset_index(drop=True)
 
 
@@ -244,6 +248,8 @@ def _legend(
         h, lab = other.get_legend_handles_labels()
         handles, labels = handles + h, labels + lab
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab != CENSORED_LABEL]
+    firsts = [i for i, (_, lab) in enumerate(keep) if lab == DIVERGED_LABEL][:1]
+    keep = [hl for i, hl in enumerate(keep) if hl[1] != DIVERGED_LABEL or i in firsts]
     handles, labels = [h for h, _ in keep], [lab for _, lab in keep]
     for h in extra:
         handles.append(h)
@@ -311,6 +317,7 @@ def _tau_points(
     tau: np.ndarray,
     budget: np.ndarray,
     censored: np.ndarray,
+    diverged: np.ndarray | None = None,
     *,
     color,
     marker: str = "o",
@@ -318,17 +325,23 @@ def _tau_points(
     positive: bool = True,
     size: float = 16,
 ) -> tuple[int, int]:
-    """Observed taus as filled markers, censored runs as hollow triangles at their budget.
+    """Observed taus as filled markers, censored runs as hollow triangles at their budget,
+    diverged runs as red crosses at the step they were stopped (`budget`: tau.csv `steps`).
 
     Returns (number observed drawn, number censored drawn).
     """
     x, tau, budget = (np.asarray(a, dtype=float) for a in (x, tau, budget))
     censored = np.asarray(censored, dtype=bool)
-    obs = ~censored & _finite(x, tau)
-    cen = censored & _finite(x, budget)
+    dv = np.zeros_like(censored) if diverged is None else np.array(diverged, dtype=bool)
+    obs = ~censored & ~dv & _finite(x, tau)
+    cen = censored & ~dv & _finite(x, budget)
+    dv &= _finite(x, budget)
     if positive:
         obs &= (x > 0) & (tau > 0)
         cen &= (x > 0) & (budget > 0)
+        dv &= (x > 0) & (budget > 0)
+    if dv.any():
+        ax.scatter(x[dv], budget[dv], s=size * 1.5, label=DIVERGED_LABEL, **DIVERGED_STYLE)
     if obs.any() or (label and not cen.any()):
         ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
     if cen.any():
@@ -380,6 +393,7 @@ def _tau_budget_arrays(df: pd.DataFrame, x: str) -> tuple[np.ndarray, ...]:
         df["tau"].to_numpy(float),
         df["steps"].to_numpy(float),
         df["censored"].to_numpy(bool),
+        df["diverged"].to_numpy(bool),
     )
 
 
@@ -409,7 +423,8 @@ def _run_curves(
 ) -> bool:
     """One run's L_cand / log K (and delta_z) vs step, with tau (or its censoring) marked.
 
-    Returns whether the run is censored and was marked as such.
+    Returns whether the run is censored and was marked as such. A diverged run's curve ends
+    in a red cross at the last finite value before the step it was stopped.
     """
     m = m[m["step"] > 0].sort_values("step")  # log x axis
     steps = m["step"].to_numpy(float)
@@ -417,6 +432,13 @@ def _run_curves(
     ax_loss.plot(steps, y, ls=ls, color=color, label=label)
     if ax_dz is not None:
         ax_dz.plot(steps, m["delta_z"].to_numpy(float), ls=ls, color=color, label=label)
+    if row.get("diverged", False):
+        ok = _finite(steps, y)
+        if ok.any():
+            last = np.flatnonzero(ok)[-1]
+            ax_loss.plot([steps[last]], [y[last]], ls="none", label=DIVERGED_LABEL,
+                         **DIVERGED_STYLE)  # fmt: skip
+        return False
     if not row["censored"]:
         t = row["tau"]
         ax_loss.plot([t], [_value_at(steps, y, t)], "o", color=color, mec="white", mew=0.5)
