@@ -24,7 +24,7 @@ from mbc.paper.figure_tables import FIGURE_TABLES
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
 CENSORED_LABEL = "censored (tau > budget)"
-# a diverged run (docs/method.md#divergence): a red cross at the step it was stopped
+# a diverged run (docs/method.md#divergence): a cross (x) at the step it was stopped
 DIVERGED_LABEL = "diverged (stopped)"
 DIVERGED_STYLE = dict(marker="x", color="C3", zorder=4)
 ONE_COL = 3.4  # inches: one-column figure width
@@ -326,7 +326,7 @@ def _tau_points(
     size: float = 16,
 ) -> tuple[int, int]:
     """Observed taus as filled markers, censored runs as hollow triangles at their budget,
-    diverged runs as red crosses at the step they were stopped (`budget`: tau.csv `steps`).
+    diverged runs as crosses (x) at the step they were stopped (`budget`: tau.csv `steps`).
 
     Returns (number observed drawn, number censored drawn).
     """
@@ -424,7 +424,7 @@ def _run_curves(
     """One run's L_cand / log K (and delta_z) vs step, with tau (or its censoring) marked.
 
     Returns whether the run is censored and was marked as such. A diverged run's curve ends
-    in a red cross at the last finite value before the step it was stopped.
+    in a cross (x) at the last finite value before the step it was stopped.
     """
     m = m[m["step"] > 0].sort_values("step")  # log x axis
     steps = m["step"].to_numpy(float)
