@@ -59,7 +59,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -72,6 +71,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from mbc.core.artifacts import dumps_strict
 from mbc.core.spec import VOCAB, ModelSpec, RunSpec, TaskSpec
 from mbc.training import metrics
 from mbc.training.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
@@ -656,7 +656,7 @@ def main(argv: list[str] | None = None) -> dict:
     report(res)
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(res, fh, indent=2, default=str)
+            fh.write(dumps_strict(res, indent=2, default=str))  # NaN (not measured): null
     return res
 
 

@@ -14,7 +14,13 @@ import torch
 import yaml
 from helpers import last_resume_step
 
-from mbc.core.artifacts import CorruptArtifactError, read_csv_checked, write_csv_atomic
+from mbc.core.artifacts import (
+    CorruptArtifactError,
+    read_csv_checked,
+    read_sidecar_sha256,
+    sha256_file,
+    write_csv_atomic,
+)
 from mbc.core.config import load
 from mbc.core.rule_log import logged
 from mbc.training.data import build_dataset
@@ -136,7 +142,9 @@ def test_atomic_write_leaves_old_file_when_interrupted(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         write_csv_atomic(p, pd.DataFrame({"a": [2, 3]}))
     assert pd.read_csv(p)["a"].tolist() == [1]
-    assert [f.name for f in tmp_path.iterdir()] == ["x.csv"], "no temporary file left behind"
+    # the table and its checksum (still the old table's), no temporary file left behind
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["x.csv", "x.csv.sha256"]
+    assert read_sidecar_sha256(p) == sha256_file(p)
 
 
 def test_same_config_and_seed_identical_across_fresh_processes(tmp_path):

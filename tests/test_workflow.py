@@ -209,7 +209,8 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
         ca, cb = (pd.read_csv(d / "checkpoints.csv") for d in (a_dir, b_dir))
         assert ca.step.tolist() == cb.step.tolist(), run
         summary = json.loads((a_dir / "summary.json").read_text())
-        again = summarize_run(cfg.specs[run], mb, cfg.raw["diagnostics"])
+        logged = pd.read_csv(b_dir / "train_log.csv")  # the author's series, packed too
+        again = summarize_run(cfg.specs[run], mb, cfg.raw["diagnostics"], logged)
         log_k = cfg.specs[run].task.log_k
         for key, value in summary.items():
             if key.startswith("final_"):  # read at the last step, long after tau

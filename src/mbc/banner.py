@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from mbc.core.artifacts import dumps_strict
 from mbc.core.config import Config
 from mbc.core.packing import make_packs
 from mbc.core.spec import RunSpec
@@ -117,7 +118,7 @@ def _rate(
         return rate
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(known, indent=1))
+    tmp.write_text(dumps_strict(known, indent=1))
     tmp.replace(cache)
     return rate
 

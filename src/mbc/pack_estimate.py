@@ -23,14 +23,13 @@ Packs run one after another on the device (train_slots = 1); runs that cannot be
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from mbc.core.artifacts import write_text_atomic
+from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.packing import make_packs, pack_key
 from mbc.core.spec import VOCAB, RunSpec
 from mbc.estimate import measure_steps_per_s
@@ -164,7 +163,7 @@ def shape_of(spec: RunSpec) -> dict:
 
 
 def save_rates(rates: dict, path) -> None:
-    write_text_atomic(Path(path), json.dumps(rates, indent=1) + "\n")
+    write_text_atomic(Path(path), dumps_strict(rates, indent=1) + "\n")
 
 
 def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:

@@ -6,7 +6,6 @@ atomically. Nothing here imports Snakemake.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from mbc.analysis.robustness import comparison_table, init_scale_table, robustne
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import (
+    dumps_strict,
     read_csv_checked,
     read_json_checked,
     read_sidecar_sha256,
@@ -33,7 +33,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
-from mbc.core.runlog import finished, logged_tau, read_log
+from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
@@ -135,6 +135,7 @@ def train_pack(
                 "trained": fresh,
                 "steps": rows[-1]["step"],
                 "tau": logged_tau(rows),
+                "diverged_step": logged_divergence(rows),
             }
         )
     wall = time.perf_counter() - t0
@@ -167,7 +168,7 @@ def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
         print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")
     s = summarize_run(spec, metrics, diagnostics, windows)
     write_json_atomic(out_path, s)
-    print(json.dumps(s))
+    print(dumps_strict(s))
 
 
 def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
@@ -177,7 +178,7 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
         summaries[s["run_id"]] = s
     df = tau_table(runs, summaries)
     write_csv_atomic(out_path, df)
-    print(f"{len(df)} rows, {int(df.censored.sum())} censored")
+    print(f"{len(df)} rows, {int(df.censored.sum())} censored, {int(df.diverged.sum())} diverged")
 
 
 def make_plateau_sensitivity(
@@ -331,10 +332,12 @@ def make_fits(
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
     boot = raw["bootstrap"]
-    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"))
+    policy = raw.get("diverged") or "exclude"
+    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"), policy)
     write_csv_atomic(out_fits, fits)
     write_csv_atomic(
-        out_threshold, threshold_table(raw["threshold_sensitivity"], tau, metrics, boot)
+        out_threshold,
+        threshold_table(raw["threshold_sensitivity"], tau, metrics, boot, policy),
     )
     print(fits.to_string())
 
@@ -343,7 +346,8 @@ def make_fits(
 
 
 def make_statistics(raw: dict, paths: dict, out_path) -> None:
-    """raw: config `bootstrap` and `statistics`, and `lead_source` (diagnostics.lead.source)."""
+    """raw: config `bootstrap`, `statistics` and `diverged`, and `lead_source`
+    (diagnostics.lead.source)."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
@@ -351,7 +355,7 @@ def make_statistics(raw: dict, paths: dict, out_path) -> None:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        raw["bootstrap"], raw["statistics"], raw["lead_source"],
+        raw["bootstrap"], raw["statistics"], raw["lead_source"], raw.get("diverged") or "exclude",
     )  # fmt: skip
     write_csv_atomic(out_path, df)
     print(df.to_string())
@@ -369,7 +373,10 @@ def make_robustness(raw: dict, tau_path, statistics_path, out: dict) -> None:
     cfg = raw["robustness"]
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"]))
+    policy = raw.get("diverged") or "exclude"
+    write_csv_atomic(
+        out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"], policy)
+    )
     write_csv_atomic(out["init_comparison"], comparison_table(cfg["compare"], stats))
     table = robustness_table(cfg["tests"], stats)
     write_csv_atomic(out["robustness"], table)

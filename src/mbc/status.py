@@ -2,6 +2,7 @@
 
 One row per run, read from what the training jobs leave on disk (nothing is started):
   done         summary.json written (tau, or censored when the run never crossed)
+  diverged     stopped as diverged (docs/method.md#divergence); `step` is where
   trained      metrics.csv written, not yet summarised
   running      the live log (state/log.jsonl) changed within the last --stale-s seconds
   failed       the job's log shows a traceback and the live log has gone quiet
@@ -27,18 +28,18 @@ import pandas as pd
 import yaml
 
 from mbc.core import config as mbc_config
-from mbc.core.runlog import logged_tau, read_log
+from mbc.core.runlog import logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
 COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
            "run_id"]  # fmt: skip
 
 
-def _last_rows(log: Path) -> tuple[dict | None, int | None]:
-    """(last evaluation row, tau) of a live log; a torn last line is ignored."""
+def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None]:
+    """(last evaluation row, tau, diverged step) of a live log; a torn last line is ignored."""
     rows = read_log(log)
     last = next((r for r in reversed(rows) if "event" not in r), None)
-    return last, logged_tau(rows)
+    return last, logged_tau(rows), logged_divergence(rows)
 
 
 def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: float) -> dict:
@@ -51,16 +52,20 @@ def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: floa
         try:
             s = json.loads(summary.read_text())
             row.update(step=s.get("steps"), tau=s.get("tau"))
-            row["state"] = "censored" if s.get("censored") else "done"
+            row["state"] = (
+                "diverged" if s.get("diverged") else "censored" if s.get("censored") else "done"
+            )
         except json.JSONDecodeError:
             row["state"] = "failed"  # a corrupt summary: the next run rewrites it
     if log.exists():
-        last, tau = _last_rows(log)
+        last, tau, diverged = _last_rows(log)
         if last is not None:
             lc = last.get("candidate_loss")
             row["step"] = row["step"] or last["step"]
             row["lcand_over_log_k"] = None if lc is None else lc / math.log(spec.task.k)
         row["tau"] = row["tau"] if row["tau"] is not None else tau
+        if diverged is not None:  # the trainer stopped it: final, summarised or not
+            row.update(state="diverged", step=diverged)
         if "state" not in row:
             if (run_dir / "metrics.csv").exists():
                 row["state"] = "trained"

@@ -18,6 +18,7 @@ rule fits:
                 "fit_differences",
                 "bootstrap",
                 "threshold_sensitivity",
+                "diverged",
             )
         },
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},

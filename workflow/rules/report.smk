@@ -41,6 +41,7 @@ rule statistics:
     params:
         raw={
             **{k: CFG.raw[k] for k in ("bootstrap", "statistics")},
+            "diverged": CFG.raw.get("diverged", "exclude"),
             "lead_source": DIAG["lead"]["source"],
         },
     script:
@@ -83,7 +84,10 @@ rule robustness:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={k: CFG.raw[k] for k in ("robustness", "bootstrap")},
+        raw={
+            **{k: CFG.raw[k] for k in ("robustness", "bootstrap")},
+            "diverged": CFG.raw.get("diverged", "exclude"),
+        },
     script:
         "../scripts/robustness.py"
 

@@ -3,7 +3,8 @@ results/fits.csv.
 
 Each fit pools the runs of its experiments (a run shared by two experiments counts once),
 fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),
-never as a tau and never silently dropped: `n_censored` is in every row.
+never as a tau and never silently dropped: `n_censored` is in every row. A diverged run is
+not censored: config `diverged:` (mbc.analysis.diverged) leaves it out, `n_diverged` counts it.
 """
 
 from __future__ import annotations
@@ -13,12 +14,13 @@ import math
 import numpy as np
 import pandas as pd
 
+from mbc.analysis import diverged as div
 from mbc.analysis.fits import PowerLawFit, exponent_difference, fit_power_law
 from mbc.core.crossing import first_crossing
 
 FIT_COLUMNS = [
     "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
-    "method", "ci_level", "n_boot",
+    "method", "ci_level", "n_boot", "n_diverged",
 ]  # fmt: skip
 
 
@@ -37,9 +39,11 @@ WAITING_TIMES = {
 
 
 def _fit(
-    rows: pd.DataFrame, name: str, x: str, y: str, boot: dict, seed_offset: int = 0
-) -> PowerLawFit:
-    rows = rows.drop_duplicates("run_id")
+    rows: pd.DataFrame, name: str, x: str, y: str, boot: dict, seed_offset: int = 0,
+    diverged: set[str] = frozenset(),
+) -> tuple[PowerLawFit, int]:  # fmt: skip
+    """The fit and how many diverged runs (`diverged`, ids) it left out."""
+    rows, n_div = div.drop(rows.drop_duplicates("run_id"), diverged)
     censored = None
     if y.startswith("anisotropy"):
         yv = rows[y].to_numpy(float)
@@ -51,7 +55,7 @@ def _fit(
         t = rows[col].astype("Float64").fillna(bound.astype("Float64")).to_numpy(float)
         yv = t * rows["batch_size"].to_numpy(float) if per_example else t
     keep = np.isfinite(yv) & (yv > 0)
-    return fit_power_law(
+    fit = fit_power_law(
         rows[x].to_numpy(float)[keep],
         yv[keep],
         censored=None if censored is None else censored[keep],
@@ -62,20 +66,23 @@ def _fit(
         ci=boot["ci"],
         seed=boot["seed"] + seed_offset,
     )
+    return fit, n_div
 
 
 def fit_table(
     fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict,
-    differences: list[dict] | None = None,
+    differences: list[dict] | None = None, diverged: str = "exclude",
 ) -> pd.DataFrame:  # fmt: skip
     """One row per fit (and per `by` value), then one per `differences` entry: the exponent
-    of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two."""
-    out, fitted = [], {}  # name -> (fit, its rows, x, y)
+    of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two.
+    diverged: config `diverged` (mbc.analysis.diverged)."""
+    out, fitted = [], {}  # name -> (fit, its rows, x, y, n_diverged)
+    ids = div.check(tau, diverged, "fits")
 
     def add(rows: pd.DataFrame, name: str, x: str, y: str) -> None:
-        fit = _fit(rows, name, x, y, boot)
-        fitted[name] = (fit, rows, x, y)
-        out.append(fit.to_row())
+        fit, nd = _fit(rows, name, x, y, boot, diverged=ids)
+        fitted[name] = (fit, rows, x, y, nd)
+        out.append({**fit.to_row(), "n_diverged": nd})
 
     for spec in fits:
         table = hessian if spec.get("table") == "hessian" else tau
@@ -94,9 +101,10 @@ def fit_table(
         if a not in fitted or b not in fitted:
             raise ValueError(f"fit_differences {diff['name']!r}: no fit named {a!r} or {b!r}")
         # the second fit re-drawn with the next bootstrap seed: the two are independent
-        _, rows, x, y = fitted[b]
-        fb = _fit(rows, b, x, y, boot, seed_offset=1)
-        out.append(exponent_difference(fitted[a][0], fb, diff["name"]).to_row())
+        _, rows, x, y, nd = fitted[b]
+        fb, _ = _fit(rows, b, x, y, boot, seed_offset=1, diverged=ids)
+        row = exponent_difference(fitted[a][0], fb, diff["name"]).to_row()
+        out.append({**row, "n_diverged": fitted[a][4] + nd})
     return pd.DataFrame(out, columns=FIT_COLUMNS)
 
 
@@ -120,14 +128,15 @@ def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.Data
 
 
 def threshold_table(
-    cfg: dict, tau: pd.DataFrame, metrics: pd.DataFrame, boot: dict
+    cfg: dict, tau: pd.DataFrame, metrics: pd.DataFrame, boot: dict, diverged: str = "exclude"
 ) -> pd.DataFrame:
-    """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K."""
+    """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K (diverged
+    runs as config `diverged` says: left out before tau is recomputed, and counted)."""
     rows = tau[tau["experiment"].isin(cfg["experiments"])]
-    rows = rows[rows.model == "transformer"]
+    rows, nd = div.drop(rows[rows.model == "transformer"], div.check(tau, diverged, "E4"))
     m = metrics[metrics.run_id.isin(rows.run_id)]
     out = []
     for thr in cfg["thresholds"]:
-        fit = _fit(retau(rows, m, thr), f"tau_vs_{cfg['x']}_thr{thr:g}", cfg["x"], "tau", boot)
-        out.append({"threshold": thr, **fit.to_row()})
+        fit, _ = _fit(retau(rows, m, thr), f"tau_vs_{cfg['x']}_thr{thr:g}", cfg["x"], "tau", boot)
+        out.append({"threshold": thr, **fit.to_row(), "n_diverged": nd})
     return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])

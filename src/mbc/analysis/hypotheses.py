@@ -109,7 +109,21 @@ def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFr
                 "robust_to_definition": ours_verdict == overall, "dual": dual,
             })  # fmt: skip
     extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition", "dual"]
-    return pd.DataFrame(rows, columns=[*COLUMNS, *extra])
+    table = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
+    return with_diverged(table, statistics)
+
+
+def with_diverged(table: pd.DataFrame, statistics: pd.DataFrame) -> pd.DataFrame:
+    """`table` with `n_diverged` of each row's statistic: the diverged runs it left out
+    (config `diverged`, mbc.analysis.diverged), so that every verdict says how it treated
+    them (0 for a statistic that matched nothing)."""
+    nd = statistics.set_index("name")["n_diverged"] if "n_diverged" in statistics else None
+    by = "statistic" if "statistic" in table else "name"
+    table = table.copy()
+    table["n_diverged"] = (
+        0 if nd is None else table[by].map(nd).fillna(0).astype(int) if len(table) else []
+    )
+    return table
 
 
 def verdicts(table: pd.DataFrame) -> dict[str, str]:

@@ -19,11 +19,12 @@ import re
 import numpy as np
 import pandas as pd
 
-from mbc.analysis.hypotheses import combine, decide_pattern, rule_text
+from mbc.analysis import diverged as div
+from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
 from mbc.analysis.stats import _boot
 
 INIT_SCALE_COLUMNS = [
-    "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "tau_mean",
+    "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",
     "tau_ci_low", "tau_ci_high", "height_over_log_k", "height_ci_low", "height_ci_high",
 ]  # fmt: skip
 COMPARISON_COLUMNS = [
@@ -32,23 +33,28 @@ COMPARISON_COLUMNS = [
 ]  # fmt: skip
 ROBUSTNESS_COLUMNS = [
     "id", "statement", "statistic", "value", "ci_low", "ci_high", "rule", "test_verdict",
-    "verdict",
+    "verdict", "n_diverged",
 ]  # fmt: skip
 
 
-def init_scale_table(tau: pd.DataFrame, experiment: str, boot: dict) -> pd.DataFrame:
+def init_scale_table(
+    tau: pd.DataFrame, experiment: str, boot: dict, diverged: str = "exclude"
+) -> pd.DataFrame:
     """One row per init std of `experiment`: tau over the runs that crossed (the censored
-    ones are counted; the fit in fits.csv treats them as censored) and the plateau height."""
+    ones are counted; the fit in fits.csv treats them as censored) and the plateau height.
+    Diverged runs: as config `diverged` says (left out, counted in n_diverged)."""
     e = tau[tau.experiment == experiment].drop_duplicates("run_id")
+    ids = div.check(tau, diverged, "init_scale")
     out = []
     for (scheme, std), g in sorted(e.groupby(["init", "init_std"]), key=lambda kv: kv[0][1]):
+        g, nd = div.drop(g, ids)
         crossed = g.loc[~g.censored.astype(bool), "tau"].to_numpy(float)
         h = g.height_over_log_k.dropna().to_numpy(float)
         t, h_ci = _boot(crossed, np.mean, boot), _boot(h, np.mean, boot)
         out.append({
             "experiment": experiment, "init": scheme, "init_std": float(std),
             "init_scale": float(g.init_scale.iloc[0]), "n_runs": len(g),
-            "n_censored": int(g.censored.astype(bool).sum()), "tau_mean": t[0],
+            "n_censored": int(g.censored.astype(bool).sum()), "n_diverged": nd, "tau_mean": t[0],
             "tau_ci_low": t[1], "tau_ci_high": t[2], "height_over_log_k": h_ci[0],
             "height_ci_low": h_ci[1], "height_ci_high": h_ci[2],
         })  # fmt: skip
@@ -104,4 +110,4 @@ def robustness_table(tests: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
                 "ci_low": lo, "ci_high": hi, "rule": rule_text(t), "test_verdict": verdict,
                 "verdict": overall,
             })  # fmt: skip
-    return pd.DataFrame(out, columns=ROBUSTNESS_COLUMNS)
+    return with_diverged(pd.DataFrame(out, columns=ROBUSTNESS_COLUMNS[:-1]), stats)

@@ -32,7 +32,7 @@ import math
 import pandas as pd
 
 COLUMNS = [
-    "claim", "statistic", "measured", "ci_low", "ci_high", "n", "paper_reference",
+    "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",
     "tolerance", "agreement", "ours_statistic", "ours_measured", "ours_ci_low", "ours_ci_high",
     "ours_agreement", "robust_to_definition", "reference_traced", "why", "note",
 ]  # fmt: skip
@@ -106,11 +106,14 @@ def _matches(statistics: pd.DataFrame, pattern: str) -> list[str]:
     return [n for n in statistics.name if fnmatch.fnmatchcase(n, pattern)] or [pattern]
 
 
-def _measured(statistics: pd.DataFrame, name: str) -> tuple[float, float, float, int]:
+def _measured(statistics: pd.DataFrame, name: str) -> tuple[float, float, float, int, int]:
+    """(value, ci_low, ci_high, n, n_diverged: the diverged runs it left out)."""
     s = statistics.loc[statistics.name == name]
     if not len(s):
-        return math.nan, math.nan, math.nan, 0
-    return s.value.iloc[0], s.ci_low.iloc[0], s.ci_high.iloc[0], int(s.n.iloc[0])
+        return math.nan, math.nan, math.nan, 0, 0
+    nd = s.n_diverged.iloc[0] if "n_diverged" in s else 0
+    nd = int(nd) if pd.notna(nd) else 0
+    return s.value.iloc[0], s.ci_low.iloc[0], s.ci_high.iloc[0], int(s.n.iloc[0]), nd
 
 
 def scorecard(rows_cfg: list[dict], statistics: pd.DataFrame) -> pd.DataFrame:
@@ -122,12 +125,12 @@ def scorecard(rows_cfg: list[dict], statistics: pd.DataFrame) -> pd.DataFrame:
         if len(ours) != len(names):  # a glob on one side only: compare against the first
             ours = [ours[0]] * len(names)
         for n, o in zip(names, ours, strict=True):
-            m, lo, hi, cnt = _measured(statistics, n)
-            om, olo, ohi, _ = _measured(statistics, o)
+            m, lo, hi, cnt, nd = _measured(statistics, n)
+            om, olo, ohi, _, _ = _measured(statistics, o)
             agree, ours_agree = agreement(m, lo, hi, ref, rule), agreement(om, olo, ohi, ref, rule)
             out.append({
                 "claim": row["claim"], "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
-                "n": cnt, "paper_reference": _describe(ref), "tolerance": _tolerance(rule),
+                "n": cnt, "n_diverged": nd, "paper_reference": _describe(ref), "tolerance": _tolerance(rule),
                 "agreement": agree, "ours_statistic": o, "ours_measured": om,
                 "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
                 "robust_to_definition": agree == ours_agree,

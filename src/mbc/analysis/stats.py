@@ -1,7 +1,9 @@
 """Every measured statistic the verdicts and the scorecard read: results/statistics.csv.
 
-One row per statistic: name, value, ci_low, ci_high, n, n_censored, what. Fit exponents
-come from fits.csv (`fit:<name>`, `fit_r2:<name>`); the others are computed here from the
+One row per statistic: name, value, ci_low, ci_high, n, n_censored, n_diverged, what.
+Diverged runs are never censored data: config `diverged:` declares their treatment
+(`mbc.analysis.diverged`; `exclude`: left out, counted in n_diverged, said in `what`).
+Fit exponents come from fits.csv (`fit:<name>`, `fit_r2:<name>`); the others are computed here from the
 tidy tables, with percentile bootstrap CIs over independent runs. Nothing here knows
 the paper's values, nor which experiment a statistic reads: config `statistics.sources`
 and `statistics.plateau_heights` name them, and `diagnostics.lead.source` the lead's.
@@ -15,9 +17,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from mbc.analysis import diverged as div
 from mbc.core.spec import REVERSE_DIRECTIONS
 
-COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "what"]
+COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "n_diverged", "what"]
 NAN = float("nan")
 
 
@@ -40,16 +43,23 @@ def _boot(values: np.ndarray, fn, boot: dict) -> tuple:
     return v, float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
 
 
-def _row(name, vci, n, n_cens, what) -> dict:
+def _row(name, vci, n, n_cens, what, n_div: int = 0) -> dict:
     v, lo, hi = vci
-    return dict(
-        name=name, value=v, ci_low=lo, ci_high=hi, n=int(n), n_censored=int(n_cens), what=what
-    )
+    if n_div:
+        what += f"; {n_div} diverged run(s) left out"
+    return dict(name=name, value=v, ci_low=lo, ci_high=hi, n=int(n), n_censored=int(n_cens),
+                n_diverged=int(n_div), what=what)  # fmt: skip
 
 
 def runs_of(tau: pd.DataFrame, experiments: list[str]) -> pd.DataFrame:
     """The tau.csv rows of `experiments`, one per run (a run shared by two counts once)."""
     return tau[tau.experiment.isin(experiments)].drop_duplicates("run_id")
+
+
+def kept_runs(tau: pd.DataFrame, experiments: list[str]) -> tuple[pd.DataFrame, int]:
+    """`runs_of` without the diverged runs, and how many those were (`diverged: exclude`;
+    compute_statistics has applied the policy)."""
+    return div.drop(runs_of(tau, experiments), div.diverged_ids(tau))
 
 
 def _names(experiments: list[str]) -> str:
@@ -71,41 +81,45 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float:
 def fit_statistics(fits: pd.DataFrame) -> list[dict]:
     out = []
     for r in fits.itertuples():
+        nd = int(getattr(r, "n_diverged", 0) or 0)
         out.append(_row(f"fit:{r.name}", (r.exponent, r.ci_low, r.ci_high), r.n, r.n_censored,
-                        f"exponent of {r.name} ({r.method})"))  # fmt: skip
+                        f"exponent of {r.name} ({r.method})", nd))  # fmt: skip
         out.append(
-            _row(f"fit_r2:{r.name}", (r.r2, NAN, NAN), r.n, r.n_censored, f"R^2 of {r.name}")
+            _row(f"fit_r2:{r.name}", (r.r2, NAN, NAN), r.n, r.n_censored, f"R^2 of {r.name}", nd)
         )
     return out
 
 
 def compute_statistics(
     tau: pd.DataFrame, fits: pd.DataFrame, collective: pd.DataFrame, routing_ablation: pd.DataFrame,
-    hessian: pd.DataFrame, boot: dict, cfg: dict, lead_source: str,
+    hessian: pd.DataFrame, boot: dict, cfg: dict, lead_source: str, diverged: str = "exclude",
 ) -> pd.DataFrame:  # fmt: skip
     """All statistics; a statistic without data is a row of NaNs (never dropped).
 
     cfg: config `statistics` (the experiments each statistic reads: `sources`,
-    `plateau_heights`); lead_source: `diagnostics.lead.source`, the lead's experiment."""
+    `plateau_heights`); lead_source: `diagnostics.lead.source`, the lead's experiment;
+    diverged: config `diverged` (mbc.analysis.diverged)."""
+    ids = div.check(tau, diverged, "statistics")
     rows = fit_statistics(fits)
     src = cfg["sources"]
 
     for name, experiments in cfg["plateau_heights"].items():
         e = tau[tau.experiment.isin(experiments) & (tau.k >= 3) & (tau.model == "transformer")]
-        e = e.drop_duplicates("run_id")
+        e, nd = div.drop(e.drop_duplicates("run_id"), ids)
         h = e.height_over_log_k.dropna().to_numpy(float)
         rows.append(_row(name, _boot(h, np.mean, boot), h.size, int(e.censored.sum()),
-                         f"mean plateau height / log K over {_names(experiments)} runs (K >= 3)"))  # fmt: skip
+                         f"mean plateau height / log K over {_names(experiments)} runs (K >= 3)", nd))  # fmt: skip
 
     e1 = tau[(tau.experiment == lead_source) & (tau.k >= 3)].drop_duplicates("run_id")
+    e1, nd1 = div.drop(e1, ids)
 
     lead = e1.lead_fraction.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_mean", _boot(lead, np.mean, boot), lead.size, int(e1.censored.sum()),
-                     f"mean (loss onset - delta_z onset) / loss onset over {lead_source} runs (L_cand, delta_z)"))  # fmt: skip
+                     f"mean (loss onset - delta_z onset) / loss onset over {lead_source} runs (L_cand, delta_z)", nd1))  # fmt: skip
     lead1 = e1.lead_fraction_first.dropna().to_numpy(float)
     rows.append(_row("lead_fraction_first_mean", _boot(lead1, np.mean, boot), lead1.size,
                      int(e1.first_target_censored.sum()),
-                     f"mean lead fraction over {lead_source} runs on the first-target loss L1 and its delta_z"))  # fmt: skip
+                     f"mean lead fraction over {lead_source} runs on the first-target loss L1 and its delta_z", nd1))  # fmt: skip
 
     logged = e1[e1.lead_log_measured.astype("boolean").fillna(False).astype(bool)] if (
         "lead_log_measured" in e1) else e1.iloc[:0]  # fmt: skip
@@ -114,19 +128,20 @@ def compute_statistics(
                      len(e1) - len(logged),
                      f"mean lead fraction over {lead_source} runs on the training log (author's: "
                      "running-mean L1 per window, last batch's shuffled L1 minus it); n_censored: "
-                     "runs whose log has no such series (not measured)"))  # fmt: skip
+                     "runs whose log has no such series (not measured)", nd1))  # fmt: skip
     for name, col, series in (("lead_fraction_k_spearman", "lead_fraction", "L_cand, delta_z"),
                               ("lead_fraction_first_k_spearman", "lead_fraction_first",
                                "L1, delta_z_first, fixed batch"),
                               ("lead_fraction_log_k_spearman", "lead_fraction_log",
                                "the training log, author's")):  # fmt: skip
-        rows.append(lead_trend(e1, col, boot, name, f"{series}; {lead_source} runs"))
+        rows.append(lead_trend(e1, col, boot, name, f"{series}; {lead_source} runs", nd1))
 
+    collective, ndc = div.drop(collective, ids)
     frac = collective_fraction_at(collective, cfg["collective_fraction"])
     rows.append(_row("collective_frac_accurate_half_tau", _boot(frac, np.mean, boot), frac.size, 0,
-                     f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau"))  # fmt: skip
+                     f"mean fraction of groups >= accurate at {cfg['collective_fraction']:g} tau", ndc))  # fmt: skip
 
-    e12 = runs_of(tau, src["label_noise"])
+    e12, nd12 = kept_runs(tau, src["label_noise"])
     for name, col, cens in (("label_noise_spearman_abs", "tau", "censored"),
                             ("label_noise_spearman_abs_first", "first_target_tau",
                              "first_target_censored")):  # fmt: skip
@@ -139,16 +154,16 @@ def compute_statistics(
         )
         rows.append(_row(name, rho, len(e12), int(e12[cens].sum()) if len(e12) else 0,
                          f"|Spearman rho| of {col} (censored: budget) with label noise p, "
-                         f"{_names(src['label_noise'])}"))  # fmt: skip
+                         f"{_names(src['label_noise'])}", nd12))  # fmt: skip
 
     e13 = runs_of(tau, src["linear"])
-    e13 = e13[e13.model == "linear"]
+    e13, nd13 = div.drop(e13[e13.model == "linear"], ids)
     trans = (~e13.censored.astype(bool)).to_numpy(float)
     rows.append(_row("linear_transition_fraction", _boot(trans, np.mean, boot), len(e13),
-                     int(e13.censored.sum()), "fraction of linear-baseline runs that cross the threshold"))  # fmt: skip
+                     int(e13.censored.sum()), "fraction of linear-baseline runs that cross the threshold", nd13))  # fmt: skip
     final = (e13.final_candidate_loss / np.log(e13.k)).to_numpy(float)
     rows.append(_row("linear_final_lcand_over_log_k", _boot(final, np.mean, boot), len(e13),
-                     int(e13.censored.sum()), "final L_cand / log K of the linear baseline"))  # fmt: skip
+                     int(e13.censored.sum()), "final L_cand / log K of the linear baseline", nd13))  # fmt: skip
 
     rows.append(direction_ratio(tau, src["direction"], boot))
     lr, batch = src["lr"], src["batch"]
@@ -162,36 +177,41 @@ def compute_statistics(
         rows.append(sharing_beta(tau, src["sharing"], cfg.get("sharing_fit", {}), boot))
     rows.extend(batch_pair_ratios(tau, batch, cfg.get("batch_pair", {}), boot))
 
+    hessian, ndh = div.drop(hessian, ids)
+    routing_ablation, ndr = div.drop(routing_ablation, ids)
     plat = hessian[hessian.phase == "plateau"] if not hessian.empty else hessian
     an = plat.anisotropy.to_numpy(float) if not plat.empty else np.array([])
     an = an[np.isfinite(an)]
     rows.append(_row("anisotropy_plateau_median", _boot(an, np.median, boot), an.size, 0,
-                     "median |lambda_max / lambda_min| at the plateau phase, Lanczos (E10)"))  # fmt: skip
+                     "median |lambda_max / lambda_min| at the plateau phase, Lanczos (E10)", ndh))  # fmt: skip
     anp = plat.anisotropy_power.to_numpy(float) if "anisotropy_power" in plat else np.array([])
     anp = anp[np.isfinite(anp)]
     rows.append(_row("anisotropy_plateau_median_power", _boot(anp, np.median, boot), anp.size, 0,
-                     "median |lambda_max / lambda_min| at the plateau phase, power iteration (E10)"))  # fmt: skip
+                     "median |lambda_max / lambda_min| at the plateau phase, power iteration (E10)", ndh))  # fmt: skip
     conv = plat.converged_min.astype(bool).to_numpy(float) if not plat.empty else np.array([])
     rows.append(_row("lambda_min_converged_fraction", (float(conv.mean()) if conv.size else NAN, NAN, NAN),
-                     conv.size, 0, "fraction of plateau lambda_min estimates that converged"))  # fmt: skip
+                     conv.size, 0, "fraction of plateau lambda_min estimates that converged", ndh))  # fmt: skip
 
     layer = routing_head_layer(routing_ablation)
     rows.append(_row("routing_head_layer_mode", (layer, NAN, NAN), routing_ablation.run_id.nunique()
                      if not routing_ablation.empty else 0, 0,
-                     "most common layer of the head whose zero-ablation removes most delta_z (mid)"))  # fmt: skip
+                     "most common layer of the head whose zero-ablation removes most delta_z (mid)", ndr))  # fmt: skip
     rows.append(_row("n_runs", (float(tau.run_id.nunique()), NAN, NAN), tau.run_id.nunique(),
-                     int(tau.drop_duplicates("run_id").censored.sum()), "distinct training runs"))  # fmt: skip
+                     int(tau.drop_duplicates("run_id").censored.sum()),
+                     "distinct training runs (the diverged ones included)", 0) | {"n_diverged": len(ids)})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def lead_trend(runs: pd.DataFrame, column: str, boot: dict, name: str, what: str) -> dict:
+def lead_trend(
+    runs: pd.DataFrame, column: str, boot: dict, name: str, what: str, n_div: int = 0
+) -> dict:
     """Spearman rho of the lead fraction (`column`) with K over the runs that measured it,
     percentile bootstrap over runs: its sign says whether the lead grows with K (the paper's
     text), its CI whether the data decide it."""
     e = runs[["k", column]].dropna() if column in runs else pd.DataFrame(columns=["k", column])
     pairs = e.to_numpy(float) if len(e) else np.empty((0, 2))
     vci = _boot(pairs, lambda p: _spearman(p[:, 0], p[:, 1]), boot) if len(e) else (NAN,) * 3
-    return _row(name, vci, len(e), 0, f"Spearman rho of the lead fraction with K ({what})")
+    return _row(name, vci, len(e), 0, f"Spearman rho of the lead fraction with K ({what})", n_div)
 
 
 def collective_fraction_at(summary: pd.DataFrame, fraction: float) -> np.ndarray:
@@ -208,19 +228,19 @@ def direction_ratio(tau: pd.DataFrame, experiments: list[str], boot: dict) -> di
     """Geometric mean over (K, seed) of tau(reverse) / tau(bz_to_a) over the runs of
     `experiments` (the author's E14; censored: bound); the reverse task is az_to_b (the
     author's) or, failing that, a_to_b."""
-    e14 = runs_of(tau, experiments)
+    e14, nd = kept_runs(tau, experiments)
     names = _names(experiments)
     if e14.empty:
-        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}")
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}", nd)
     e14 = e14.assign(t=_tau_or_bound(e14))
     piv = e14.pivot_table(index=["k", "seed"], columns="task", values="t", aggfunc="first")
     reverse = next((d for d in REVERSE_DIRECTIONS if d in piv.columns), None)
     if reverse is None or "bz_to_a" not in piv.columns:
-        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}")
+        return _row("direction_ratio", (NAN,) * 3, 0, 0, f"tau(A->B) / tau((B,z)->A), {names}", nd)
     logr = np.log(piv[reverse] / piv["bz_to_a"]).dropna().to_numpy()
     v, lo, hi = _boot(logr, np.mean, boot)
     return _row("direction_ratio", (math.exp(v), math.exp(lo), math.exp(hi)), logr.size,
-                int(e14.censored.sum()), f"geometric mean tau(A->B) / tau((B,z)->A) over K, seeds ({names})")  # fmt: skip
+                int(e14.censored.sum()), f"geometric mean tau(A->B) / tau((B,z)->A) over K, seeds ({names})", nd)  # fmt: skip
 
 
 def _ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
@@ -246,19 +266,21 @@ def lr_duration_ratio(tau: pd.DataFrame, experiments: list[str], cfg: dict, boot
     lr 3e-4). A duration is measured only once the window closes: with a run of the pair
     censored, not measured."""
     name = "lr_duration_ratio"
-    e = runs_of(tau, experiments)
+    e, nd = kept_runs(tau, experiments)
     names = _names(experiments)
     if e.empty or not cfg.get("lrs"):
-        return _row(name, (NAN,) * 3, 0, 0, f"{names} transition-window duration ratio")
+        return _row(name, (NAN,) * 3, 0, 0, f"{names} transition-window duration ratio", nd)
     hi, lo = cfg["lrs"]
     pair = e[np.isclose(e.lr, hi) | np.isclose(e.lr, lo)]
     n_cens = int(pair.transition_censored.astype(bool).sum())
     what = f"transition-window duration (0.95 -> 0.05 log K), lr {hi:g} / lr {lo:g} ({names})"
     dur = lambda lr: pair.loc[np.isclose(pair.lr, lr), "transition_duration"]  # noqa: E731
     if n_cens or dur(hi).empty or dur(lo).empty:
-        return _row(name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window")
+        return _row(
+            name, (NAN,) * 3, len(pair), n_cens, what + ": a run of the pair has no window", nd
+        )
     vci = _ratio_of_means(dur(hi).to_numpy(float), dur(lo).to_numpy(float), boot)
-    return _row(name, vci, len(pair), 0, what)
+    return _row(name, vci, len(pair), 0, what, nd)
 
 
 def _loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
@@ -314,11 +336,11 @@ def batch_pair_ratios(
     """The author's batch statistic (his E7) over the runs of `experiments`: first-target
     tau at batch `batches[0]` over batch `batches[1]` at K = `k` (their smallest K when
     unset), in steps (his 1.8 = 128 over 256 at K = 20) and in examples seen (batch x tau)."""
-    e = runs_of(tau, experiments)
+    e, nd = kept_runs(tau, experiments)
     source = _names(experiments)
     names = ("batch_steps_ratio", "batch_examples_ratio_first")
     if e.empty or not cfg.get("batches"):
-        return [_row(n, (NAN,) * 3, 0, 0, f"{source} first-target tau ratio") for n in names]
+        return [_row(n, (NAN,) * 3, 0, 0, f"{source} first-target tau ratio", nd) for n in names]
     b0, b1 = cfg["batches"]
     k = cfg.get("k", e.k.min())
     e = e[e.k == k]
@@ -331,16 +353,16 @@ def batch_pair_ratios(
         unit = "examples seen" if per_example else "steps"
         out.append(_row(name, _ratio_of_means(vals[b0], vals[b1], boot), len(e),
                         int(e.first_target_censored.sum()),
-                        f"first-target tau in {unit}, batch {b0} / batch {b1} at K={k:g} ({source})"))  # fmt: skip
+                        f"first-target tau in {unit}, batch {b0} / batch {b1} at K={k:g} ({source})", nd))  # fmt: skip
     return out
 
 
 def extreme_ratio(tau, experiments, x, y, boot, name, what, invert=False) -> dict:
     """Mean y at the largest x over mean y at the smallest x (inverted: smallest / largest),
-    over the runs of `experiments`."""
-    e = runs_of(tau, experiments)
+    over the runs of `experiments` (a diverged run is left out: not a bound on its tau)."""
+    e, nd = kept_runs(tau, experiments)
     if e.empty or e[x].nunique() < 2:
-        return _row(name, (NAN,) * 3, len(e), int(e.censored.sum()) if len(e) else 0, what)
+        return _row(name, (NAN,) * 3, len(e), int(e.censored.sum()) if len(e) else 0, what, nd)
     vals = _tau_or_bound(e) * (e.batch_size.to_numpy(float) if y == "examples" else 1.0)
     e = e.assign(v=vals)
     lo_x, hi_x = e[x].min(), e[x].max()
@@ -348,7 +370,7 @@ def extreme_ratio(tau, experiments, x, y, boot, name, what, invert=False) -> dic
     b = e.loc[e[x] == lo_x, "v"].to_numpy(float)
     if invert:
         a, b = b, a
-    return _row(name, _ratio_of_means(a, b, boot), len(e), int(e.censored.sum()), what)
+    return _row(name, _ratio_of_means(a, b, boot), len(e), int(e.censored.sum()), what, nd)
 
 
 def routing_head_layer(ablation: pd.DataFrame) -> float:

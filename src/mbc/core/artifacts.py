@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable
@@ -60,8 +61,29 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     _atomic_write(path, text.encode("utf-8"))
 
 
+def strict(obj: Any) -> Any:
+    """`obj` with every non-finite float (NaN: not measured; inf) as None, so that it is
+    strict JSON: `json.dumps` would otherwise write the bare tokens NaN and Infinity, which
+    no standard JSON reader accepts. numpy scalars become Python numbers."""
+    if isinstance(obj, dict):
+        return {k: strict(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [strict(v) for v in obj]
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", None) == 0:
+        obj = obj.item()  # numpy / torch scalar
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
+def dumps_strict(obj: Any, **kw) -> str:
+    """Every JSON the pipeline writes: non-finite numbers as null (`strict`), and
+    `allow_nan=False` so that one left over is an error, never a bare NaN."""
+    return json.dumps(strict(obj), allow_nan=False, **kw)
+
+
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-    _write_table(path, json.dumps(obj, indent=2, sort_keys=True, allow_nan=True) + "\n")
+    _write_table(path, dumps_strict(obj, indent=2, sort_keys=True) + "\n")
 
 
 def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:

@@ -1,6 +1,6 @@
 """Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.train):
-one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume, and
-`done` last once the run has finished).
+one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume,
+`diverged` when the run stopped as diverged, and `done` last once the run has finished).
 
 Every reader goes through `read_log`: the training job when it resumes and when it writes
 metrics.csv, `mbc.status`, `mbc.estimate` and the tests that wait for a resume point.
@@ -39,3 +39,9 @@ def finished(rows: list[dict]) -> bool:
 def logged_tau(rows: list[dict]) -> int | None:
     """tau as the training job logged it (its `tau` event), None before the crossing."""
     return next((r["tau"] for r in rows if r.get("event") == "tau"), None)
+
+
+def logged_divergence(rows: list[dict]) -> int | None:
+    """The step at which the training job stopped the run as diverged (its `diverged`
+    event, mbc.core.divergence), None for a run that has not diverged."""
+    return next((r["step"] for r in rows if r.get("event") == "diverged"), None)

@@ -167,6 +167,11 @@ class TrainSpec:
     # gradients, AdamW state and every evaluation metric stay fp32/fp64). It changes the
     # numbers, so it is part of the run id, but only when not fp32 (NEW_FIELDS).
     precision: str = "fp32"  # fp32 | bf16
+    # A run stops as diverged at the first check (every eval.dense_every steps and at every
+    # evaluation) where a loss is non-finite or above divergence_factor x log(vocabulary)
+    # (mbc.core.divergence). It changes the outputs of a run that diverges only: in the
+    # run id only when not at its default (NEW_FIELDS).
+    divergence_factor: float = 100.0
 
 
 # Fields that choose an implementation, not the computation: a numerically equivalent
@@ -176,7 +181,7 @@ class TrainSpec:
 IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
 # Fields added after runs existed that do change the computation: part of the content hash
 # when set to anything but their default, left out at it, so every earlier run id stays.
-NEW_FIELDS = {"train": {"precision": "fp32"}}
+NEW_FIELDS = {"train": {"precision": "fp32", "divergence_factor": 100.0}}
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,12 @@ plateau.
 tau is the first evaluated step with L_cand < threshold * log K (`mbc.core.crossing`, like
 every onset here). A run that never crosses is censored: tau is missing (never a number)
 and `steps` is the budget it survived, which is what a censored fit needs.
+
+A run that diverged (`mbc.core.divergence`: the trainer stopped it there) is not censored:
+`status` is `diverged`, `diverged_step` the step, `steps` too; every censoring flag is
+false, since it survived no budget. What it measured before it diverged (tau, onsets,
+plateau) is kept, read from the rows before that step; its final values are null. How the
+analysis treats it is config `diverged:` (mbc.analysis.diverged).
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ import pandas as pd
 
 from mbc.core.config import Run
 from mbc.core.crossing import first_crossing
+from mbc.core.divergence import bound, divergence
 from mbc.core.spec import RunSpec, grid_mask
 
 TAU_COLUMNS = [
     "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
     "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor",
     "label_noise", "seed",
-    "threshold", "tau", "censored", "plateau_height", "height_over_log_k",
+    "threshold", "status", "diverged", "diverged_step", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
     # the author's statistics (docs/method.md#author-statistics): first-target tau, the
@@ -38,7 +45,7 @@ TAU_COLUMNS = [
     "log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_measured",
 ]  # fmt: skip
 INT_COLUMNS = [
-    "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
+    "diverged_step", "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
     "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
     "log_loss_onset", "log_delta_z_onset", "lead_log",
@@ -184,9 +191,13 @@ def summarize_run(
     spec: RunSpec, metrics: pd.DataFrame, diag: dict, train_log: pd.DataFrame | None = None
 ) -> dict:
     """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss.
-    Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`);
-    the author's logged lead reads `train_log` (train_log.csv; None: not measured)."""
+    Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`) and,
+    for a diverged run, before the step where it diverged (`diverged_step`); the author's
+    logged lead reads `train_log` (train_log.csv; None: not measured)."""
     m = metrics.sort_values("step")
+    dstep = diverged_step(spec, m)
+    if dstep is not None:
+        m = m[m["step"] < dstep]
     m = m[grid_mask(spec.eval, m["step"].to_numpy())]
     steps = m["step"].to_numpy()
     lcand = m["candidate_loss"].to_numpy()
@@ -206,8 +217,11 @@ def summarize_run(
     )
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
     author = author_statistics(steps, m, log_k, diag)
-    return {
+    out = {
         "run_id": spec.run_id,
+        "status": "crossed" if tau is not None else "censored",
+        "diverged": False,
+        "diverged_step": None,
         "tau": tau,
         "censored": tau is None,
         "threshold": spec.eval.threshold,
@@ -223,6 +237,23 @@ def summarize_run(
         **author,
         **logged_lead(train_log, log_k, lead_cfg),
     }
+    if dstep is not None:  # not censored: it survived no budget (module docstring)
+        out.update(
+            status="diverged", diverged=True, diverged_step=dstep, steps=dstep, censored=False,
+            first_target_censored=False, transition_censored=False, transition_bound=None,
+            final_candidate_loss=None, final_candidate_accuracy=None,
+        )  # fmt: skip
+    return out
+
+
+def diverged_step(spec: RunSpec, metrics: pd.DataFrame) -> int | None:
+    """The first evaluated step whose row shows divergence (`mbc.core.divergence`, the
+    trainer's own test, so this is where it stopped the run); None when none does."""
+    limit = bound(spec.train)
+    for row in metrics.sort_values("step").to_dict("records"):
+        if divergence(row, limit):
+            return int(row["step"])
+    return None
 
 
 def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
@@ -283,9 +314,12 @@ def run_columns(run: Run) -> dict:
 
 def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     """One row per (experiment, run): results/tau.csv."""
-    rows = [{**run_columns(r), **summaries[r.run_id]} for r in runs]
+    # a summary written before divergence was recorded: not diverged
+    old = {"status": None, "diverged": False, "diverged_step": None}
+    rows = [{**run_columns(r), **old, **summaries[r.run_id]} for r in runs]
     df = pd.DataFrame(rows, columns=TAU_COLUMNS)
-    for c in INT_COLUMNS:  # nullable: censored runs have no tau
+    df["status"] = df["status"].fillna(df["censored"].map(lambda c: "censored" if c else "crossed"))
+    for c in INT_COLUMNS:  # nullable: censored and diverged runs have no tau
         df[c] = df[c].astype("Int64")
     return df
 
@@ -319,6 +353,8 @@ def plateau_sensitivity(
     ends.append((LOSS_ONSET_ONLY, None))
     lo, hi = cfg["band"]
     rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    if "diverged" in rows:  # a diverged run has no plateau to measure (its rows end in NaN)
+        rows = rows[~rows["diverged"].astype(str).str.lower().isin(["true", "1"])]
     by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
     out = []
     for _, r in rows.iterrows():

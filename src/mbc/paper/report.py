@@ -11,6 +11,7 @@ from importlib import resources
 import pandas as pd
 import yaml
 
+from mbc.analysis.diverged import diverged_ids
 from mbc.analysis.hypotheses import verdicts
 from mbc.core.spec import ModelSpec
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
@@ -57,6 +58,7 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
         "Preset": preset,
         "NRuns": len(runs),
         "NRunsCensored": int(runs.censored.astype(bool).sum()),
+        "NRunsDiverged": len(diverged_ids(runs)),  # left out as config `diverged` says
         "NExperiments": tau.experiment.nunique(),
         "PlateauHeightOverLogKMean": _stat(stats, "plateau_height_over_log_k"),
         "FitTauVsDExponent": f("tau_vs_d", "exponent"),

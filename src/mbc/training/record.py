@@ -1,6 +1,6 @@
 """What one run records as it trains (docs/method.md#evaluation-schedule): its evaluation
 log, the weights kept every dense_every steps and evaluated around crossings, snapshots,
-resume points, tau and the early stop.
+resume points, tau, the early stop and divergence (docs/method.md#divergence).
 
 One `RunRecord` per run, driven by `mbc.training.train.train_run` (one model) and by
 `mbc.training.packed_train.train_pack` (R runs in one stacked model) alike, so a packed run
@@ -21,7 +21,6 @@ The declared outputs, `metrics.csv` and `checkpoints.csv`, are written by `final
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
@@ -34,14 +33,16 @@ import torch
 
 from mbc.core.artifacts import (
     CorruptArtifactError,
+    dumps_strict,
     torch_load_checked,
     torch_save_atomic,
     write_csv_atomic,
     write_text_atomic,
 )
 from mbc.core.crossing import first_crossing
+from mbc.core.divergence import bound, divergence
 from mbc.core.provenance import now, start_event
-from mbc.core.runlog import finished, logged_tau, read_log
+from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
 from mbc.training import tensorboard_log, train_log
 from mbc.training.schedule import crosses_mark, eval_schedule
@@ -106,7 +107,9 @@ class RunRecord:
         self.eval_set, self.snap_set = set(evals), set(snaps)
         self.step = self.last_resume = 0
         self.tau: int | None = None
+        self.diverged: int | None = None  # the step at which the run stopped as diverged
         self.finished = False
+        self.bound = bound(spec.train)
         self._fh = None
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
@@ -122,7 +125,7 @@ class RunRecord:
         rows = read_log(self.log_path)
         if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
-            self.tau = logged_tau(rows)
+            self.tau, self.diverged = logged_tau(rows), logged_divergence(rows)
             return None
         state, rows = _try_resume(self.state_dir, rows, self.say)
         if state is not None:
@@ -171,11 +174,17 @@ class RunRecord:
         if window is not None:
             _append(self._fh, window)
         if ev.dense_every and step % ev.dense_every == 0 and step not in self.eval_set:
+            # the divergence check between evaluations: one host read of the mean loss, at
+            # the steps that read the gradient norm anyway (no extra device sync on CUDA)
+            if not math.isfinite(m := _peek_loss(self._losses)) or m > self.bound:
+                return self._diverge(step, view)
             self._pending.append(
                 _Kept(step, view.keep(), view.grad_norm(), time.perf_counter() - self._t0)
             )
         if step in self.eval_set:
             row = self._row(view.evaluate()[0], step, math.nan, view.grad_norm())
+            if divergence({**row, "train_loss": _peek_loss(self._losses)}, self.bound):
+                return self._diverge(step, view, row)
             if self._pending and crosses_mark(self._prev_row, row, self.spec.task.log_k):
                 kept_rows = view.evaluate([k.weights for k in self._pending])
                 for k, m in zip(self._pending, kept_rows, strict=True):
@@ -218,6 +227,22 @@ class RunRecord:
             self._fh.close()
             self._fh = None
 
+    def _diverge(self, step: int, view: RunView, row: dict | None = None) -> bool:
+        """Stop the run as diverged at `step`: log its evaluation there (evaluated now when
+        `row` is None) with the mean training loss since the last row, then the `diverged`
+        event and `done`. No snapshot or resume point of the diverged weights is written;
+        the weights kept since the last row (past the divergence) are dropped."""
+        if row is None:
+            row = self._row(view.evaluate()[0], step, math.nan, view.grad_norm())
+        row["train_loss"] = _mean_loss(self._losses, step)
+        self._pending = []
+        _append(self._fh, row)  # not _log: a diverged row measures no tau
+        reason = divergence(row, self.bound)
+        _append(self._fh, {"event": "diverged", "step": step, "reason": reason})
+        self.diverged = step
+        self.say(f"{self.spec.run_id}: diverged at step {step} ({reason}); stopped")
+        return self._finish()
+
     def _finish(self) -> bool:
         _append(self._fh, {"event": "done", "step": self.step, "time": now()})
         self.finished = True
@@ -250,11 +275,9 @@ class RunRecord:
 
 
 def _json_line(row: dict) -> str:
-    """One strict-JSON line: NaN and infinities (no value yet) are written as null."""
-    clean = {
-        k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()
-    }
-    return json.dumps(clean, allow_nan=False) + "\n"
+    """One strict-JSON line: NaN and infinities (no value yet, or a diverged run's) are
+    written as null."""
+    return dumps_strict(row) + "\n"
 
 
 def _append(fh, row: dict) -> None:
@@ -326,6 +349,11 @@ class _Kept(NamedTuple):
     weights: Weights
     grad_norm: float
     wall_s: float
+
+
+def _peek_loss(losses: list[tuple[int, torch.Tensor]]) -> float:
+    """Mean training loss of the steps not yet reported (kept for the next row)."""
+    return float(torch.stack([loss for _, loss in losses]).double().mean()) if losses else math.nan
 
 
 def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:

@@ -94,7 +94,7 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
         heights = []
         for i, k in enumerate(ks):
             gk = g[g["k"] == k]
-            obs = gk.loc[~gk["censored"], "tau"].dropna()
+            obs = gk.loc[~gk["censored"] & ~gk["diverged"], "tau"].dropna()
             heights.append(obs.mean() if len(obs) else np.nan)
             x = np.full(len(gk), i + off) + rng.uniform(-0.05, 0.05, len(gk))
             _, nc = _tau_points(
@@ -103,6 +103,7 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
                 gk["tau"],
                 gk["steps"],
                 gk["censored"].to_numpy(bool),
+                gk["diverged"].to_numpy(bool),
                 color="0.15",
                 size=9,
                 positive=False,

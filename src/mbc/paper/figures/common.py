@@ -24,6 +24,9 @@ from mbc.paper.figure_tables import FIGURE_TABLES
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
 CENSORED_LABEL = "censored (tau > budget)"
+# a diverged run (docs/method.md#divergence): a cross (x) at the step it was stopped
+DIVERGED_LABEL = "diverged (stopped)"
+DIVERGED_STYLE = dict(marker="x", color="C3", zorder=4)
 ONE_COL = 3.4  # inches: one-column figure width
 TWO_COL = 7.0  # inches: figures with two or three side-by-side panels
 
@@ -104,20 +107,11 @@ def _unlog_empty_axes(fig: Figure) -> None:
     """A log axis with no value > 0 to show (every run censored at a budget of 0, nothing
     measured) cannot be drawn: such a panel goes linear and says it has no data."""
     for ax in [a for top in fig.axes for a in (top, *top.child_axes)]:  # insets too
-        for i, (get, set_) in enumerate(
-            ((ax.get_xscale, ax.set_xscale), (ax.get_yscale, ax.set_yscale))
-        ):
-            if get() != "log":
-                continue
-            values = [
-                np.asarray(ln.get_xydata(), float)[:, i] for ln in ax.lines if len(ln.get_xydata())
-            ]
-            values += [
-                np.asarray(c.get_offsets(), float).reshape(-1, 2)[:, i] for c in ax.collections
-            ]
-            v = np.concatenate(values) if values else np.array([])
-            if not (np.isfinite(v) & (v > 0)).any():
-                set_("linear")
+        for i, axis in enumerate((ax.xaxis, ax.yaxis)):
+            pts = [ln.get_xydata() for ln in ax.lines] + [c.get_offsets() for c in ax.collections]
+            v = np.concatenate([np.asarray(p, float).reshape(-1, 2)[:, i] for p in pts] + [[]])
+            if axis.get_scale() == "log" and not (np.isfinite(v) & (v > 0)).any():
+                (ax.set_xscale, ax.set_yscale)[i]("linear")
                 if not any(t.get_text().startswith("no data") for t in ax.texts):
                     _no_data(ax, "nothing > 0 to place on its log axis")
 
@@ -172,7 +166,8 @@ def _tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd
     if experiments is not None:
         df = df[df["experiment"].isin(list(experiments))]
     flag = _as_bool(df["censored"]) if "censored" in df.columns else False
-    df["censored"] = flag | df["tau"].isna()
+    df["diverged"] = _as_bool(df["diverged"]) if "diverged" in df.columns else False
+    df["censored"] = (flag | df["tau"].isna()) & ~df["diverged"]  # diverged: never censored
     return df.reset_index(drop=True)
 
 
@@ -267,6 +262,8 @@ def _legend(
         h, lab = other.get_legend_handles_labels()
         handles, labels = handles + h, labels + lab
     keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab != CENSORED_LABEL]
+    firsts = [i for i, (_, lab) in enumerate(keep) if lab == DIVERGED_LABEL][:1]
+    keep = [hl for i, hl in enumerate(keep) if hl[1] != DIVERGED_LABEL or i in firsts]
     handles, labels = [h for h, _ in keep], [lab for _, lab in keep]
     for h in extra:
         handles.append(h)
@@ -334,6 +331,7 @@ def _tau_points(
     tau: np.ndarray,
     budget: np.ndarray,
     censored: np.ndarray,
+    diverged: np.ndarray | None = None,
     *,
     color,
     marker: str = "o",
@@ -341,17 +339,23 @@ def _tau_points(
     positive: bool = True,
     size: float = 16,
 ) -> tuple[int, int]:
-    """Observed taus as filled markers, censored runs as hollow triangles at their budget.
+    """Observed taus as filled markers, censored runs as hollow triangles at their budget,
+    diverged runs as crosses (x) at the step they were stopped (`budget`: tau.csv `steps`).
 
     Returns (number observed drawn, number censored drawn).
     """
     x, tau, budget = (np.asarray(a, dtype=float) for a in (x, tau, budget))
     censored = np.asarray(censored, dtype=bool)
-    obs = ~censored & _finite(x, tau)
-    cen = censored & _finite(x, budget)
+    dv = np.zeros_like(censored) if diverged is None else np.array(diverged, dtype=bool)
+    obs = ~censored & ~dv & _finite(x, tau)
+    cen = censored & ~dv & _finite(x, budget)
+    dv &= _finite(x, budget)
     if positive:
         obs &= (x > 0) & (tau > 0)
         cen &= (x > 0) & (budget > 0)
+        dv &= (x > 0) & (budget > 0)
+    if dv.any():
+        ax.scatter(x[dv], budget[dv], s=size * 1.5, label=DIVERGED_LABEL, **DIVERGED_STYLE)
     if obs.any() or (label and not cen.any()):
         ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
     if cen.any():
@@ -403,6 +407,7 @@ def _tau_budget_arrays(df: pd.DataFrame, x: str) -> tuple[np.ndarray, ...]:
         df["tau"].to_numpy(float),
         df["steps"].to_numpy(float),
         df["censored"].to_numpy(bool),
+        df["diverged"].to_numpy(bool),
     )
 
 
@@ -432,7 +437,8 @@ def _run_curves(
 ) -> bool:
     """One run's L_cand / log K (and delta_z) vs step, with tau (or its censoring) marked.
 
-    Returns whether the run is censored and was marked as such.
+    Returns whether the run is censored and was marked as such. A diverged run's curve ends
+    in a cross (x) at the last finite value before the step it was stopped.
     """
     m = m[m["step"] > 0].sort_values("step")  # log x axis
     steps = m["step"].to_numpy(float)
@@ -440,6 +446,13 @@ def _run_curves(
     ax_loss.plot(steps, y, ls=ls, color=color, label=label)
     if ax_dz is not None:
         ax_dz.plot(steps, m["delta_z"].to_numpy(float), ls=ls, color=color, label=label)
+    if row.get("diverged", False):
+        ok = _finite(steps, y)
+        if ok.any():
+            last = np.flatnonzero(ok)[-1]
+            ax_loss.plot([steps[last]], [y[last]], ls="none", label=DIVERGED_LABEL,
+                         **DIVERGED_STYLE)  # fmt: skip
+        return False
     if not row["censored"]:
         t = row["tau"]
         ax_loss.plot([t], [_value_at(steps, y, t)], "o", color=color, mec="white", mew=0.5)

@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from mbc.paper.figures.common import (  # isort: skip
-    CENSORED_LABEL, ONE_COL, TWO_COL, _censored_handle, _colors, _finite, _fit_line, _fit_row, _fmt,
+    CENSORED_LABEL, DIVERGED_LABEL, ONE_COL, TWO_COL, _censored_handle, _colors, _finite, _fit_line, _fit_row, _fmt,
     _legend, _metrics_rows, _no_data, _note, _one_seed_per, _register, _run_curves, _tau_axes,
     _tau_budget_arrays, _tau_marker_handle, _tau_points, _tau_rows, _threshold_lines,
 )  # fmt: skip
@@ -46,9 +46,13 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame]) -> Figure:
     axd.axhline(0.0, color="0.6", lw=0.6)
     # Panel (a): reference lines and markers; panel (b): the K colours.
     handles = [h for h in ax.get_lines() if h.get_label().startswith(("log K", "threshold"))]
+    diverged = [h for h in ax.get_lines() if h.get_label() == DIVERGED_LABEL][:1]
     ax.legend(
-        [*handles, _tau_marker_handle(), *([_censored_handle()] if any_cens else [])],
-        [h.get_label() for h in handles] + ["tau"] + ([CENSORED_LABEL] if any_cens else []),
+        [*handles, _tau_marker_handle(), *([_censored_handle()] if any_cens else []), *diverged],
+        [h.get_label() for h in handles]
+        + ["tau"]
+        + ([CENSORED_LABEL] if any_cens else [])
+        + [DIVERGED_LABEL] * len(diverged),
         loc="lower left",
     )
     axd.legend(ncol=2 if len(runs) > 5 else 1, loc="upper left", title="E1, one seed per K")
@@ -126,7 +130,7 @@ def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
         _no_data(a, "no E6 runs")
     else:
         _, nc = _tau_points(a, *_tau_budget_arrays(e6, "lr"), color="C0", label="E6 runs")
-        _fit_line(a, _fit_row(fits, "tau_vs_lr"), e6["lr"])
+        _fit_line(a, _fit_row(fits, "tau_vs_lr"), e6.loc[~e6["diverged"], "lr"])
         _tau_axes(a, "learning rate")
         _legend(a, censored=nc > 0, below=True)
 
@@ -139,11 +143,11 @@ def fig_noise(tables: dict[str, pd.DataFrame]) -> Figure:
     cens = {"b": False, "c": False}
     for k, g in e7.groupby("k"):
         col = kcol.get(float(k), "0.5")
-        x, t, budget, cen = _tau_budget_arrays(g, "batch_size")
-        _, nc = _tau_points(b, x, t, budget, cen, color=col, label=f"K={_fmt(k)}")
+        x, t, budget, cen, dv = _tau_budget_arrays(g, "batch_size")
+        _, nc = _tau_points(b, x, t, budget, cen, dv, color=col, label=f"K={_fmt(k)}")
         cens["b"] |= nc > 0
         # Display only: examples seen = steps x batch size (tau and budget alike).
-        _, nc = _tau_points(c, x, t * x, budget * x, cen, color=col, label=f"K={_fmt(k)}")
+        _, nc = _tau_points(c, x, t * x, budget * x, cen, dv, color=col, label=f"K={_fmt(k)}")
         cens["c"] |= nc > 0
         for ax, kind in ((b, "steps"), (c, "examples")):
             row = _fit_row(fits, f"tau_vs_batch_{kind}_at_k{_fmt(k)}")
