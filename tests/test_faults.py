@@ -46,7 +46,8 @@ def test_tables_with_rows_cut_are_rebuilt_not_trusted(smoke, tmp_path):
     before = metrics.read_bytes()
     _cut_rows(metrics, 16)
     _cut_rows(out / "tau.csv", 3)
-    res = snakemake("all", *smoke_args(out))
+    # the tables a statistic reads (figures and the PDF would rebuild too, at CI's expense)
+    res = snakemake(*(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
     said = res.stdout + res.stderr
     assert f"{metrics}: differs from the checksum written with it" in said, said[-3000:]
     assert f"{out}/tau.csv: differs from the checksum" in said, said[-3000:]
