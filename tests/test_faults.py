@@ -7,6 +7,7 @@ import fcntl
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -83,3 +84,32 @@ def test_inspection_commands_and_a_second_invocation_repair_nothing(smoke, tmp_p
         holder.wait()
     with open(lock, "a") as fh:  # released with its holder
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_an_outdir_that_cannot_be_written_is_one_line(tmp_path):
+    """A read-only outdir (here one under /sys, which refuses even root): one line naming
+    it, before any job; it was a raw OSError traceback from the banner's cache."""
+    from mbc.core.artifacts import unwritable
+
+    assert unwritable(tmp_path / "new" / "outdir") is None
+    assert unwritable("/sys/kernel/mbc-test-outdir") is not None
+    res = snakemake("all", *smoke_args("/sys/kernel/mbc-test-outdir"), check=False)
+    err = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert err[-1].startswith("mbc: outdir '/sys/kernel/mbc-test-outdir' cannot be written to")
+
+
+def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, monkeypatch):
+    import mbc.banner
+    from mbc.core import config as mbc_config
+
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
+        {"preset": "smoke", "outdir": str(tmp_path / "out")},
+    )
+    monkeypatch.setattr(mbc.banner, "_free_bytes", lambda p: 1000)
+    lines = mbc.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
+    assert any(x.startswith("mbc: WARNING") and "free, less than the runs" in x for x in lines)
+    monkeypatch.setattr(mbc.banner, "_free_bytes", lambda p: 10**15)
+    lines = mbc.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
+    assert not any("free, less than" in x for x in lines)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import statistics
 import time
 from collections import Counter
@@ -121,6 +122,17 @@ def _rate(
     tmp.write_text(dumps_strict(known, indent=1))
     tmp.replace(cache)
     return rate
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system that holds `path` (its nearest existing parent)."""
+    p = path.resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    try:
+        return shutil.disk_usage(p).free
+    except OSError:
+        return None
 
 
 def _hms(s: float) -> str:
@@ -224,6 +236,12 @@ def banner_lines(
     lines.append(
         f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {_size(disk)}"
     )
+    free = _free_bytes(out)
+    if free is not None and free < disk:
+        lines.append(
+            f"mbc: WARNING: {out}/ has {_size(free)} free, less than the runs may need: a job "
+            "that fills the disk fails (ENOSPC) and resumes once space is freed"
+        )
 
     if measure:
         common = Counter((s.model, s.train.batch_size, s.task.seq_len) for s in todo.values())

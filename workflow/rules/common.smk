@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import mbc.banner
+import mbc.core.artifacts
 import mbc.core.config
 import mbc.core.integrity
 import mbc.core.packing
@@ -45,6 +46,9 @@ MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 # The Snakefile is parsed before the executor exists: the command line says which, and
 # whether this is a dry run.
 DRY_RUN, EXECUTOR = mbc.banner.invocation(sys.argv)
+# an outdir nothing can be written to (read-only, not a directory): one line, before any job
+if MAIN_PROCESS and not DRY_RUN and (why := mbc.core.artifacts.unwritable(OUT)):
+    sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
 # What this invocation is about to do and what it costs (also under -n).
 if MAIN_PROCESS:
     for line in mbc.banner.banner_lines(

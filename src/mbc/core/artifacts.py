@@ -57,6 +57,18 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
     _atomic_write(path, data)
 
 
+def unwritable(directory: str | os.PathLike) -> str | None:
+    """Why nothing can be written under `directory` (created if missing), or None: a real
+    write, not `os.access`, which says yes to root on a read-only file system."""
+    try:
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".mbc-write-test-"):
+            pass
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     _atomic_write(path, text.encode("utf-8"))
 
