@@ -113,3 +113,32 @@ def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, 
     monkeypatch.setattr(mbc.banner, "_free_bytes", lambda p: 10**15)
     lines = mbc.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
     assert not any("free, less than" in x for x in lines)
+
+
+def test_a_stale_snakemake_lock_on_the_outdir_is_recognised(tmp_path):
+    """After kill -9, Snakemake's lock files name the outdir's files; asked while no
+    invocation holds the outdir, that is a stale lock (the start-up says how to clear it)."""
+    from mbc.core.integrity import stale_lock
+
+    locks, out, other = tmp_path / "locks", tmp_path / "out", tmp_path / "other"
+    locks.mkdir()
+    assert not stale_lock(locks, out)
+    (locks / "0.output.lock").write_text(f"{other}/tau.csv\n")
+    assert not stale_lock(locks, out), "another outdir's lock is not this outdir's"
+    (locks / "1.input.lock").write_text(f"{out}/runs/r/metrics.csv\n")
+    assert stale_lock(locks, out)
+
+
+def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
+    import os
+
+    import mbc.banner
+    from mbc.core import config as mbc_config
+
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
+        {"preset": "smoke", "outdir": str(tmp_path / "out")},
+    )
+    lines = mbc.banner.banner_lines(cfg, cores=10_000, dry_run=True)
+    (wall,) = [x for x in lines if "expected training wall time" in x]
+    assert f"with {os.cpu_count()} parallel job(s)" in wall, wall

@@ -261,7 +261,8 @@ def banner_lines(
         total = sum(seconds.values())
         bound = "at most " if upper else ""
         if executor == "local":
-            jobs = max(1, (cores or 1) // threads)
+            # --cores above this machine's count does not run more jobs at once
+            jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
             wall = max(total / jobs, max(seconds.values()))
             lines.append(
                 f"mbc: expected training wall time {bound}{_hms(wall)} with {jobs} parallel "

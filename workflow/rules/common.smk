@@ -167,6 +167,12 @@ if MAIN_PROCESS:
             f"mbc: another snakemake is running on {OUT}/: nothing repaired here",
             file=sys.stderr,
         )
+    elif not DRY_RUN and mbc.core.integrity.stale_lock(".snakemake/locks", OUT):
+        print(
+            f"mbc: {OUT}/ has a stale Snakemake lock (a run killed with kill -9): run this "
+            "command once with --unlock added, then again without it",
+            file=sys.stderr,
+        )
     for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
         print(
             f"mbc: repair: {_p}: differs from the checksum written with it, "

@@ -96,6 +96,21 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
     return None
 
 
+def stale_lock(locks_dir: str | os.PathLike, outdir: str | os.PathLike) -> bool:
+    """Whether Snakemake's locks (`<workdir>/.snakemake/locks/*.lock`, one path a line)
+    hold a file of `outdir`. Asked only while this process holds the outdir
+    (`hold_outdir`), so no live invocation owns them: a killed run left them."""
+    root = str(Path(outdir).resolve())
+    for lock in Path(locks_dir).glob("*.lock"):
+        try:
+            lines = lock.read_text().splitlines()
+        except OSError:
+            continue
+        if any(str(Path(p).resolve()).startswith(root + os.sep) or p == root for p in lines):
+            return True
+    return False
+
+
 def scan(
     runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
 ) -> list[Finding]:
