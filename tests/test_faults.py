@@ -142,3 +142,20 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     lines = mbc.banner.banner_lines(cfg, cores=10_000, dry_run=True)
     (wall,) = [x for x in lines if "expected training wall time" in x]
     assert f"with {os.cpu_count()} parallel job(s)" in wall, wall
+
+
+def test_more_threads_than_cores_is_one_line_and_dense_every_0_is_said(tmp_path):
+    import os
+
+    res = snakemake("-n", "all", *smoke_args(tmp_path / "a"), "threads=1000", check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: config key 'threads' = 1000: more than this machine's {os.cpu_count()} cores "
+        "(threads per training job)"
+    )
+    res = snakemake(
+        "-n", "all", *smoke_args(tmp_path / "b"), 'defaults={"eval": {"dense_every": 0}}'
+    )
+    assert "eval.dense_every is 0 for 20 run(s): their tau and every onset are located to" in (
+        res.stderr
+    )

@@ -177,6 +177,13 @@ def banner_lines(
         f"training job, executor {executor}, --cores {cores if cores else 'n/a'})",
         f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
     ]
+    coarse = sorted({s.eval.every for s in specs.values() if not s.eval.dense_every})
+    if coarse:  # a legitimate, cheaper choice, but every crossing moves to that grid
+        lines.append(
+            f"mbc: eval.dense_every is 0 for {sum(not s.eval.dense_every for s in specs.values())}"
+            f" run(s): their tau and every onset are located to eval.every = "
+            f"{', '.join(map(str, coarse))} steps only (the author's 50 needs dense_every: 50)"
+        )
     if not todo:
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines

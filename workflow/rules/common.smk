@@ -46,6 +46,16 @@ MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 # The Snakefile is parsed before the executor exists: the command line says which, and
 # whether this is a dry run.
 DRY_RUN, EXECUTOR = mbc.banner.invocation(sys.argv)
+# more threads per job than this machine has, where this machine runs the jobs
+if (
+    MAIN_PROCESS
+    and EXECUTOR == "local"
+    and int(CFG.raw["threads"]) > (os.cpu_count() or 1)
+):
+    sys.exit(
+        f"mbc: config key 'threads' = {CFG.raw['threads']}: more than this machine's "
+        f"{os.cpu_count()} cores (threads per training job)"
+    )
 # an outdir nothing can be written to (read-only, not a directory): one line, before any job
 if MAIN_PROCESS and not DRY_RUN and (why := mbc.core.artifacts.unwritable(OUT)):
     sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
