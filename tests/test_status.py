@@ -34,6 +34,9 @@ def test_status_reads_each_state_from_disk(tmp_path, capsys):
     (tmp_path / "logs" / "train" / f"{b}.log").write_text("Traceback (most recent call last):\n")
     assert status(cfg, stale_s=60).set_index("run_id").loc[b, "state"] == "failed"
     assert status(cfg, stale_s=1e9).set_index("run_id").loc[b, "state"] == "running"
+    # a summarised run whose metrics.csv is gone is not done (it showed "done")
+    (runs / a / "metrics.csv").unlink()
+    assert status(cfg, stale_s=60).set_index("run_id").loc[a, "state"] == "incomplete"
 
 
 def test_status_cli_names_a_bad_preset_in_one_line(capsys):

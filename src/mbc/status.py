@@ -4,6 +4,8 @@ One row per run, read from what the training jobs leave on disk (nothing is star
   done         summary.json written (tau, or censored when the run never crossed)
   diverged     stopped as diverged (docs/method.md#divergence); `step` is where
   trained      metrics.csv written, not yet summarised
+  incomplete   summarised, but its metrics.csv is missing: the next `snakemake` rebuilds
+               its tables from the run's log (nothing retrains)
   running      the live log (state/log.jsonl) changed within the last --stale-s seconds
   failed       the job's log shows a traceback and the live log has gone quiet
   interrupted  the live log has gone quiet without an error (killed, pre-empted): the
@@ -57,6 +59,8 @@ def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: floa
             )
         except json.JSONDecodeError:
             row["state"] = "failed"  # a corrupt summary: the next run rewrites it
+        if not (run_dir / "metrics.csv").exists():
+            row["state"] = "incomplete"  # not done: a table a statistic reads is missing
     if log.exists():
         last, tau, diverged = _last_rows(log)
         if last is not None:
