@@ -246,6 +246,8 @@ class PackedRuns:
         self._stacked = torch.stack(self.tokens) if same_d else None
         self.step_count = step
         self._norms: torch.Tensor | None = None  # per-run gradient norms of the last step
+        self._low: list[torch.Tensor] | None = None  # the bf16 copies (`_low_copies`)
+        self.first_losses: torch.Tensor | None = None  # the last step's first-target losses
         self._graphs, self._compile_mode = compile_mode == "reduce-overhead", compile_mode
         self._loss = self._loss_function(specs[0].train, compile_mode)
 
@@ -330,7 +332,7 @@ class PackedRuns:
             return None
         names = self.model.linear_names
         masters = [self.model.p(n) for n in names]
-        if getattr(self, "_low", None) is None or self._low[0].shape != masters[0].shape:
+        if self._low is None or self._low[0].shape != masters[0].shape:
             self._low = [torch.empty_like(m, dtype=torch.bfloat16) for m in masters]
         with torch.no_grad():
             torch._foreach_copy_(self._low, masters)
