@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mbc.core.artifacts import dumps_strict
 from mbc.core.config import Config
-from mbc.core.packing import make_packs
+from mbc.core.packing import make_packs, pack_widths
 from mbc.core.spec import RunSpec
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
@@ -188,10 +188,9 @@ def banner_lines(
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines
     pack = cfg.raw["pack"]
-    widths: dict[str, int] = {}
+    widths = pack_widths(specs, pack)
     if pack.get("enabled"):
         packs = [m for m in make_packs(specs, pack["max_runs"]).values() if set(m) & set(todo)]
-        widths = {r: len(m) for m in packs for r in m}
         alone = len(todo) - sum(len(set(m) & set(todo)) for m in packs)
         lines.append(
             f"mbc: pack.enabled: they train in {len(packs)} pack job(s) of up to "

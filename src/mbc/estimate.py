@@ -41,7 +41,7 @@ import torch
 
 from mbc.core import config as mbc_config
 from mbc.core.crossing import first_crossing
-from mbc.core.packing import make_packs
+from mbc.core.packing import pack_widths
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
 from mbc.training.data import build_dataset
@@ -79,14 +79,6 @@ def measure_steps_per_s(
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     return steps / (time.perf_counter() - t0)
-
-
-def pack_widths(cfg: mbc_config.Config) -> dict[str, int]:
-    """run id -> the width of the pack it trains in under `pack.enabled` (0: alone)."""
-    pack = cfg.raw["pack"]
-    if not pack.get("enabled"):
-        return {}
-    return {r: len(m) for m in make_packs(cfg.specs, pack["max_runs"]).values() for r in m}
 
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
@@ -217,7 +209,7 @@ def estimate(
     # run-steps/s per shape and pack width (pack.enabled on a CPU: each pack is one job,
     # its runs stepping together at the width's rate)
     rates: dict[tuple, float] = {}
-    widths = {} if packed else pack_widths(cfg)
+    widths = {} if packed else pack_widths(specs, cfg.raw["pack"])
     if packed:
         steps_per_s = steps_per_s or 1.0  # the per-run table's rate is not used
     rate_key = lambda r: (*shape_key(specs[r]), widths.get(r, 0))  # noqa: E731

@@ -106,7 +106,8 @@ def stale_lock(locks_dir: str | os.PathLike, outdir: str | os.PathLike) -> bool:
             lines = lock.read_text().splitlines()
         except OSError:
             continue
-        if any(str(Path(p).resolve()).startswith(root + os.sep) or p == root for p in lines):
+        held = (str(Path(p).resolve()) for p in lines)
+        if any(q == root or q.startswith(root + os.sep) for q in held):
             return True
     return False
 
@@ -171,8 +172,7 @@ def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
     log, which says the run finished: no retraining). Tables written before checksums
     were recorded (no sidecar) are not checked."""
     for p in paths:
-        digest = read_sidecar_sha256(p)
-        if digest is not None and sha256_file(p) != digest:
+        if _differs(p):
             why = "differs from the checksum written with it (cut or edited since)"
             return Finding(run_id, level, p, why, True)
     return None
@@ -180,11 +180,13 @@ def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
 
 def altered_aggregates(aggregates: list[Path]) -> list[Path]:
     """Aggregated tables whose bytes differ from their checksum: deleted, then rebuilt."""
-    return [
-        p
-        for p in aggregates
-        if p.is_file() and (d := read_sidecar_sha256(p)) is not None and sha256_file(p) != d
-    ]
+    return [p for p in aggregates if p.is_file() and _differs(p)]
+
+
+def _differs(path: Path) -> bool:
+    """The file's bytes differ from its `.sha256` sidecar (False without one)."""
+    digest = read_sidecar_sha256(path)
+    return digest is not None and sha256_file(path) != digest
 
 
 def repair(

@@ -41,6 +41,14 @@ def make_packs(specs: dict[str, RunSpec], max_runs: int) -> dict[str, list[str]]
     return packs
 
 
+def pack_widths(specs: dict[str, RunSpec], pack: dict) -> dict[str, int]:
+    """run id -> the width of the pack it trains in under config `pack` (none when packing
+    is off or the run cannot be packed)."""
+    if not pack.get("enabled"):
+        return {}
+    return {r: len(m) for m in make_packs(specs, pack["max_runs"]).values() for r in m}
+
+
 def _name(key: tuple) -> str:
     (layers, heads, d, d_mlp, _), (seq_len, n_t, p), batch, precision, compiled = key
     return f"L{layers}h{heads}d{d}m{d_mlp}-T{seq_len}t{n_t}p{p}-B{batch}-{precision}" + (
