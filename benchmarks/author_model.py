@@ -13,11 +13,16 @@ import torch
 
 from mbc.core.spec import VOCAB, ModelSpec
 
+UNAVAILABLE: list[str] = []  # why transformer_lens did not import, once known
+
 
 def available() -> bool:
+    """Whether transformer_lens imports; any failure (not installed, or a dependency of
+    another version, as on a device image) makes the benchmark skip the author's model."""
     try:
         from transformer_lens import HookedTransformer  # noqa: F401
-    except ImportError:
+    except Exception as exc:  # noqa: BLE001
+        UNAVAILABLE[:] = [f"{type(exc).__name__}: {exc}"]
         return False
     return True
 

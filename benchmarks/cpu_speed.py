@@ -186,17 +186,37 @@ def category(name: str, shapes) -> str:
     return "elementwise / norm"
 
 
-def profile_step(step: Callable[[], object], n: int = 3) -> dict:
-    """ms per step by op category (self CPU time of the aten ops torch's profiler sees),
-    and the rest of the wall time as Python / autograd / framework overhead."""
+def _profiled(step: Callable[[], object], n: int, device, shapes: bool = False):
+    """(profiler, ms per step) over n steps: CPU time of this process on a CPU; on CUDA,
+    wall time to the last kernel's end, with the kernels' device time recorded."""
     from torch.profiler import ProfilerActivity, profile
 
+    cuda = torch.device(device).type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    clock = time.perf_counter if cuda else time.process_time
     step()
-    t0 = time.process_time()
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = clock()
+    with profile(activities=acts, record_shapes=shapes) as prof:
         for _ in range(n):
             step()
-    total = (time.process_time() - t0) / n * 1e3
+        if cuda:
+            torch.cuda.synchronize()
+    return prof, (clock() - t0) / n * 1e3
+
+
+def _self_ms(e, device) -> float:
+    """An op's own time in microseconds: on the device's kernels on CUDA, on the CPU otherwise."""
+    cuda = torch.device(device).type == "cuda"
+    return e.self_device_time_total if cuda else e.self_cpu_time_total
+
+
+def profile_step(step: Callable[[], object], n: int = 3, device="cpu") -> dict:
+    """ms per step by op category (the aten ops' self time that torch's profiler sees: CPU
+    time on a CPU, kernel time on CUDA), and the rest of the step's time as Python /
+    autograd / framework overhead (on CUDA: time the GPU waits for the host)."""
+    prof, total = _profiled(step, n, device, shapes=True)
     cats: dict[str, float] = {}
     for e in prof.key_averages(group_by_input_shape=True):
         if not (e.key.startswith("aten::") or "Compiled" in e.key or "Optimizer" in e.key):
@@ -204,7 +224,7 @@ def profile_step(step: Callable[[], object], n: int = 3) -> dict:
         if "Optimizer.step" in e.key:
             continue  # its aten ops are counted themselves
         c = category(e.key, e.input_shapes)
-        cats[c] = cats.get(c, 0.0) + e.self_cpu_time_total / 1e3 / n
+        cats[c] = cats.get(c, 0.0) + _self_ms(e, device) / 1e3 / n
     cats["Python / autograd / other"] = max(0.0, total - sum(cats.values()))
     return {"step_ms_under_profiler": total, "ms": cats}
 
@@ -238,12 +258,7 @@ def memory_per_run(pack: PackedRuns) -> dict:
     }
 
 
-def gemm_ms(step: Callable[[], object], n: int = 3) -> float:
+def gemm_ms(step: Callable[[], object], n: int = 3, device="cpu") -> float:
     """ms per step spent in matmul kernels (bmm, baddbmm, mm, addmm), profiled in the step."""
-    from torch.profiler import ProfilerActivity, profile
-
-    step()
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        for _ in range(n):
-            step()
-    return sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in GEMM_OPS) / 1e3 / n
+    prof, _ = _profiled(step, n, device)
+    return sum(_self_ms(e, device) for e in prof.key_averages() if e.key in GEMM_OPS) / 1e3 / n

@@ -10,10 +10,18 @@ Prints, in one run:
    steps/s and run-steps/s, with the peak device memory; the in-loop evaluation of one
    run at K = 5 and 36. Saved to DIR/rates.json;
 3. a slice of the paper trained packed (`mbc.training.packed_train.train_pack`): E1 at
-   K = 5 and 10, seeds 0-2, every run with the preset's own settings (budget, evaluation
-   schedule, early stop), stopped at --slice-budget-s if not finished (said so). Its tau
-   table: per run tau, steps, final L_cand / log K, finished or not. Run files in
-   DIR/runs/<run_id>/, exactly as the workflow writes them;
+   K = 5 and 10 and (paper sizes only) E6's learning-rate grid at K = 20, whose lr 5e-3
+   diverged in the author's runs; seeds 0-2, every run with the preset's own settings
+   (budget, evaluation schedule, early stop, divergence stop), stopped at
+   --slice-budget-s if not finished (said so). Its table: per run tau, steps, final
+   L_cand / log K, finished, diverged (at which step) or stopped by the budget. Run files
+   in DIR/runs/<run_id>/, exactly as the workflow writes them;
+2c. (CUDA) benchmarks/train_step.py on this device: the author's model, ours fp32 and bf16,
+   eager and compiled, packed bf16 at R = 1 and 256, the bf16 GEMM roofline, a profile by op
+   category (kernel time), side by side in one run; DIR/train_step.json (--no-train-step
+   skips it);
+2b. (after the slice) the pack step under each speed option against the workflow's
+   default: unfused AdamW, bf16, and on CUDA torch.compile (default mode and CUDA graphs);
 4. the preset's expected wall time on this device, packed (`mbc.estimate --device ...
    --rates DIR/rates.json`), with the slice's taus in the law tau = c D^1.2.
 
@@ -33,13 +41,14 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 import torch
 
 from mbc import estimate, pack_estimate
 from mbc.core import config as mbc_config
-from mbc.core.runlog import finished, logged_tau, read_log
+from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.training.data import build_dataset
 from mbc.training.packed_train import train_pack
 from mbc.training.train import pick_device
@@ -71,14 +80,17 @@ def load_preset(preset: str) -> mbc_config.Config:
     return mbc_config.load(raw, {"preset": preset, "seeds": [0, 1, 2]})
 
 
-def slice_table(specs, run_dirs) -> list[dict]:
+def slice_table(specs, run_dirs, experiments) -> list[dict]:
     rows = []
-    for s, d in zip(specs, run_dirs, strict=True):
+    for s, d, exp in zip(specs, run_dirs, experiments, strict=True):
         log = read_log(Path(d) / "state" / "log.jsonl")
         evals = [r for r in log if "event" not in r]
         last = evals[-1] if evals else {}
         rows.append(
             {
+                "experiment": exp,
+                "lr": s.train.lr,
+                "diverged": logged_divergence(log),
                 "k": s.task.k,
                 "d": s.task.d,
                 "seed": s.seed,
@@ -91,6 +103,66 @@ def slice_table(specs, run_dirs) -> list[dict]:
     return rows
 
 
+def guarded(failed: list, name: str, fn, *args, **kwargs) -> None:
+    """Run one section; a failure prints its traceback and the check goes on (a device
+    lease is one call: one broken section must not cost the others' numbers)."""
+    try:
+        fn(*args, **kwargs)
+    except Exception:  # noqa: BLE001
+        traceback.print_exc()
+        failed.append(name)
+
+
+def train_step_on_device(out: Path, no_compile: bool) -> None:
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import train_step
+
+    argv = ["--device", "cuda", "--packed-bf16", "1,256", "--json", str(out / "train_step.json")]
+    train_step.main(argv + ([] if no_compile else ["--compile"]))
+
+
+def paper_slice(cfg, e1: dict, ks: tuple, small: bool, device, out: Path, budget_s: float):
+    """E1 at K = ks and (paper sizes) E6's lr grid, trained packed within budget_s: does
+    lr 5e-3 diverge here as in the author's runs?"""
+    named = [("E1", s) for s in e1.values() if s.task.k in ks]
+    e1_ids = {s.run_id for _, s in named}
+    e6 = {} if small else {r: cfg.specs[r] for r in cfg.run_ids("E6") if r not in e1_ids}
+    named += [("E6", s) for s in e6.values()]
+    exps, chosen = [e for e, _ in named], [s for _, s in named]
+    section(
+        f"3. E1 at K = {ks[0]} and {ks[1]}"
+        + (f", E6 (lr grid at K = 20, {len(e6)} runs)" if e6 else "")
+        + ", 3 seeds, trained packed"
+    )
+    datasets = [build_dataset(s.task, s.seed) for s in chosen]
+    dirs = [out / "runs" / s.run_id for s in chosen]
+    t0 = time.perf_counter()
+    train_pack(
+        chosen, datasets, dirs, device, say=lambda m: None,
+        deadline=time.monotonic() + budget_s,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    rows = slice_table(chosen, dirs, exps)
+    print(f"{len(chosen)} runs in {wall:.1f} s (budget {budget_s:.0f} s)")
+    print(
+        f"{'exp':>4} {'K':>3} {'D':>7} {'lr':>8} {'seed':>4} {'tau':>7} {'steps':>7} "
+        f"{'L_cand/logK':>12}  state"
+    )
+    for r in rows:
+        tau = "-" if r["tau"] is None else str(r["tau"])
+        state = (
+            f"diverged at step {r['diverged']}"
+            if r["diverged"] is not None
+            else ("finished" if r["finished"] else "stopped (slice budget)")
+        )
+        print(
+            f"{r['experiment']:>4} {r['k']:>3} {r['d']:>7} {r['lr']:>8.1e} {r['seed']:>4} "
+            f"{tau:>7} {r['steps']:>7} {r['lcand']:>12.4f}  {state}"
+        )
+    run_steps = sum(r["steps"] for r in rows)
+    print(f"{run_steps:,} run-steps, {run_steps / wall:,.0f} run-steps/s with evaluations")
+
+
 def speed_options(ref, device: torch.device, small: bool, steps: int, compile_too: bool) -> None:
     """Pack step time under each option against the default (fp32, eager, fused AdamW):
     unfused AdamW (`PackedAdamW`), bf16 autocast, and on CUDA torch.compile in its
@@ -100,7 +172,7 @@ def speed_options(ref, device: torch.device, small: bool, steps: int, compile_to
     options = [
         ("fp32 eager, fused AdamW (default)", ref, {}),
         ("fp32 eager, unfused PackedAdamW", ref, {"fused": False}),
-        ("bf16 autocast, eager", bf16, {}),
+        ("bf16 (one bf16 copy of the linear layers a step), eager", bf16, {}),
     ]
     if compile_too and device.type == "cuda":
         options += [
@@ -110,6 +182,7 @@ def speed_options(ref, device: torch.device, small: bool, steps: int, compile_to
                 ref,
                 {"compile_mode": "reduce-overhead"},
             ),
+            ("bf16 compiled (default mode)", bf16, {"compile_mode": "default"}),
             (
                 "bf16 compiled, reduce-overhead (CUDA graphs)",
                 bf16,
@@ -142,6 +215,10 @@ def main(argv=None) -> int:
     ap.add_argument("--slice-budget-s", type=float, default=150.0)
     ap.add_argument("--steps", type=int, default=None, help="timed steps per rate")
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled variants")
+    ap.add_argument("--no-train-step", action="store_true", help="skip benchmarks/train_step.py")
+    ap.add_argument(
+        "--calibrate-s", type=float, default=60.0, help="mbc.estimate's timing of the steps"
+    )
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
     try:
@@ -174,42 +251,24 @@ def main(argv=None) -> int:
     pack_estimate.save_rates(rates, out / "rates.json")
     print(f"saved {out / 'rates.json'}")
 
+    failed = []
+    if device.type == "cuda" and not a.no_train_step:
+        section("2c. benchmarks/train_step.py on this device (the CPU benchmark's variants)")
+        guarded(failed, "2c", train_step_on_device, out, a.no_compile)
+    guarded(failed, "3", paper_slice, cfg, e1, ks, small, device, out, a.slice_budget_s)
+    # after the slice: on a GPU its compiles take the longest, and the rest matters more
     section("2b. speed options, measured side by side (relative to the workflow's default)")
-    speed_options(ref, device, small, steps, compile_too=not a.no_compile)
-
-    section(f"3. E1 at K = {ks[0]} and {ks[1]}, 3 seeds, trained as one pack")
-    chosen = [s for s in e1.values() if s.task.k in ks]
-    datasets = [build_dataset(s.task, s.seed) for s in chosen]
-    dirs = [out / "runs" / s.run_id for s in chosen]
-    t0 = time.perf_counter()
-    train_pack(
-        chosen, datasets, dirs, device, say=lambda m: None,
-        deadline=time.monotonic() + a.slice_budget_s,
-    )  # fmt: skip
-    wall = time.perf_counter() - t0
-    rows = slice_table(chosen, dirs)
-    print(f"{len(chosen)} runs in {wall:.1f} s (budget {a.slice_budget_s:.0f} s)")
-    print(f"{'K':>3} {'D':>7} {'seed':>4} {'tau':>7} {'steps':>7} {'L_cand/logK':>12}  finished")
-    for r in rows:
-        tau = "-" if r["tau"] is None else str(r["tau"])
-        print(
-            f"{r['k']:>3} {r['d']:>7} {r['seed']:>4} {tau:>7} {r['steps']:>7} "
-            f"{r['lcand']:>12.4f}  {'yes' if r['finished'] else 'no (budget)'}"
-        )
-    run_steps = sum(r["steps"] for r in rows)
-    print(f"{run_steps:,} run-steps, {run_steps / wall:,.0f} run-steps/s with evaluations")
+    guarded(failed, "2b", speed_options, ref, device, small, steps, not a.no_compile)
 
     section(f"4. the {preset} preset's expected wall time on this device, packed")
-    estimate.estimate(
-        preset,
-        str(REPO / "config.yaml"),
-        outdir=str(out),
-        device=str(device),
-        rates_path=str(out / "rates.json"),
-        calibrate_s=60.0,
-    )
+    guarded(
+        failed, "4", estimate.estimate, preset, str(REPO / "config.yaml"), outdir=str(out),
+        device=str(device), rates_path=str(out / "rates.json"), calibrate_s=a.calibrate_s,
+    )  # fmt: skip
+    if failed:
+        print(f"\nFAILED sections: {', '.join(failed)} (tracebacks above)")
     print(f"\ngpu_check done in {time.perf_counter() - t_start:.0f} s")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -551,15 +551,15 @@ def main(argv: list[str] | None = None) -> dict:
     res["best"] = best_record(res, run_step_s)
     if packs:
         first = f"packed_bf16_R{widths[0]}"
-        prof = {first: cpu_speed.profile_step(packs[first].step)}
+        prof = {first: cpu_speed.profile_step(packs[first].step, device=device)}
         comp = f"packed_bf16_compiled_R{widths[0]}"
         if comp in packs:
-            prof[comp] = cpu_speed.profile_step(packs[comp].step)
+            prof[comp] = cpu_speed.profile_step(packs[comp].step, device=device)
         res["profile"] = prof
         # the roofline's GEMMs against the same GEMMs timed inside the step (profiler)
         res["roofline_check"] = {
             "roofline_ms": step_s[f"roofline_bf16_R{widths[0]}"] * 1e3,
-            "gemm_ms_in_step": cpu_speed.gemm_ms(packs[first].step),
+            "gemm_ms_in_step": cpu_speed.gemm_ms(packs[first].step, device=device),
         }
         res["memory"] = {
             name: cpu_speed.memory_per_run(p) for name, p in packs.items() if "compiled" not in name
@@ -687,7 +687,8 @@ def tol_of(variant: str) -> float:
 
 def _author_version() -> str:
     if not author_model.available():
-        return "skipped: transformer_lens not installed (pip install -e '.[bench]')"
+        why = author_model.UNAVAILABLE[0] if author_model.UNAVAILABLE else "not installed"
+        return f"skipped: transformer_lens did not import ({why}; pip install -e '.[bench]')"
     import transformer_lens
 
     version = getattr(transformer_lens, "__version__", None)
@@ -815,13 +816,14 @@ def report_cpu(res: dict) -> None:
         )
     per = res["run_steps_per_s_per_core"]
     rs = res["run_step_s"]
-    print(f"{'variant (per run-step)':<28}{'R':>4}{'ms/run-step':>13}{'run-steps/s/core':>18}")
+    unit = "run-steps/s/core" if res["env"]["device"] == "cpu" else "run-steps/s"
+    print(f"{'variant (per run-step)':<28}{'R':>4}{'ms/run-step':>13}{unit:>18}")
     for k in rs:
         rate = f"{per[k]:>18.2f}" if k in per else f"{'(GEMMs only)':>18}"
         print(f"{k:<28}{res['widths'].get(k, 1):>4}{rs[k] * 1e3:>13.1f}{rate}")
     b = res["best"]
     print(
-        f"best: {b['variant']} {b['run_steps_per_s_per_core']:.1f} run-steps/s per core;"
+        f"best: {b['variant']} {b['run_steps_per_s_per_core']:.1f} {unit};"
         + (f" {b['vs_author']:.2f}x the author's step;" if b["vs_author"] else "")
         + (f" {b['vs_roofline_bf16']:.2f}x the bf16 GEMM roofline" if b["vs_roofline_bf16"] else "")
     )
