@@ -279,3 +279,20 @@ def test_config_files_merge_in_order_over_the_base(tmp_path, capsys):
     assert "preset quick" in (out := capsys.readouterr().out) and "outdir /tmp/b" in out
     assert main([str(tmp_path / "missing.yaml"), *base]) == 1
     assert "missing.yaml: cannot read (No such file or directory)" in capsys.readouterr().out
+
+
+def test_a_value_given_with_config_is_named_as_given_there(raw):
+    """`--config` values (Snakemake's overwrite_config, passed as overrides) are named as
+    the command line wrote them, not as the preset's entry they override."""
+    with pytest.raises(ConfigError) as exc:
+        load(raw, {"preset": "smoke", "defaults": {"train": {"lr": -1.0}}})
+    assert "config key '--config defaults.train.lr' = -1.0" in str(exc.value), str(exc.value)
+
+
+def test_a_batch_larger_than_the_dataset_names_where_n_groups_was_written(raw):
+    """n_groups: 1 makes D smaller than the batch: the line names n_groups' entry too (it
+    blamed batch_size alone)."""
+    with pytest.raises(ConfigError) as exc:
+        load(raw, {"preset": "smoke", "defaults": {"task": {"n_groups": 1}}})
+    msg = str(exc.value)
+    assert "batch_size" in msg and "n_groups from '--config defaults.task.n_groups'" in msg, msg

@@ -1,7 +1,20 @@
-"""Faults that changed results silently (issue 25), each with its exact outcome, on copies
-of the shared smoke run: a per-run table with rows cut is rebuilt from the run's log (the
-tables then equal the clean run's); a second invocation on a running outdir repairs
-nothing; inspection commands only report."""
+"""The fault suite (issue 25): each fault class with its exact outcome, mostly on copies
+of the shared smoke run. Where a class is tested elsewhere, the test is named here.
+
+| fault class | outcome | test |
+|---|---|---|
+| truncated rows (a table cut, still parsing) | moved aside, rebuilt from the run's log; tables equal the clean run's | here |
+| torn lines (a log's last line cut mid-write) | the line is ignored; the run stays finished, nothing rebuilds | here |
+| corrupt JSON (summary.json not JSON, with or without its checksum) | moved aside at start-up, rebuilt in one rerun; tables equal | here |
+| corrupt state (resume.pt truncated in an unfinished run) | one console line; the run retrains from step 0; tables equal | here |
+| corrupt dataset / snapshot, a deleted run directory | moved aside, the chain rebuilds; tables equal bitwise | test_reliability, test_workflow |
+| divergence | stops, recorded as diverged, never censored; the lr row is not flipped | test_divergence |
+| a concurrent invocation, inspection commands | repair nothing; the second invocation says so | here |
+| a read-only outdir | one line before any job | here |
+| all-censored selections | empty tables, "not enough data", figures say "no data" | test_figures |
+| kill -9 and resume | resumes; final tables bitwise equal an uninterrupted run's | test_reliability (slow) |
+| a stale Snakemake lock | recognised at start-up, one line with the fix | here |
+"""
 
 import fcntl
 import shutil
@@ -159,3 +172,77 @@ def test_more_threads_than_cores_is_one_line_and_dense_every_0_is_said(tmp_path)
     assert "eval.dense_every is 0 for 20 run(s): their tau and every onset are located to" in (
         res.stderr
     )
+
+
+def _rerun_tables(out):
+    return snakemake(*(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+
+
+def _nothing_left(out) -> None:
+    res = snakemake("-n", *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    assert "Nothing to be done" in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
+
+
+def test_a_torn_last_log_line_is_ignored(smoke, tmp_path):
+    """A job killed mid-write leaves half a line at the end of log.jsonl: it is dropped, the
+    run stays finished (the banner, mbc.status), and nothing is rebuilt."""
+    from mbc.core.runlog import finished, read_log
+
+    out = _copy(smoke, tmp_path)
+    run = pd.read_csv(smoke / "tau.csv").run_id.iloc[0]
+    log = out / "runs" / run / "state" / "log.jsonl"
+    with open(log, "a") as fh:
+        fh.write('{"step": 999, "candidate_lo')
+    assert finished(read_log(log))
+    res = snakemake("-n", *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    said = res.stdout + res.stderr
+    assert "mbc: 20 distinct runs: 20 trained, 0 to train" in said, said[-2000:]
+    assert "Nothing to be done" in said and "mbc: repair" not in said, said[-2000:]
+    status = subprocess.run(
+        [sys.executable, "-m", "mbc.status", "--preset", "smoke", "--outdir", str(out)],
+        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
+    )  # fmt: skip
+    (line,) = [x for x in status.stdout.splitlines() if x.endswith(run)]
+    assert line.split()[0] == "done", line
+
+
+@pytest.mark.slow
+def test_a_corrupt_summary_is_rebuilt_in_one_rerun(smoke, tmp_path):
+    """summary.json replaced by a half-written JSON, in one run with its checksum sidecar and
+    in another without (an outdir from before sidecars): both are found at start-up and
+    rebuilt by one rerun (it took two: the job reading it moved it aside and failed)."""
+    out = _copy(smoke, tmp_path)
+    runs = pd.read_csv(smoke / "tau.csv").drop_duplicates("run_id").run_id.iloc[:2]
+    summaries = [out / "runs" / r / "summary.json" for r in runs]
+    for path in summaries:
+        path.write_text('{"run_id": "x", "tau": ')
+    summaries[1].with_name("summary.json.sha256").unlink()
+    said = (res := _rerun_tables(out)).stdout + res.stderr
+    assert f"{summaries[0]}: differs from the checksum written with it" in said, said[-3000:]
+    assert f"{summaries[1]}: not valid JSON" in said, said[-3000:]
+    _equal_tables(out, smoke)
+    _nothing_left(out)
+
+
+@pytest.mark.slow
+def test_a_corrupt_resume_point_is_said_and_the_run_retrains_from_step_0(smoke, tmp_path):
+    """A run cut back to its first resume point (its log ends there, as after a kill) whose
+    resume.pt is then emptied: the console says so in one line, the run trains again from
+    step 0, and its metrics and every table equal the clean run's (CPU: bitwise)."""
+    out = _copy(smoke, tmp_path)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E1"].run_id.iloc[0]
+    state = out / "runs" / run / "state"
+    lines = (state / "log.jsonl").read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
+    (state / "log.jsonl").write_text("".join(lines[: first + 1]))
+    (state / "resume.pt").write_bytes(b"")
+    (out / "runs" / run / "metrics.csv").unlink()
+    said = (res := _rerun_tables(out)).stdout + res.stderr
+    assert "mbc: 20 distinct runs: 19 trained, 1 to train" in said, said[-3000:]
+    warned = [x for x in said.splitlines() if x.startswith("WARNING:") and "resume.pt" in x]
+    assert len(warned) == 1 and warned[0].endswith("starting this run from step 0"), said[-3000:]
+    metrics = [pd.read_csv(d / "runs" / run / "metrics.csv") for d in (out, smoke)]
+    wall = [c for c in metrics[0].columns if c.startswith("wall")]
+    pd.testing.assert_frame_equal(*(m.drop(columns=wall) for m in metrics), check_exact=True)
+    _equal_tables(out, smoke)

@@ -406,3 +406,21 @@ def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch)
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/elsewhere")
     pipeline.train(_with_train(tiny_spec(), compile=True), "ds.pt", run_dir)
     assert seen[-1] == "/elsewhere"
+
+
+def test_progress_eta_is_to_the_early_stop_step_then_an_upper_bound():
+    """Before factor x tau the time left is to that step (the run stops there only if
+    L_cand is below its loss condition); past it the run goes on until it is, and the line
+    says the budget's time left as an upper bound (it said "ETA 0m00s (early stop)")."""
+    from mbc.training.record import Progress
+
+    spec = _with_train(tiny_spec(), early_stop_tau_factor=2.0, max_steps=1000)
+    said = []
+    p = Progress(spec, 0, said.append, every_s=0.0)
+    row = {"candidate_loss": 0.5 * spec.task.log_k, "delta_z": 0.1}
+    p.report(100, row, tau=None)
+    p.report(150, row, tau=100)
+    p.report(400, row, tau=100)
+    assert "early stop" not in said[0] and "at most" not in said[0], said[0]
+    assert said[1].endswith("(early stop at step 200 if L_cand < 0.02 log K)"), said[1]
+    assert said[2].endswith("at most (stops early once L_cand < 0.02 log K)"), said[2]

@@ -30,6 +30,7 @@ from pathlib import Path
 from mbc.core.artifacts import dumps_strict
 from mbc.core.config import Config
 from mbc.core.packing import make_packs, pack_widths
+from mbc.core.runlog import finished, read_log
 from mbc.core.spec import RunSpec
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
@@ -166,7 +167,8 @@ def banner_lines(
     out = Path(cfg.outdir)
     device = str(cfg.raw.get("device", "auto"))
     threads = int(cfg.raw.get("threads", 1))
-    done = {r for r in specs if (out / "runs" / r / "summary.json").exists()}
+    # trained: its log says finished (a missing or moved-aside summary is rebuilt from it)
+    done = {r for r in specs if finished(read_log(out / "runs" / r / "state" / "log.jsonl"))}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch

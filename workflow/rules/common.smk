@@ -59,14 +59,6 @@ if (
 # an outdir nothing can be written to (read-only, not a directory): one line, before any job
 if MAIN_PROCESS and not DRY_RUN and (why := mbc.core.artifacts.unwritable(OUT)):
     sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
-# What this invocation is about to do and what it costs (also under -n).
-if MAIN_PROCESS:
-    for line in mbc.banner.banner_lines(
-        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
-    ):
-        print(line, file=sys.stderr)
-    if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
-        print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 # pack.enabled: pack id -> its run ids (rules in train.smk)
@@ -195,6 +187,16 @@ if MAIN_PROCESS:
         _findings, _runs, _aggregates, dry_run=_report_only
     ):
         print(f"mbc: repair: {line}", file=sys.stderr)
+
+# What this invocation is about to do and what it costs (also under -n), after the repair:
+# a run whose state the repair moved aside counts as to train.
+if MAIN_PROCESS:
+    for line in mbc.banner.banner_lines(
+        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
+    ):
+        print(line, file=sys.stderr)
+    if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
+        print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
 
 
 ALL_TARGETS = [

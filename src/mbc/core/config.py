@@ -176,6 +176,15 @@ def _dotted(path: tuple) -> str:
     return ".".join(str(p) for p in path)
 
 
+def _holds(node: Any, path: tuple) -> bool:
+    """Whether the nested dict `node` has a value at `path`."""
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def _origin(key: str, origins: dict[str, str], written=_dotted) -> str:
     """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
     set/grid/variants entry that assigned it, else its `defaults` entry."""
@@ -311,15 +320,24 @@ def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=_do
     if o.lr <= 0:
         bad("train.lr", o.lr, "learning rate must be positive")
     if o.batch_size > t.d:
-        bad("train.batch_size", o.batch_size, f"larger than the dataset D={t.d}")
+        # D = K x n_groups: name where both were written, either may be the slip
+        groups = _origin("task.n_groups", origins or {}, written)
+        bad(
+            "train.batch_size",
+            o.batch_size,
+            f"larger than the dataset D={t.d} = K {t.k} x task.n_groups {t.n_groups} "
+            f"(n_groups from '{groups}')",
+        )
     if e.dense_every and (e.every <= 0 or e.every % e.dense_every):
         bad("eval.dense_every", e.dense_every, f"must divide eval.every = {e.every}")
     if not 0 < e.threshold < 1:
         bad("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")
 
 
-def load(raw: dict, overrides: dict | None = None) -> Config:
-    """Validate and expand the whole config. Raises ConfigError before any job runs."""
+def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--config") -> Config:
+    """Validate and expand the whole config. Raises ConfigError before any job runs.
+    given_as: how a message names a value that came from `overrides` (Snakemake's
+    `--config`); None: by its path alone, as for the config files `check_files` merges."""
     cfg = resolve(raw, overrides)
     experiments = cfg["experiments"]
     only = cfg.get("only") or list(experiments)
@@ -329,12 +347,13 @@ def load(raw: dict, overrides: dict | None = None) -> Config:
     preset_raw = (raw.get("presets") or {}).get(cfg["preset"], {})
 
     def written(path: tuple) -> str:
-        node = preset_raw
-        for part in path:
-            if not isinstance(node, dict) or part not in node:
-                return _dotted(path)
-            node = node[part]
-        return f"presets.{cfg['preset']}.{_dotted(path)}"
+        """Where the user wrote the value at `path`: on the command line (`--config`,
+        which wins), in the preset, else at its own place in config.yaml."""
+        if given_as and _holds(overrides or {}, path):
+            return f"{given_as} {_dotted(path)}"
+        if _holds(preset_raw, path):
+            return f"presets.{cfg['preset']}.{_dotted(path)}"
+        return _dotted(path)
 
     # the defaults themselves, even where every experiment overrides a value
     expand_experiment("defaults", {}, cfg["defaults"], [0], written)
@@ -459,7 +478,7 @@ def check_files(paths: list[str], base: str | Path = "config.yaml") -> Config:
     over: dict = {}
     for path in paths:
         over = deep_merge(over, read_yaml(path))
-    return load(deep_merge(read_yaml(base), over), over)
+    return load(deep_merge(read_yaml(base), over), over, given_as=None)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ pack runs again.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -155,7 +156,7 @@ def scan(
         if not f.summary.is_file():
             out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue
-        if (bad := _altered(f.run_id, 2, [f.summary])) is not None:
+        if bad := _altered(f.run_id, 2, [f.summary]) or _unparsable(f.run_id, f.summary):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
@@ -164,6 +165,19 @@ def scan(
         elif (bad := _altered(f.run_id, 3, f.diagnostics)) is not None:
             out.append(bad)
     return out
+
+
+def _unparsable(run_id: str, summary: Path) -> Finding | None:
+    """A summary.json that is not JSON, where no checksum was written with it (an older
+    outdir): found here, so one rerun heals it (the job reading it would move it aside
+    and fail, and only the next rerun would rebuild it)."""
+    if read_sidecar_sha256(summary) is not None:
+        return None  # the checksum already decides
+    try:
+        json.loads(summary.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        return Finding(run_id, 2, summary, f"not valid JSON ({exc})", True)
+    return None
 
 
 def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:

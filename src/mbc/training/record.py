@@ -309,8 +309,10 @@ def _try_resume(state_dir: Path, log_rows: list[dict], say: Callable[[str], None
 
 class Progress:
     """One line at most every `every_s` seconds of a running job: step / budget,
-    L_cand / log K, delta_z, tau, steps/s and the time left (to the early stop once tau
-    is known, else to the budget)."""
+    L_cand / log K, delta_z, tau, steps/s and the time left: to the budget, or once tau is
+    known to the early stop's step (factor x tau), which stops the run only if L_cand is
+    then below its loss condition; past that step the run goes on until it is, so the
+    time left is to the budget again, said as an upper bound."""
 
     def __init__(self, spec: RunSpec, step: int, say: Callable[[str], None], every_s: float):
         self.spec, self.say, self.every_s = spec, say, every_s
@@ -324,16 +326,20 @@ class Progress:
         self.last = now
         t, log_k = self.spec.train, self.spec.task.log_k
         rate = (step - self.step0) / max(now - self.t0, 1e-9)
-        end = t.max_steps
+        end, note = t.max_steps, ""
         if tau is not None and t.early_stop_tau_factor > 0:
-            end = min(end, max(step, math.ceil(t.early_stop_tau_factor * tau)))
+            stop = math.ceil(t.early_stop_tau_factor * tau)
+            until = f"L_cand < {t.early_stop_loss_fraction:g} log K"
+            if step < stop < end:
+                end, note = stop, f" (early stop at step {stop:,} if {until})"
+            elif stop <= step:
+                note = f" at most (stops early once {until})"
         dz = row.get("delta_z")
         dz_text = "-" if dz is None or not math.isfinite(dz) else f"{dz:.3f}"
         self.say(
             f"step {step:,}/{t.max_steps:,}  L_cand/logK {row['candidate_loss'] / log_k:.3f}"
             f"  delta_z {dz_text}  tau {'-' if tau is None else tau}  {rate:.1f} steps/s"
-            f"  ETA {duration((end - step) / max(rate, 1e-9))}"
-            + ("" if end == t.max_steps else " (early stop)")
+            f"  ETA {duration((end - step) / max(rate, 1e-9))}{note}"
         )
 
 
