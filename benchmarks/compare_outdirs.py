@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import pandas as pd
 
@@ -54,6 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("b")
     ap.add_argument("--experiment", default=None)
     args = ap.parse_args(argv)
+    for d in (args.a, args.b):
+        if not Path(d, "tau.csv").is_file():
+            raise SystemExit(
+                f"compare_outdirs: {d}/tau.csv not found (build it: snakemake <outdir>/tau.csv)"
+            )
     m = compare(args.a, args.b, args.experiment)
     head = ["run (exp, K, D, seed)"] + [f"{n}: A -> B" for _, n in SHOWN]
     print("| " + " | ".join(head) + " |")
