@@ -9,7 +9,8 @@ import torch
 from helpers import tiny_spec
 
 from mbc.core import config as mbc_config
-from mbc.estimate import calibrate_tau, estimate, main, measure_steps_per_s
+from mbc.estimate import calibrate_tau, estimate, main
+from mbc.pack_estimate import measure_steps_per_s
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
@@ -85,8 +86,12 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     smoke = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path)})
     first = next(iter(smoke.specs))
-    (tmp_path / "runs" / first).mkdir(parents=True)
-    (tmp_path / "runs" / first / "summary.json").write_text("{}")
+    # trained: its log says finished (a summary.json alone is not training)
+    (tmp_path / "runs" / first / "state").mkdir(parents=True)
+    (tmp_path / "runs" / first / "state" / "log.jsonl").write_text('{"event": "done", "step": 1}\n')
+    second = list(smoke.specs)[1]
+    (tmp_path / "runs" / second).mkdir(parents=True)
+    (tmp_path / "runs" / second / "summary.json").write_text("{}")
     lines = banner_lines(smoke, cores=2, measure=False)
     n = len(smoke.specs)
     assert f"{n} distinct runs: 1 trained, {n - 1} to train" in lines[1]

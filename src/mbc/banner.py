@@ -6,12 +6,13 @@ the expected wall time for the given --cores (or, on Slurm, the compute time), t
 the runs will use, and, for the paper preset on a CPU, a plain warning with the cheaper
 presets' commands.
 
-It must be fast, so it trains nothing: the expected steps come from measured taus where
+It must be fast, so it trains nothing. Steps and seconds come from the cost model that
+`mbc.estimate` uses too (`mbc.planning.cost`): the expected steps from measured taus where
 they exist (tau.csv or run logs, `mbc.estimate.measured_taus`), else from the power law
 tau = c D^1.2 fitted to those, else from the step budget (then an upper bound, said so).
 Steps/s is measured once per (machine, shape family) on the most common shape left to
 train, 5 eager steps (never compiled), and cached in `<outdir>/.mbc/steps_per_s.json` per
-`mbc.estimate.shape_key`; other shapes are scaled by their parameter count x batch x
+`mbc.planning.cost.shape_key`; other shapes are scaled by their parameter count x batch x
 sequence length. `python -m mbc.estimate` is the careful
 version (every shape measured, a calibration run when nothing is measured).
 """
@@ -19,10 +20,8 @@ version (every shape measured, a calibration run when nothing is measured).
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
-import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -32,6 +31,7 @@ from mbc.core.config import Config
 from mbc.core.packing import make_packs, pack_widths
 from mbc.core.runlog import finished, read_log
 from mbc.core.spec import RunSpec
+from mbc.core.units import duration, size
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
 
@@ -95,11 +95,12 @@ def _rate(
     spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True, width: int = 0
 ) -> float:
     """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
-    width > 0, `mbc.estimate.measure_steps_per_s`), cached per shape and width (not
+    width > 0, `mbc.pack_estimate.measure_steps_per_s`), cached per shape and width (not
     written when `write` is false: a dry run leaves the outdir as it was)."""
     import dataclasses
 
-    from mbc.estimate import measure_steps_per_s, shape_key
+    from mbc.pack_estimate import measure_steps_per_s
+    from mbc.planning.cost import shape_key
 
     # The eager step: a cold torch.compile would hold every start-up for about a minute, and
     # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
@@ -134,23 +135,6 @@ def _free_bytes(path: Path) -> int | None:
         return shutil.disk_usage(p).free
     except OSError:
         return None
-
-
-def _hms(s: float) -> str:
-    if not math.isfinite(s):
-        return "n/a"
-    h, rem = divmod(int(round(s)), 3600)
-    if h >= 48:
-        return f"{h / 24:.1f} days"
-    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
-
-
-def _size(n_bytes: float) -> str:
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if n_bytes < 1000 or unit == "TB":
-            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
-        n_bytes /= 1000
-    return ""
 
 
 def banner_lines(
@@ -207,27 +191,20 @@ def banner_lines(
 
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)
-    from mbc.estimate import D_EXPONENT, eval_step_equivalents, expected_steps, measured_taus
+    from mbc.estimate import measured_taus
+    from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
     from mbc.training.schedule import eval_schedule
 
     measured = measured_taus(cfg.outdir, specs)
-    law = [m["tau"] / specs[i].task.d**D_EXPONENT for i, m in measured.items()
-           if m["tau"] is not None and specs[i].model.kind == "transformer"]  # fmt: skip
-    coef = statistics.median(law) if law else None
-    steps, upper = {}, False
-    for r, spec in todo.items():
-        m = measured.get(r)
-        if m is not None:
-            steps[r] = expected_steps(spec, m["tau"], m["steps"])
-            continue
-        tau = None if coef is None else coef * spec.task.d**D_EXPONENT
-        upper |= tau is None and spec.model.kind == "transformer"
-        steps[r] = expected_steps(spec, tau, None)
+    coef, n_law = tau_law(specs, measured)
+    exp = expected(todo, measured, coef)
+    steps = {r: e.steps for r, e in exp.items()}
+    upper = any(e.tau is None and todo[r].model.kind == "transformer" for r, e in exp.items())
     budget = sum(s.train.max_steps for s in todo.values())
     lines.append(
         f"mbc: {sum(steps.values()):,} training steps expected (budget {budget:,}); "
         + (
-            f"tau = c D^{D_EXPONENT} with c from {len(law)} measured taus"
+            f"tau = c D^{D_EXPONENT} with c from {n_law} measured taus"
             if coef is not None
             else "no tau measured yet: every run at its full budget (an upper bound)"
         )
@@ -242,12 +219,12 @@ def banner_lines(
         # snapshots, plus the resume state (weights and two Adam moments)
         disk += (len(snaps) + 3) * params[spec.model] * BYTES_PER_PARAM
     lines.append(
-        f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {_size(disk)}"
+        f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {size(disk)}"
     )
     free = _free_bytes(out)
     if free is not None and free < disk:
         lines.append(
-            f"mbc: WARNING: {out}/ has {_size(free)} free, less than the runs may need: a job "
+            f"mbc: WARNING: {out}/ has {size(free)} free, less than the runs may need: a job "
             "that fills the disk fails (ENOSPC) and resumes once space is freed"
         )
 
@@ -261,26 +238,26 @@ def banner_lines(
         )
         rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run, width)
         ref_cost = _cost(ref, params[ref.model])
-        seconds = {}
-        for r, spec in todo.items():
-            scale = _cost(spec, params[spec.model]) / ref_cost
-            work = steps[r] + eval_step_equivalents(spec, steps[r], None)
-            seconds[r] = work * scale / rate
+        # other shapes at the measured rate scaled by their work per step (`_cost`)
+        seconds = {
+            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[spec.model]))
+            for r, spec in todo.items()
+        }
         total = sum(seconds.values())
         bound = "at most " if upper else ""
         if executor == "local":
             # --cores above this machine's count does not run more jobs at once
             jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
-            wall = max(total / jobs, max(seconds.values()))
+            wall = wall_seconds(list(seconds.values()), jobs)
             lines.append(
-                f"mbc: expected training wall time {bound}{_hms(wall)} with {jobs} parallel "
-                f"job(s) ({_hms(total)} of training in all; {rate:.1f} steps/s measured on "
+                f"mbc: expected training wall time {bound}{duration(wall)} with {jobs} parallel "
+                f"job(s) ({duration(total)} of training in all; {rate:.1f} steps/s measured on "
                 f"the most common shape in {time.perf_counter() - t0:.1f} s; diagnostics not "
                 "included; `python -m mbc.estimate` measures every shape)"
             )
         else:
             lines.append(
-                f"mbc: {bound}{_hms(total)} of training jobs at this machine's speed; the wall "
+                f"mbc: {bound}{duration(total)} of training jobs at this machine's speed; the wall "
                 "time depends on the cluster's queue and nodes"
             )
     if cfg.preset == "paper" and device == "cpu":

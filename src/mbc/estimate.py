@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -44,41 +42,20 @@ from mbc.core.crossing import first_crossing
 from mbc.core.packing import pack_widths
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
+from mbc.core.units import duration
+from mbc.pack_estimate import measure_rates, measure_steps_per_s, packed_wall_seconds, shape_of
+from mbc.planning.cost import (
+    D_EXPONENT,
+    expected,
+    n_evaluations,
+    run_seconds,
+    shape_key,
+    tau_law,
+    wall_seconds,
+)
 from mbc.training.data import build_dataset
 from mbc.training.schedule import eval_schedule
 from mbc.training.train import fresh_run, pick_device
-
-D_EXPONENT = 1.2
-
-
-def shape_key(spec: RunSpec) -> tuple:
-    """Runs with equal keys cost the same per step."""
-    t = spec.task
-    o = spec.train
-    return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile, o.precision)
-
-
-def measure_steps_per_s(
-    spec: RunSpec, device: torch.device, steps: int = 20, width: int = 0
-) -> float:
-    """Run-steps/s of `spec`'s training step: width 0, the step of one run
-    (`mbc.training.train.train_run`); width R >= 1, a pack of R runs of its shape
-    (`mbc.training.packed.PackedRuns.step`, what `train_pack` runs): R / the pack's step time."""
-    if width:
-        from mbc.pack_estimate import time_pack_step  # (it imports this module)
-
-        return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
-    step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
-    for s in range(1, 3):
-        step(s)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    t0 = time.perf_counter()
-    for s in range(3, 3 + steps):
-        step(s)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return steps / (time.perf_counter() - t0)
 
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
@@ -120,37 +97,6 @@ def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
     return out
 
 
-def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None) -> int:
-    t = spec.train
-    if measured_steps is not None:
-        return measured_steps
-    if tau is None or spec.model.kind == "linear" or t.early_stop_tau_factor <= 0:
-        return t.max_steps
-    if spec.task.label_noise > 0:  # noisy labels keep L_cand off the early stop's bound
-        return t.max_steps
-    return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
-
-
-def n_evaluations(spec: RunSpec, steps: int, tau: float | None = None) -> float:
-    """Evaluations of a run of `steps` steps: its schedule's, and with eval.dense_every the
-    kept weights evaluated where a threshold is crossed, counted as one tau's worth of
-    steps at the dense spacing (the transition runs from the z-usage onset, ~tau/2, to
-    convergence, ~1.5 tau), or none for a run without tau."""
-    e = spec.eval
-    n_evals = sum(1 for s in eval_schedule(e, spec.train.max_steps)[0] if s <= steps)
-    if e.dense_every and tau is not None:
-        n_evals += min(tau, steps) / e.dense_every * (1 - e.dense_every / e.every)
-    return n_evals
-
-
-def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -> float:
-    """Evaluation cost of a run of `steps` steps (`n_evaluations`), in training-step
-    equivalents."""
-    n_ctx = min(spec.eval.n_contexts, spec.task.d)
-    seqs = n_ctx * (spec.task.k + 1)
-    return n_evaluations(spec, steps, tau) * seqs / (3 * spec.train.batch_size)
-
-
 def estimate(
     preset: str,
     config_path: str = "config.yaml",
@@ -179,18 +125,11 @@ def estimate(
     jobs = jobs or max(1, (os.cpu_count() or 1) // threads)
 
     measured = measured_taus(cfg.outdir, specs)
-    # the power law's coefficient
-    law_runs = {
-        i: m
-        for i, m in measured.items()
-        if m["tau"] is not None and specs[i].model.kind == "transformer"
-    }
+    # the power law's coefficient: given, or from the measured taus, or one calibration run
+    law_coef, n_law = tau_law(specs, measured)
     coef_note = ""
-    if tau_coef is None and law_runs:
-        tau_coef = statistics.median(
-            m["tau"] / specs[i].task.d ** D_EXPONENT for i, m in law_runs.items()
-        )
-        coef_note = f"median over {len(law_runs)} measured taus"
+    if tau_coef is None and law_coef is not None:
+        tau_coef, coef_note = law_coef, f"median over {n_law} measured taus"
     elif tau_coef is None and len(measured) < len(specs):
         transformers = [s for s in specs.values() if s.model.kind == "transformer"]
         if transformers:
@@ -220,17 +159,9 @@ def estimate(
                 rates[key] = measure_steps_per_s(spec, device, width=widths.get(run_id, 0))
 
     rows = []
-    for run_id, spec in specs.items():
-        m = measured.get(run_id)
-        if m is not None:
-            tau, src = m["tau"], "measured"
-            steps = expected_steps(spec, tau, m["steps"])
-        else:
-            tau = None if tau_coef is None else tau_coef * spec.task.d**D_EXPONENT
-            src = "law"
-            steps = expected_steps(spec, tau, None)
+    for run_id, e in expected(specs, measured, tau_coef).items():
+        spec = specs[run_id]
         rate = steps_per_s if steps_per_s is not None else rates[rate_key(run_id)]
-        total_steps = steps + eval_step_equivalents(spec, steps, tau)
         rows.append(
             {
                 "run_id": run_id,
@@ -238,17 +169,17 @@ def estimate(
                     sorted({r.experiment for r in cfg.runs if r.run_id == run_id})
                 ),
                 "d": spec.task.d,
-                "tau": tau,
-                "tau_source": src,
+                "tau": e.tau,
+                "tau_source": e.source,
                 "max_steps": spec.train.max_steps,
-                "expected_steps": steps,
+                "expected_steps": e.steps,
                 "steps_per_s": rate,
-                "expected_s": total_steps / rate,
+                "expected_s": run_seconds(spec, e, rate),
             }
         )
     df = pd.DataFrame(rows)
     total_s = float(df.expected_s.sum())
-    wall_s = max(total_s / jobs, float(df.expected_s.max()))
+    wall_s = wall_seconds(list(df.expected_s), jobs)
     out = {
         "preset": cfg.preset,
         "runs": len(df),
@@ -272,21 +203,19 @@ def estimate(
 
 
 def _packed(cfg, specs, df, device, rates_path, say) -> dict:
-    from mbc import pack_estimate
-
     if rates_path is not None:
         rates = json.loads(Path(rates_path).read_text())
     else:  # the most common shape measured here
         common = Counter(map(shape_key, specs.values())).most_common(1)[0][0]
         ref = next(s for s in specs.values() if shape_key(s) == common)
-        say(f"measuring pack rates on {device} at {pack_estimate.shape_of(ref)}")
-        rates = pack_estimate.measure_rates(ref, device, say=say)
+        say(f"measuring pack rates on {device} at {shape_of(ref)}")
+        rates = measure_rates(ref, device, say=say)
     steps = dict(zip(df.run_id, df.expected_steps, strict=True))
     taus = {r: None if pd.isna(t) else t for r, t in zip(df.run_id, df.tau, strict=True)}
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
     max_runs = int(cfg.raw["pack"]["max_runs"])
     batched = rates["device"] != "cpu"  # train_pack evaluates together on a GPU
-    res = pack_estimate.packed_wall_seconds(specs, steps, evals, rates, max_runs, batched)
+    res = packed_wall_seconds(specs, steps, evals, rates, max_runs, batched)
     return {"rates": rates, "max_runs": max_runs, **res}
 
 
@@ -299,11 +228,6 @@ def _shape_name(key: tuple) -> str:
         + ("" if precision == "fp32" else f", {precision}")
         + (f", packs of {width[0]}" if width and width[0] else "")
     )
-
-
-def _hms(s: float) -> str:
-    h, rem = divmod(int(round(s)), 3600)
-    return f"{h}h{rem // 60:02d}m" if h else f"{rem // 60}m{rem % 60:02d}s"
 
 
 def report(out: dict, say=print) -> None:
@@ -336,13 +260,13 @@ def report(out: dict, say=print) -> None:
     for name, r in g.iterrows():
         say(
             f"{name:<6}{int(r.runs):>5}{int(r.budget):>12,}{int(r.steps):>12,}"
-            + ("" if packed else f"{_hms(r.seconds):>10}")
+            + ("" if packed else f"{duration(r.seconds):>10}")
         )
     p = out.get("packed")
     if p is None:
         say(
-            f"expected training time: {_hms(out['cpu_seconds'])} of {out['threads']}-thread "
-            f"jobs; wall ~{_hms(out['wall_seconds'])} with {out['jobs']} parallel jobs "
+            f"expected training time: {duration(out['cpu_seconds'])} of {out['threads']}-thread "
+            f"jobs; wall ~{duration(out['wall_seconds'])} with {out['jobs']} parallel jobs "
             "(evaluation included, diagnostics not)"
         )
         return
@@ -352,12 +276,12 @@ def report(out: dict, say=print) -> None:
         + ", ".join(f"{w} runs {1 / v['step_s']:.0f} steps/s" for w, v in r["pack"].items())
     )
     for pid, n, secs in sorted(p["packs"], key=lambda x: -x[2]):
-        say(f"  {pid}: {n} runs, {_hms(secs)}")
+        say(f"  {pid}: {n} runs, {duration(secs)}")
     if p["alone_s"]:
-        say(f"  runs that cannot be packed (linear baseline), one by one: {_hms(p['alone_s'])}")
+        say(f"  runs that cannot be packed (linear baseline), one by one: {duration(p['alone_s'])}")
     say(
         f"expected training wall time with pack.enabled (max_runs {p['max_runs']}), packs one "
-        f"after another: {_hms(p['wall_s'])} (evaluation included, diagnostics not)"
+        f"after another: {duration(p['wall_s'])} (evaluation included, diagnostics not)"
     )
 
 

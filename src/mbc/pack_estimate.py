@@ -32,7 +32,6 @@ import torch
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.packing import make_packs, pack_key
 from mbc.core.spec import VOCAB, RunSpec
-from mbc.estimate import measure_steps_per_s
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
 from mbc.training.packed import PackedRuns
@@ -74,6 +73,27 @@ def time_pack_step(
     if device.type == "cuda":
         out["peak_mem_gb"] = torch.cuda.max_memory_allocated(device) / 2**30
     return out
+
+
+def measure_steps_per_s(
+    spec: RunSpec, device: torch.device, steps: int = 20, width: int = 0
+) -> float:
+    """Run-steps/s of `spec`'s training step: width 0, the step of one run
+    (`mbc.training.train.train_run`); width R >= 1, a pack of R runs of its shape
+    (`mbc.training.packed.PackedRuns.step`, what `train_pack` runs): R / the pack's step time."""
+    if width:
+        return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
+    step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
+    for s in range(1, 3):
+        step(s)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    for s in range(3, 3 + steps):
+        step(s)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return steps / (time.perf_counter() - t0)
 
 
 def time_evaluation(spec: RunSpec, device: torch.device, repeats: int = 3) -> float:

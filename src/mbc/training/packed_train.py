@@ -20,10 +20,11 @@ from collections.abc import Callable
 import torch
 
 from mbc.core.spec import RunSpec
+from mbc.core.units import duration
 from mbc.training.data import Dataset
 from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
-from mbc.training.record import RunRecord, Weights, duration, finalize_run
+from mbc.training.record import RunRecord, Weights, finalize_run
 from mbc.training.train import ENGINES, eval_batch
 from mbc.training.train_log import shuffled_first_loss_fn
 

@@ -44,6 +44,7 @@ from mbc.core.divergence import bound, divergence
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
+from mbc.core.units import duration
 from mbc.training import tensorboard_log, train_log
 from mbc.training.schedule import crosses_mark, eval_schedule
 
@@ -341,11 +342,6 @@ class Progress:
             f"  delta_z {dz_text}  tau {'-' if tau is None else tau}  {rate:.1f} steps/s"
             f"  ETA {duration((end - step) / max(rate, 1e-9))}{note}"
         )
-
-
-def duration(seconds: float) -> str:
-    s = int(round(seconds))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
 
 
 class _Kept(NamedTuple):

@@ -1,0 +1,1 @@
+"""Planning a run of the pipeline: what it will cost (`cost`)."""

@@ -1,0 +1,104 @@
+"""The cost model: the training steps, evaluations and seconds a set of runs is expected to
+take, as a pure function of their specs, the taus measured so far and measured step rates.
+It measures nothing: `mbc.pack_estimate` times steps; the start-up banner (`mbc.banner`)
+and `mbc.estimate` pass what they measured and print what this returns.
+
+Expected steps of a run: its measured steps if it finished; else, once tau is known
+(measured, or from the law tau = c D^1.2 with c the median of tau / D^1.2 over the measured
+transformer taus), early_stop_tau_factor x tau, capped by the budget. Linear-baseline runs
+(never transition) and label-noise runs (never meet the early stop's loss bound) cost
+their whole budget.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from mbc.core.spec import RunSpec
+from mbc.training.schedule import eval_schedule
+
+D_EXPONENT = 1.2  # the paper's tau ~ D^1.2, independent of K
+
+
+def shape_key(spec: RunSpec) -> tuple:
+    """Runs with equal keys cost the same per step."""
+    t, o = spec.task, spec.train
+    return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile, o.precision)
+
+
+def tau_law(specs: dict[str, RunSpec], measured: dict[str, dict]) -> tuple[float | None, int]:
+    """(c, n): c of tau = c D^1.2, the median of tau / D^1.2 over the n measured taus of
+    transformer runs (None when there is none)."""
+    law = [
+        m["tau"] / specs[r].task.d ** D_EXPONENT
+        for r, m in measured.items()
+        if m["tau"] is not None and specs[r].model.kind == "transformer"
+    ]
+    return (statistics.median(law) if law else None), len(law)
+
+
+@dataclass(frozen=True)
+class Expected:
+    tau: float | None  # measured, or c D^1.2; None: unknown (the budget is then an upper bound)
+    source: str  # "measured" or "law"
+    steps: int
+
+
+def expected(
+    specs: dict[str, RunSpec], measured: dict[str, dict], coef: float | None
+) -> dict[str, Expected]:
+    """run id -> its expected tau and steps (`measured`: run id -> {"tau", "steps"})."""
+    out = {}
+    for r, spec in specs.items():
+        m = measured.get(r)
+        if m is not None:
+            out[r] = Expected(m["tau"], "measured", expected_steps(spec, m["tau"], m["steps"]))
+        else:
+            tau = None if coef is None else coef * spec.task.d**D_EXPONENT
+            out[r] = Expected(tau, "law", expected_steps(spec, tau, None))
+    return out
+
+
+def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None) -> int:
+    t = spec.train
+    if measured_steps is not None:
+        return measured_steps
+    if tau is None or spec.model.kind == "linear" or t.early_stop_tau_factor <= 0:
+        return t.max_steps
+    if spec.task.label_noise > 0:  # noisy labels keep L_cand off the early stop's bound
+        return t.max_steps
+    return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
+
+
+def n_evaluations(spec: RunSpec, steps: int, tau: float | None = None) -> float:
+    """Evaluations of a run of `steps` steps: its schedule's, and with eval.dense_every the
+    kept weights evaluated where a threshold is crossed, counted as one tau's worth of
+    steps at the dense spacing (the transition runs from the z-usage onset, ~tau/2, to
+    convergence, ~1.5 tau), or none for a run without tau."""
+    e = spec.eval
+    n_evals = sum(1 for s in eval_schedule(e, spec.train.max_steps)[0] if s <= steps)
+    if e.dense_every and tau is not None:
+        n_evals += min(tau, steps) / e.dense_every * (1 - e.dense_every / e.every)
+    return n_evals
+
+
+def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -> float:
+    """Evaluation cost of a run of `steps` steps (`n_evaluations`), in training-step
+    equivalents: (n_contexts x (K + 1)) sequences forward per evaluation, one third of a
+    training step per batch_size sequences."""
+    n_ctx = min(spec.eval.n_contexts, spec.task.d)
+    seqs = n_ctx * (spec.task.k + 1)
+    return n_evaluations(spec, steps, tau) * seqs / (3 * spec.train.batch_size)
+
+
+def run_seconds(spec: RunSpec, e: Expected, steps_per_s: float) -> float:
+    """Seconds of one run's training and in-loop evaluation at `steps_per_s`."""
+    return (e.steps + eval_step_equivalents(spec, e.steps, e.tau)) / steps_per_s
+
+
+def wall_seconds(seconds: list[float], jobs: int) -> float:
+    """Wall time of runs taking `seconds` each on `jobs` parallel jobs: the total shared
+    out, but never less than the longest run."""
+    return max(sum(seconds) / max(jobs, 1), max(seconds, default=0.0))

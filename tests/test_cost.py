@@ -1,0 +1,64 @@
+"""The cost model (mbc.planning.cost) and the one duration/size formatter (mbc.core.units),
+against cases whose answers are known."""
+
+import dataclasses
+import math
+
+from helpers import tiny_spec
+
+from mbc.core.units import duration, size
+from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
+
+
+def _specs():
+    base = dataclasses.replace(
+        tiny_spec(), train=dataclasses.replace(tiny_spec().train, early_stop_tau_factor=3.0)
+    )
+    small = base
+    large = dataclasses.replace(base, task=dataclasses.replace(base.task, n_groups=48))
+    noisy = dataclasses.replace(base, task=dataclasses.replace(base.task, label_noise=0.1))
+    linear = dataclasses.replace(base, model=dataclasses.replace(base.model, kind="linear"))
+    return {"small": small, "large": large, "noisy": noisy, "linear": linear}
+
+
+def test_the_tau_law_is_the_median_over_measured_transformer_taus():
+    specs = _specs()
+    c = 0.5
+    measured = {
+        "small": {"tau": c * specs["small"].task.d ** D_EXPONENT, "steps": 100},
+        "large": {"tau": c * specs["large"].task.d ** D_EXPONENT, "steps": None},
+        "linear": {"tau": 1.0, "steps": 40},  # a linear run's tau does not enter the law
+    }
+    coef, n = tau_law(specs, measured)
+    assert n == 2 and math.isclose(coef, c)
+    assert tau_law(specs, {}) == (None, 0)
+
+
+def test_expected_steps_measured_law_and_whole_budgets():
+    specs = _specs()
+    d = specs["large"].task.d
+    exp = expected(specs, {"small": {"tau": 30.0, "steps": 95}}, coef=0.01)
+    assert exp["small"].steps == 95 and exp["small"].source == "measured"
+    tau = 0.01 * d**D_EXPONENT
+    assert exp["large"].source == "law" and math.isclose(exp["large"].tau, tau)
+    assert exp["large"].steps == min(specs["large"].train.max_steps, math.ceil(3 * tau))
+    # label noise never meets the early stop's loss bound; the linear baseline never transitions
+    assert exp["noisy"].steps == exp["linear"].steps == specs["noisy"].train.max_steps
+    # no tau known: the budget (an upper bound)
+    assert all(e.steps == specs[r].train.max_steps for r, e in expected(specs, {}, None).items())
+
+
+def test_seconds_and_wall_time():
+    spec = _specs()["small"]
+    e = expected({"r": spec}, {"r": {"tau": None, "steps": 60}}, None)["r"]
+    # evaluation counted in training-step equivalents on top of the 60 steps
+    assert run_seconds(spec, e, 10.0) > 6.0
+    assert wall_seconds([3.0, 3.0, 3.0, 3.0], 2) == 6.0
+    assert wall_seconds([10.0, 1.0, 1.0], 2) == 10.0  # never less than the longest run
+    assert wall_seconds([], 4) == 0.0
+
+
+def test_one_formatter_for_durations_and_sizes():
+    assert duration(65) == "1m05s" and duration(3700) == "1h01m"
+    assert duration(3 * 86400) == "3.0 days" and duration(math.inf) == "n/a"
+    assert size(512) == "512 B" and size(747_900) == "747.9 kB" and size(3.1e9) == "3.1 GB"
