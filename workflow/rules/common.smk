@@ -137,7 +137,10 @@ def run_inputs(wc):
     }
 
 
-# A missing or corrupt per-run artefact: rebuild its chain (mbc.core.integrity).
+# A missing or corrupt per-run artefact: rebuild its chain (mbc.core.integrity). This runs
+# while the Snakefile is parsed, not in `onstart`: Snakemake builds the DAG from the files
+# on disk before `onstart`, so a table deleted there would be missing, not rebuilt, in this
+# invocation. It repairs only under this invocation's hold on the outdir (below).
 if MAIN_PROCESS:
     _runs = [
         mbc.core.integrity.RunFiles(
