@@ -21,7 +21,17 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mbc.core.spec import A_LEN, B_LEN, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from mbc.core.spec import (
+    A_LEN,
+    B_LEN,
+    NUMERIC_COLUMNS,
+    EvalSpec,
+    ModelSpec,
+    RunSpec,
+    TaskSpec,
+    TrainSpec,
+    field_value,
+)
 
 N_CHARS = 36
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
@@ -96,6 +106,7 @@ def schema() -> dict:
 
     full = yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
     full["properties"]["statistics"] = statistics_schema()
+    full["definitions"]["fit"]["properties"]["x"] = {"enum": NUMERIC_COLUMNS}
     return full
 
 
@@ -196,10 +207,7 @@ def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) ->
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
-    if dotted == "d":
-        return spec.task.d
-    section, field = dotted.split(".")
-    return getattr(getattr(spec, section), field)
+    return spec.task.d if dotted == "d" else field_value(spec, dotted)
 
 
 def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
