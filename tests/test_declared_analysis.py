@@ -1,9 +1,10 @@
-"""Issue 24's "done when": a new experiment, its fit and its statistic need config alone.
+"""Issue 24's "done when": a new experiment, its fit, its statistics and a scorecard row of
+our own need config alone.
 
-E16 varies model.n_layers; its fit takes x `model.n_layers` and its statistic reads the
-same column. The config is checked like the workflow's (schema, references), its runs
-expanded, tau.csv's rows assembled from synthetic summaries (no training), and the fits
-and statistics computed from them.
+E16 varies model.n_layers; its fit takes x `model.n_layers`, its statistics read the same
+column and its scorecard row is `traced: ours`. The config is checked like the workflow's
+(schema, references), its runs expanded, tau.csv's rows assembled from synthetic summaries
+(no training), and the fits, statistics and scorecard computed from them.
 """
 
 import copy
@@ -15,9 +16,11 @@ import yaml
 from test_statistics import BOOT, no_rows
 
 from mbc.analysis.fit_tables import fit_table
+from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.config import ConfigError, load
 from mbc.diagnostics.summary import tau_table
+from mbc.paper.report import scorecard_table
 
 ROOT = Path(__file__).resolve().parents[1]
 E16 = {
@@ -34,6 +37,10 @@ E16 = {
             "bound": True, "what": "Spearman rho of tau with the depth ({experiments})",
         },
     },
+    "scorecard": [{
+        "claim": "deeper models wait less (E16)", "statistic": "n_layers_spearman",
+        "paper_reference": {"sign": -1, "traced": "ours"}, "agree": {"sign": True},
+    }],
 }  # fmt: skip
 
 
@@ -42,6 +49,7 @@ def with_e16(raw: dict) -> dict:
     cfg["experiments"] |= E16["experiments"]
     cfg["fits"] = cfg["fits"] + E16["fits"]
     cfg["statistics"] = cfg["statistics"] | E16["statistics"]
+    cfg["scorecard"] = cfg["scorecard"] + E16["scorecard"]
     cfg["only"] = ["E16"]
     return cfg
 
@@ -74,6 +82,10 @@ def test_e16_tau_vs_n_layers_needs_config_alone(raw):
     assert s.loc["n_layers_spearman", "value"] == pytest.approx(-1.0)
     assert s.loc["fit:tau_vs_n_layers", "value"] == pytest.approx(fit.exponent)
     assert np.isnan(s.loc["direction_ratio", "value"])  # E14 not run: a NaN row, not dropped
+    card = scorecard(cfg.raw["scorecard"], stats).set_index("claim")
+    ours = card.loc["deeper models wait less (E16)"]
+    assert ours.reference_traced == "ours" and ours.agreement == "agree"
+    assert "ours" in scorecard_table(card.reset_index().tail(1))
 
 
 def test_a_fit_on_a_non_numeric_field_is_refused(raw):
