@@ -283,3 +283,18 @@ def test_config_files_merge_in_order_over_the_base(tmp_path, capsys):
     assert "preset quick" in (out := capsys.readouterr().out) and "outdir /tmp/b" in out
     assert main([str(tmp_path / "missing.yaml"), *base]) == 1
     assert "missing.yaml: cannot read (No such file or directory)" in capsys.readouterr().out
+
+
+def test_presets_override_a_declared_statistics_parameters(raw):
+    """A preset overrides an entry's keys (deep merge); the rest of the entry is the base's."""
+    paper, smoke = (load(raw, {"preset": p}).raw["statistics"] for p in ("paper", "smoke"))
+    assert paper["batch_steps_ratio"]["where"] == {"k": 20}
+    assert (smoke["batch_steps_ratio"]["where"], smoke["batch_steps_ratio"]["pair"]) == (
+        {"k": 3},
+        [8, 16],
+    )
+    assert smoke["lr_duration_ratio"]["where"] == {"lr": [3.0e-3, 1.0e-3]}
+    assert (
+        smoke["lr_duration_ratio"]["y"] == paper["lr_duration_ratio"]["y"] == "transition_duration"
+    )
+    assert list(smoke) == list(paper)  # statistics.csv's order
