@@ -121,27 +121,31 @@ def test_bad_config_names_key_and_value(raw, path, value, key):
 
 @pytest.mark.parametrize("preset", [None, "smoke"])
 def test_unknown_experiment_of_a_statistic_is_refused_naming_the_key(raw, preset):
-    """Every experiment a statistic reads (statistics.sources, statistics.plateau_heights,
-    diagnostics.lead.source) must be declared; one line names the key where it was written."""
+    """Every experiment a statistic reads (statistics.<name>.experiments) must be declared;
+    one line names the key where it was written."""
     where = "" if preset is None else f"presets.{preset}."
-    keys = [("statistics", s, name) for s in ("sources", "plateau_heights")
-            for name in raw["statistics"][s]] + [("diagnostics", "lead", "source")]  # fmt: skip
-    assert {k[2] for k in keys} >= {"label_noise", "linear", "direction", "lr", "batch"}
-    for path in keys:
-        value = "E99" if path[-1] == "source" else ["E1", "E99"]
+    named = [n for n, st in raw["statistics"].items() if "experiments" in st]
+    assert {"lr_tau_ratio", "direction_ratio", "lead_fraction_mean"} <= set(named)
+    for name in named:
+        path = ("statistics", name, "experiments")
         with pytest.raises(ConfigError) as exc:
-            load(with_(raw, path, value, preset=preset), {"preset": "smoke"})
+            load(with_(raw, path, ["E1", "E99"], preset=preset), {"preset": "smoke"})
         msg = str(exc.value)
         assert msg == f"config key '{where}{'.'.join(path)}' = 'E99': unknown experiment", msg
 
 
-def test_the_lead_statistics_need_their_source(raw):
-    cfg = copy.deepcopy(raw)
-    del cfg["diagnostics"]["lead"]["source"]
-    with pytest.raises(
-        ConfigError, match=r"^config key 'diagnostics.lead' .*'source' is a required"
+def test_a_statistic_takes_its_kinds_parameters_only(raw):
+    """The statistics schema comes from the registry of kinds: a parameter of another kind,
+    an unknown kind and a missing required parameter are refused, naming the key."""
+    for name, change, match in (
+        ("lr_tau_ratio", {"column": "tau"}, r"statistics.lr_tau_ratio.column' .*unknown key"),
+        ("n_runs", {"kind": "median"}, r"statistics.n_runs' .*'column' is a required"),
+        ("n_runs", {"kind": "average"}, r"statistics.n_runs.kind' = 'average'.* not one of"),
     ):
-        load(cfg)
+        cfg = copy.deepcopy(raw)
+        cfg["statistics"][name].update(change)
+        with pytest.raises(ConfigError, match=match):
+            load(cfg)
 
 
 def test_unknown_preset(raw):
@@ -296,3 +300,18 @@ def test_a_batch_larger_than_the_dataset_names_where_n_groups_was_written(raw):
         load(raw, {"preset": "smoke", "defaults": {"task": {"n_groups": 1}}})
     msg = str(exc.value)
     assert "batch_size" in msg and "n_groups from '--config defaults.task.n_groups'" in msg, msg
+
+
+def test_presets_override_a_declared_statistics_parameters(raw):
+    """A preset overrides an entry's keys (deep merge); the rest of the entry is the base's."""
+    paper, smoke = (load(raw, {"preset": p}).raw["statistics"] for p in ("paper", "smoke"))
+    assert paper["batch_steps_ratio"]["where"] == {"k": 20}
+    assert (smoke["batch_steps_ratio"]["where"], smoke["batch_steps_ratio"]["pair"]) == (
+        {"k": 3},
+        [8, 16],
+    )
+    assert smoke["lr_duration_ratio"]["where"] == {"lr": [3.0e-3, 1.0e-3]}
+    assert (
+        smoke["lr_duration_ratio"]["y"] == paper["lr_duration_ratio"]["y"] == "transition_duration"
+    )
+    assert list(smoke) == list(paper)  # statistics.csv's order

@@ -155,7 +155,7 @@ def test_a_diverged_run_is_left_out_and_does_not_flip_the_lr_row():
     out = {}
     for with_div in (False, True):
         tau = _e6(with_div)
-        stats = compute_statistics(tau, *no_rows(), BOOT, raw["statistics"], "E1", "exclude")
+        stats = compute_statistics(tau, *no_rows(), BOOT, raw["statistics"], "exclude")
         s = stats.set_index("name").loc["lr_tau_ratio"]
         out[with_div] = (s.value, scorecard(row, stats).iloc[0].ours_agreement, s.n_diverged)
         fits = fit_table([{"name": "tau_vs_lr", "experiments": ["E6"], "x": "lr"}], tau,
@@ -165,10 +165,10 @@ def test_a_diverged_run_is_left_out_and_does_not_flip_the_lr_row():
     assert out[False][:2] == (pytest.approx(0.5), "disagree")
     assert out[True][:2] == out[False][:2], out  # not 5000 / 1000 = 5.0, "agree"
     assert out[True][2] == 1
-    s = compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "E1", "exclude")
+    s = compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "exclude")
     assert "1 diverged run(s) left out" in s.set_index("name").loc["lr_tau_ratio", "what"]
     with pytest.raises(RuntimeError, match="diverged: fail"):
-        compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "E1", "fail")
+        compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "fail")
 
 
 def test_json_written_is_strict(tmp_path):

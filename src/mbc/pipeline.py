@@ -346,8 +346,7 @@ def make_fits(
 
 
 def make_statistics(raw: dict, paths: dict, out_path) -> None:
-    """raw: config `bootstrap`, `statistics` and `diverged`, and `lead_source`
-    (diagnostics.lead.source)."""
+    """raw: config `bootstrap`, `statistics` and `diverged`."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
@@ -355,7 +354,7 @@ def make_statistics(raw: dict, paths: dict, out_path) -> None:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        raw["bootstrap"], raw["statistics"], raw["lead_source"], raw.get("diverged") or "exclude",
+        raw["bootstrap"], raw["statistics"], raw.get("diverged") or "exclude",
     )  # fmt: skip
     write_csv_atomic(out_path, df)
     print(df.to_string())

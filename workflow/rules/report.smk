@@ -42,7 +42,6 @@ rule statistics:
         raw={
             **{k: CFG.raw[k] for k in ("bootstrap", "statistics")},
             "diverged": CFG.raw.get("diverged", "exclude"),
-            "lead_source": DIAG["lead"]["source"],
         },
     script:
         "../scripts/statistics.py"

@@ -21,7 +21,7 @@ import pandas as pd
 
 from mbc.analysis import diverged as div
 from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
-from mbc.analysis.stats import _boot
+from mbc.analysis.stat_kinds import bootstrap
 
 INIT_SCALE_COLUMNS = [
     "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",
@@ -50,7 +50,7 @@ def init_scale_table(
         g, nd = div.drop(g, ids)
         crossed = g.loc[~g.censored.astype(bool), "tau"].to_numpy(float)
         h = g.height_over_log_k.dropna().to_numpy(float)
-        t, h_ci = _boot(crossed, np.mean, boot), _boot(h, np.mean, boot)
+        t, h_ci = bootstrap(crossed, np.mean, boot), bootstrap(h, np.mean, boot)
         out.append({
             "experiment": experiment, "init": scheme, "init_std": float(std),
             "init_scale": float(g.init_scale.iloc[0]), "n_runs": len(g),

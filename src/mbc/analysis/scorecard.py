@@ -21,7 +21,9 @@ version, shown beside it with its own agreement, so a row that agrees under one 
 only says so (`robust_to_definition`).
 `paper_reference.traced` says whether the paper's number is traced to a run of the
 author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where
-the paper's wording and the author's numbers disagree.
+the paper's wording and the author's numbers disagree. A claim of our own (a new
+experiment's, say) is `traced: ours`: its reference is the value or sign we predicted, and
+the same rules decide it.
 """
 
 from __future__ import annotations

@@ -21,7 +21,17 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mbc.core.spec import A_LEN, B_LEN, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from mbc.core.spec import (
+    A_LEN,
+    B_LEN,
+    NUMERIC_COLUMNS,
+    EvalSpec,
+    ModelSpec,
+    RunSpec,
+    TaskSpec,
+    TrainSpec,
+    field_value,
+)
 
 N_CHARS = 36
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
@@ -92,7 +102,12 @@ def deep_merge(base: dict, over: dict) -> dict:
 def schema() -> dict:
     """The config schema, read once per process (every run's sections are checked against
     it: re-reading it per run made loading the paper preset take seconds). Not mutated."""
-    return yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
+    from mbc.analysis.stat_kinds import statistics_schema  # the kinds own their parameters
+
+    full = yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
+    full["properties"]["statistics"] = statistics_schema()
+    full["definitions"]["fit"]["properties"]["x"] = {"enum": NUMERIC_COLUMNS}
+    return full
 
 
 @functools.cache
@@ -201,10 +216,7 @@ def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) ->
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
-    if dotted == "d":
-        return spec.task.d
-    section, field = dotted.split(".")
-    return getattr(getattr(spec, section), field)
+    return spec.task.d if dotted == "d" else field_value(spec, dotted)
 
 
 def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
@@ -422,13 +434,11 @@ def _check_references(cfg: dict, written=_dotted) -> None:
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
-    stats = cfg.get("statistics") or {}
-    for section in ("sources", "plateau_heights"):
-        for name, exps in stats.get(section, {}).items():
-            for exp in exps:
-                if exp not in cfg["experiments"]:
-                    key = written(("statistics", section, name))
-                    raise ConfigError(key, exp, "unknown experiment")
+    for name, st in (cfg.get("statistics") or {}).items():
+        for exp in st.get("experiments", []):
+            if exp not in cfg["experiments"]:
+                key = written(("statistics", name, "experiments"))
+                raise ConfigError(key, exp, "unknown experiment")
     sweep = (cfg.get("robustness") or {}).get("sweep")
     if sweep is not None and sweep not in cfg["experiments"]:
         raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")

@@ -299,3 +299,57 @@ class RunSpec:
             f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-"
             + hashlib.sha256(blob.encode()).hexdigest()[:8]
         )
+
+
+# tau.csv's columns of a run's spec. The first are the flat names tau.csv had before every
+# field reached it (kept: figures, fits, statistics and readers of old tables use them);
+# d, init_std (the resolved std), init_scale, n_supergroups (the selector sets) and
+# sharing_factor are derived. Every other field is a column under its dotted name
+# (`model.n_layers`, `train.weight_decay`), so any field can be a fit's x or a statistic's
+# column without code.
+FLAT_FIELDS = {
+    "task": "task.direction", "model": "model.kind", "init": "model.init", "k": "task.k",
+    "n_groups": "task.n_groups", "lr": "train.lr", "batch_size": "train.batch_size",
+    "z_length": "task.z_length", "sharing": "task.sharing", "label_noise": "task.label_noise",
+    "seed": "seed",
+}  # fmt: skip
+FLAT_COLUMNS = [
+    "task", "model", "init", "init_std", "init_scale", "k", "n_groups", "d", "lr", "batch_size",
+    "z_length", "sharing", "n_supergroups", "sharing_factor", "label_noise", "seed",
+]  # fmt: skip
+DOTTED_COLUMNS = [
+    f"{section}.{f.name}"
+    for section, cls in (("task", TaskSpec), ("model", ModelSpec), ("train", TrainSpec), ("eval", EvalSpec))
+    for f in dataclasses.fields(cls)
+    if f"{section}.{f.name}" not in FLAT_FIELDS.values()
+]  # fmt: skip
+
+
+SECTION_SPECS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
+# the numeric ones: what a power-law fit may take as its x (config `fits[].x`)
+NUMERIC_COLUMNS = [
+    c for c in FLAT_COLUMNS if c not in ("task", "model", "init", "sharing")
+] + [
+    c for c in DOTTED_COLUMNS
+    if next(f.type for f in dataclasses.fields(SECTION_SPECS[c.split(".")[0]])
+            if f.name == c.split(".")[1]) in ("int", "float", "float | None")
+]  # fmt: skip
+
+
+def field_value(spec: RunSpec, dotted: str) -> Any:
+    """A spec field by its dotted name (`seed` has no section)."""
+    node = spec
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
+def spec_columns(spec: RunSpec) -> dict[str, Any]:
+    """Every field of `spec`, under its tau.csv column name (FLAT_COLUMNS, DOTTED_COLUMNS)."""
+    t, m = spec.task, spec.model
+    derived = {"init_std": m.weight_std, "init_scale": m.init_scale, "d": t.d,
+               "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor}  # fmt: skip
+    flat = {
+        c: derived[c] if c in derived else field_value(spec, FLAT_FIELDS[c]) for c in FLAT_COLUMNS
+    }
+    return flat | {c: field_value(spec, c) for c in DOTTED_COLUMNS}

@@ -23,12 +23,11 @@ import pandas as pd
 from mbc.core.config import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.spec import RunSpec, grid_mask
+from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
+# the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
 TAU_COLUMNS = [
-    "run_id", "experiment", "task", "model", "init", "init_std", "init_scale", "k", "n_groups",
-    "d", "lr", "batch_size", "z_length", "sharing", "n_supergroups", "sharing_factor",
-    "label_noise", "seed",
+    "run_id", "experiment", *FLAT_COLUMNS,
     "threshold", "status", "diverged", "diverged_step", "tau", "censored", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
     "delta_z_onset", "lead", "lead_fraction",
@@ -43,6 +42,7 @@ TAU_COLUMNS = [
     # the author's lead as he computed it, from the training log (train_log.csv): onsets of
     # the windows' running-mean L1 and of (last batch's shuffled L1 - running mean)
     "log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_measured",
+    *DOTTED_COLUMNS,
 ]  # fmt: skip
 INT_COLUMNS = [
     "diverged_step", "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
@@ -300,16 +300,8 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
 
 
 def run_columns(run: Run) -> dict:
-    """The descriptive columns of one (experiment, run) row."""
-    t, o, m = run.spec.task, run.spec.train, run.spec.model
-    return {
-        "run_id": run.run_id, "experiment": run.experiment, "task": t.direction,
-        "model": m.kind, "init": m.init, "init_std": m.weight_std, "init_scale": m.init_scale,
-        "k": t.k, "n_groups": t.n_groups, "d": t.d, "lr": o.lr,
-        "batch_size": o.batch_size, "z_length": t.z_length, "sharing": t.sharing,
-        "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor,
-        "label_noise": t.label_noise, "seed": run.spec.seed,
-    }  # fmt: skip
+    """The descriptive columns of one (experiment, run) row: every field of its spec."""
+    return {"run_id": run.run_id, "experiment": run.experiment, **spec_columns(run.spec)}
 
 
 def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:

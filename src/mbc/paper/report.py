@@ -204,7 +204,9 @@ def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
 
 def scorecard_table(card: pd.DataFrame) -> str:
     card = card.assign(
-        source=card["reference_traced"].map({"author_run": "run", "paper_text": "text"}),
+        source=card["reference_traced"].map(
+            {"author_run": "run", "paper_text": "text", "ours": "ours"}
+        ),
         measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
         ours_ci=ci_cells(card, "ours_measured", "ours_ci_low", "ours_ci_high"),
     )

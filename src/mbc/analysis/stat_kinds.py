@@ -1,0 +1,358 @@
+"""The kinds of statistic config `statistics:` may declare, and the schema of that section.
+
+A kind is a function of the rows a statistic reads (its table's rows of its experiments,
+filtered by `where`, the diverged runs left out) and of its declared parameters; it returns
+(value, ci_low, ci_high), n, n_censored and a note appended to the statistic's `what`.
+CIs are percentile bootstraps over runs. `PARAMS` and `KINDS` below are the only places a
+kind's parameters are spelled: config.schema.yaml's statistics section is derived from them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+NAN = float("nan")
+NO_VALUE = (NAN, NAN, NAN)
+TABLES = ("tau", "collective", "hessian", "routing_ablation")
+
+
+def bootstrap(values: np.ndarray, fn, boot: dict) -> tuple:
+    """(value, ci_low, ci_high) of fn(values), percentile bootstrap over rows (= runs)."""
+    values = np.asarray(values, dtype=float)
+    if values.size == 0 or not np.isfinite(values).any():
+        return NO_VALUE
+    v = float(fn(values))
+    n = len(values)  # rows: a 2-D array resamples whole rows (paired values)
+    if n < 2:
+        return v, NAN, NAN
+    rng = np.random.default_rng(boot["seed"])
+    idx = rng.integers(0, n, size=(boot["n_boot"], n))
+    reps = np.array([fn(values[i]) for i in idx], dtype=float)
+    reps = reps[np.isfinite(reps)]
+    a = (1 - boot["ci"]) / 2
+    if reps.size < boot["n_boot"] / 2:
+        return v, NAN, NAN
+    return v, float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+
+
+def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
+    """mean(a) / mean(b) with a bootstrap CI resampling the two groups of runs apart."""
+    if a.size == 0 or b.size == 0:
+        return NO_VALUE
+    rng = np.random.default_rng(boot["seed"])
+    reps = [
+        rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
+    ]
+    q = (1 - boot["ci"]) / 2
+    ci = (
+        (float(np.quantile(reps, q)), float(np.quantile(reps, 1 - q)))
+        if a.size + b.size > 2
+        else (NAN, NAN)
+    )
+    return float(a.mean() / b.mean()), *ci
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    if len(np.unique(x)) < 2 or len(np.unique(y)) < 2:
+        return NAN
+    return float(sps.spearmanr(x, y).statistic)
+
+
+def column(rows: pd.DataFrame, name: str) -> pd.Series:
+    """rows[name], or NaNs where an older table lacks the column (not measured)."""
+    return rows[name] if name in rows else pd.Series(NAN, index=rows.index, dtype=float)
+
+
+def y_values(rows: pd.DataFrame, st: dict) -> np.ndarray:
+    """The statistic's `y` column; `bound`: a missing value (a censored run) is the step
+    budget, a lower bound on it; `times`: multiplied by that column (examples = batch x steps)."""
+    y = column(rows, st["y"]).astype("Float64")
+    if st.get("bound"):
+        y = y.fillna(rows["steps"])
+    y = y.to_numpy(float)
+    return y * rows[st["times"]].to_numpy(float) if st.get("times") else y
+
+
+def n_censored(rows: pd.DataFrame, st: dict) -> int:
+    return int(rows[st["censored"]].astype(bool).sum()) if st.get("censored") and len(rows) else 0
+
+
+def select(rows: pd.DataFrame, where: dict | None) -> pd.DataFrame:
+    """The rows meeting every condition of `where`: column -> value, a list of values (floats
+    compared with np.isclose), or bounds {min, max (inclusive), above, below (strict)}."""
+    for col, cond in (where or {}).items():
+        v = rows[col]
+        if isinstance(cond, dict):
+            ops = {"min": v.ge, "max": v.le, "above": v.gt, "below": v.lt}
+            for op, bound in cond.items():
+                rows, v = rows[ops[op](bound)], v[ops[op](bound)]
+        elif isinstance(cond, list):
+            num = all(isinstance(c, int | float) and not isinstance(c, bool) for c in cond)
+            hit = (
+                np.isclose(v.to_numpy(float)[:, None], np.array(cond, float)).any(axis=1)
+                if num and len(v)
+                else v.isin(cond).to_numpy()
+            )
+            rows = rows[hit]
+        else:
+            rows = rows[v == cond]
+    return rows
+
+
+# ---- the kinds -------------------------------------------------------------------------
+
+
+def mean(rows: pd.DataFrame, st: dict, boot: dict, average=np.mean):
+    """The mean of `column` over the runs (finite values only; `over_log_k`: divided by
+    log K). `measured`: a boolean column; runs without it are left out, counted censored."""
+    cens = n_censored(rows, st)
+    if st.get("measured"):
+        ok = column(rows, st["measured"]).astype("boolean").fillna(False).astype(bool)
+        cens += int((~ok).sum())
+        rows = rows[ok]
+    v = column(rows, st["column"]).to_numpy(float)
+    if st.get("over_log_k"):
+        v = v / np.log(rows["k"].to_numpy(float))
+    v = v[np.isfinite(v)]
+    return bootstrap(v, average, boot), v.size, cens, ""
+
+
+def median(rows: pd.DataFrame, st: dict, boot: dict):
+    """The median of `column` over the rows (finite values only)."""
+    return mean(rows, st, boot, average=np.median)
+
+
+def fraction(rows: pd.DataFrame, st: dict, boot: dict):
+    """The fraction of rows whose boolean `column` is `is`; `ci: false`: no bootstrap."""
+    hit = (rows[st["column"]].astype(bool) == st.get("is", True)).to_numpy(float)
+    if st.get("ci", True):
+        vci = bootstrap(hit, np.mean, boot)
+    else:
+        vci = (float(hit.mean()) if hit.size else NAN, NAN, NAN)
+    return vci, hit.size, n_censored(rows, st), ""
+
+
+def spearman_of(rows: pd.DataFrame, st: dict, boot: dict):
+    """Spearman rho of `x` with `y` over the runs with both (`abs`: |rho|), bootstrap over
+    runs: its sign says which way y moves with x, its CI whether the data decide it."""
+    pairs = np.column_stack([rows[st["x"]].to_numpy(float), y_values(rows, st)])
+    pairs = pairs[~np.isnan(pairs).any(axis=1)]
+    sign = abs if st.get("abs") else float
+    vci = bootstrap(pairs, lambda p: sign(spearman(p[:, 0], p[:, 1])), boot)
+    return vci, len(pairs), n_censored(rows, st), ""
+
+
+def _at(values: pd.Series, which):
+    """`which` of `values`: max, min, or the value itself (matched with np.isclose)."""
+    if which in ("max", "min"):
+        return values.max() if which == "max" else values.min()
+    return which
+
+
+def ratio(rows: pd.DataFrame, st: dict, boot: dict):
+    """Mean y at `by` = pair[0] over mean y at `by` = pair[1] (each max, min or a value),
+    the two groups of runs resampled apart. `censored_unmeasured`: a censored run leaves the
+    ratio unmeasured (its y is no bound, e.g. a window that never closed)."""
+    cens, by = n_censored(rows, st), st["by"]
+    if rows.empty or (st["pair"][0] in ("max", "min") and rows[by].nunique() < 2):
+        return NO_VALUE, len(rows), cens, ""
+    if cens and st.get("censored_unmeasured"):
+        return NO_VALUE, len(rows), cens, ": a censored run has no value"
+    y = y_values(rows, st)
+    num, den = (
+        y[np.isclose(rows[by].to_numpy(float), float(_at(rows[by], w)))] for w in st["pair"]
+    )
+    return ratio_of_means(num, den, boot), len(rows), cens, ""
+
+
+def paired_ratio(rows: pd.DataFrame, st: dict, boot: dict):
+    """Geometric mean over the pairs (runs alike in `pair_by`) of y at `across` = numerator
+    (the first of those listed that was run) over y at `across` = denominator."""
+    piv = rows.assign(_y=y_values(rows, st)).pivot_table(
+        index=st["pair_by"], columns=st["across"], values="_y", aggfunc="first"
+    )
+    num = next((c for c in st["numerator"] if c in piv.columns), None)
+    if rows.empty or num is None or st["denominator"] not in piv.columns:
+        return NO_VALUE, 0, 0, ""
+    logr = np.log(piv[num] / piv[st["denominator"]]).dropna().to_numpy()
+    v, lo, hi = bootstrap(logr, np.mean, boot)
+    return (math.exp(v), math.exp(lo), math.exp(hi)), logr.size, n_censored(rows, st), ""
+
+
+def _loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
+    if np.unique(x).size < 2:
+        return NAN
+    return float(np.polyfit(np.log(x), np.log(y), 1)[0])
+
+
+def loglog_slope(rows: pd.DataFrame, st: dict, boot: dict):
+    """Slope of a least-squares line through (log x, log(mean y + offset)), one point per
+    value of x (the author's E11 beta); a censored run enters its mean with its lower bound
+    `y_bound` (one without a bound is left out). CI: bootstrap of the runs within each x."""
+    y = column(rows, st["y"]).astype("Float64")
+    if st.get("y_bound"):
+        y = y.fillna(column(rows, st["y_bound"]).astype("Float64"))
+    rows = rows.assign(_y=y.to_numpy(float)).dropna(subset=["_y"])
+    groups = [(float(x), g._y.to_numpy(float)) for x, g in rows.groupby(st["x"])]
+    cens, offset = n_censored(rows, st), float(st.get("offset", 0.0))
+    if len(groups) < 2:
+        return NO_VALUE, len(rows), cens, f": fewer than 2 {st['x'].replace('_', ' ')}s"
+    xs = np.array([x for x, _ in groups])
+
+    def slope(samples: list[np.ndarray]) -> float:
+        return _loglog_slope(xs, np.array([v.mean() + offset for v in samples]))
+
+    v = slope([g for _, g in groups])
+    rng = np.random.default_rng(boot["seed"])
+    reps = np.array(
+        [slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot["n_boot"])]
+    )
+    reps = reps[np.isfinite(reps)]
+    lo = hi = NAN
+    if reps.size and any(g.size > 1 for _, g in groups):
+        a = (1 - boot["ci"]) / 2
+        lo, hi = float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+    return (v, lo, hi), len(rows), cens, ""
+
+
+def nearest_fraction(summary: pd.DataFrame, st: dict, boot: dict):
+    """The mean over runs of `column` at each run's checkpoint whose tau_fraction is nearest
+    `at` (the collective summary's checkpoints differ per run)."""
+    per_run = np.array(
+        [
+            float(g.loc[(g.tau_fraction - st["at"]).abs().idxmin(), st["column"]])
+            for _, g in summary.groupby("run_id")
+        ]
+    )
+    return bootstrap(per_run, np.mean, boot), per_run.size, 0, ""
+
+
+def mode_at_min(rows: pd.DataFrame, st: dict, boot: dict):
+    """The most common value of `column`, taken per run at its row of smallest `at_min`
+    (the routing head's layer: the head whose ablation removes most delta_z). No CI."""
+    n = rows.run_id.nunique() if len(rows) else 0
+    if rows.empty:
+        return NO_VALUE, n, 0, ""
+    picked = rows.loc[rows.groupby("run_id")[st["at_min"]].idxmin(), st["column"]]
+    return (float(picked.mode().iloc[0]), NAN, NAN), n, 0, ""
+
+
+def runs(rows: pd.DataFrame, st: dict, boot: dict):
+    """The number of distinct runs (the diverged ones included: `keeps_diverged`)."""
+    first = rows.drop_duplicates("run_id")
+    return (float(len(first)), NAN, NAN), len(first), n_censored(first, st), ""
+
+
+# ---- the registry and the schema derived from it ----------------------------------------
+
+COL = {"type": "string", "minLength": 1}
+FLAG = {"type": "boolean"}
+Y = {"y": COL, "bound": FLAG, "times": COL}
+CENSORED = {"censored": COL}
+
+
+@dataclass(frozen=True)
+class Kind:
+    fn: Callable
+    params: dict  # parameter -> JSON schema
+    required: tuple[str, ...] = ()
+    table: str = "tau"  # the table it reads unless the statistic names another
+    keeps_diverged: bool = False
+
+
+AVERAGE = {"column": COL, "over_log_k": FLAG, "measured": COL} | CENSORED
+PAIR_VALUE = {"oneOf": [{"enum": ["max", "min"]}, {"type": "number"}]}
+KINDS: dict[str, Kind] = {
+    "mean": Kind(mean, AVERAGE, ("column",)),
+    "median": Kind(median, AVERAGE, ("column",)),
+    "fraction": Kind(fraction, {"column": COL, "is": FLAG, "ci": FLAG} | CENSORED, ("column",)),
+    "spearman": Kind(spearman_of, {"x": COL, "abs": FLAG} | Y | CENSORED, ("x", "y")),
+    "ratio": Kind(
+        ratio,
+        {
+            "by": COL,
+            "pair": {"type": "array", "minItems": 2, "maxItems": 2, "items": PAIR_VALUE},
+            "censored_unmeasured": FLAG,
+        }
+        | Y
+        | CENSORED,
+        ("by", "pair", "y"),
+    ),  # fmt: skip
+    "paired_ratio": Kind(
+        paired_ratio,
+        {
+            "across": COL,
+            "pair_by": {"type": "array", "items": COL},
+            "numerator": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+            "denominator": {"type": "string"},
+        }
+        | Y
+        | CENSORED,
+        ("across", "pair_by", "numerator", "denominator", "y"),
+    ),  # fmt: skip
+    "loglog_slope": Kind(
+        loglog_slope,
+        {"x": COL, "y": COL, "y_bound": COL, "offset": {"type": "number", "minimum": 0}} | CENSORED,
+        ("x", "y"),
+    ),
+    "nearest_fraction": Kind(
+        nearest_fraction,
+        {"column": COL, "at": {"type": "number", "exclusiveMinimum": 0}},
+        ("column", "at"),
+        table="collective",
+    ),
+    "mode_at_min": Kind(
+        mode_at_min, {"column": COL, "at_min": COL}, ("column", "at_min"), "routing_ablation"
+    ),
+    "runs": Kind(runs, CENSORED, keeps_diverged=True),
+}
+
+BOUNDS = {
+    "type": "object",
+    "additionalProperties": False,
+    "minProperties": 1,
+    "properties": {op: {"type": "number"} for op in ("min", "max", "above", "below")},
+}
+COMMON = {
+    "what": {"type": "string"},  # str.format'ed with the entry and {experiments}: E1+E2
+    "table": {"enum": list(TABLES)},
+    "experiments": {"type": "array", "minItems": 1, "items": {"type": "string"}},
+    "where": {
+        "type": "object",
+        "additionalProperties": {
+            "oneOf": [BOUNDS, {"type": "array", "minItems": 1}, {"type": ["string", "number"]}]
+        },
+    },
+}
+
+
+def statistics_schema() -> dict:
+    """config `statistics`: name -> {kind, what, ...}, the kind's parameters and no other."""
+    per_kind = [
+        {
+            "if": {"properties": {"kind": {"const": name}}},
+            "then": {
+                "properties": {"kind": {"const": name}} | COMMON | k.params,
+                "additionalProperties": False,
+                "required": list(k.required),
+            },
+        }
+        for name, k in KINDS.items()
+    ]
+    entry = {
+        "type": "object",
+        "required": ["kind", "what"],
+        "properties": {"kind": {"enum": list(KINDS)}},
+        "allOf": per_kind,
+    }
+    return {
+        "type": "object",
+        "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
+        "additionalProperties": entry,
+    }
