@@ -22,8 +22,6 @@ import jsonschema
 import yaml
 
 from mbc.core.spec import (
-    A_LEN,
-    B_LEN,
     NUMERIC_COLUMNS,
     EvalSpec,
     ModelSpec,
@@ -32,8 +30,8 @@ from mbc.core.spec import (
     TrainSpec,
     field_value,
 )
+from mbc.core.spec_checks import first_problem
 
-N_CHARS = 36
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
 
 
@@ -286,64 +284,16 @@ def expand_experiment(
 
 
 def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=_dotted) -> None:
-    """Semantic checks the schema cannot express; names the offending key where the user
-    wrote it (`origins`: run key -> config path of the experiment entry that set it; any
-    other key came from `defaults`, as `written` places it)."""
-    t, m, o, e = spec.task, spec.model, spec.train, spec.eval
+    """The semantic checks the schema cannot express (`mbc.core.spec_checks`); names the
+    offending key where the user wrote it (`origins`: run key -> config path of the
+    experiment entry that set it; any other key came from `defaults`, as `written` places it)."""
 
-    def bad(key, value, why):
-        raise ConfigError(_origin(key, origins or {}, written), value, why)
+    def where(key: str) -> str:
+        return _origin(key, origins or {}, written)
 
-    if t.k < 2:
-        bad("task.k", t.k, "K must be at least 2 (K = 1 has no ambiguity)")
-    if t.unique_first_chars and t.k > N_CHARS:
-        bad("task.k", t.k, "K > 36 is impossible with unique_first_chars (36 characters)")
-    if t.k > N_CHARS**t.z_length:
-        bad("task.z_length", t.z_length, f"only {N_CHARS**t.z_length} selectors exist for K={t.k}")
-    if t.n_groups > N_CHARS**B_LEN:
-        bad("task.n_groups", t.n_groups, "more groups than distinct 6-character base strings")
-    # Targets are unique dataset-wide; with distinct first characters each first character
-    # holds about D/36 targets out of 36^3 suffixes. Keep well inside that (half) to draw fast.
-    if t.d > N_CHARS**A_LEN // 2:
-        bad(
-            "task.n_groups",
-            t.n_groups,
-            f"D = {t.d} targets do not fit the 4-character string space",
-        )
-    if t.sharing == "supergroup" and not 1 <= t.n_supergroups <= t.n_groups:
-        bad("task.n_supergroups", t.n_supergroups, f"must be in [1, n_groups={t.n_groups}]")
-    if not 0 <= t.label_noise < 1:
-        bad("task.label_noise", t.label_noise, "must be in [0, 1)")
-    if t.reverse:
-        if t.label_noise > 0:
-            bad("task.label_noise", t.label_noise, "label noise is defined for bz_to_a only")
-        if t.n_groups < t.k:
-            bad(
-                "task.n_groups",
-                t.n_groups,
-                f"{t.direction} needs n_groups >= K={t.k} for candidates",
-            )
-        if m.kind == "linear":
-            bad("model.kind", m.kind, "the linear baseline is defined for bz_to_a only")
-    if m.d_model % m.n_heads:
-        bad("model.d_model", m.d_model, f"not divisible by n_heads={m.n_heads}")
-    if t.seq_len - 1 > m.n_positions:
-        bad("model.n_positions", m.n_positions, f"shorter than the input length {t.seq_len - 1}")
-    if o.lr <= 0:
-        bad("train.lr", o.lr, "learning rate must be positive")
-    if o.batch_size > t.d:
-        # D = K x n_groups: name where both were written, either may be the slip
-        groups = _origin("task.n_groups", origins or {}, written)
-        bad(
-            "train.batch_size",
-            o.batch_size,
-            f"larger than the dataset D={t.d} = K {t.k} x task.n_groups {t.n_groups} "
-            f"(n_groups from '{groups}')",
-        )
-    if e.dense_every and (e.every <= 0 or e.every % e.dense_every):
-        bad("eval.dense_every", e.dense_every, f"must divide eval.every = {e.every}")
-    if not 0 < e.threshold < 1:
-        bad("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")
+    if (problem := first_problem(spec, where)) is not None:
+        key, value, why = problem
+        raise ConfigError(where(key), value, why)
 
 
 def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--config") -> Config:
