@@ -29,6 +29,7 @@ from pathlib import Path
 
 from mbc.core.artifacts import dumps_strict
 from mbc.core.config import Config
+from mbc.core.layout import Layout
 from mbc.core.packing import make_packs, pack_widths
 from mbc.core.spec import RunSpec
 
@@ -166,7 +167,7 @@ def banner_lines(
     out = Path(cfg.outdir)
     device = str(cfg.raw.get("device", "auto"))
     threads = int(cfg.raw.get("threads", 1))
-    done = {r for r in specs if (out / "runs" / r / "summary.json").exists()}
+    done = {r for r in specs if Path(Layout(cfg.outdir).summary(r)).exists()}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch
@@ -257,7 +258,7 @@ def banner_lines(
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
-        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run, width)
+        rate = _rate(ref, device, threads, Layout(cfg.outdir).steps_per_s, not dry_run, width)
         ref_cost = _cost(ref, params[ref.model])
         seconds = {}
         for r, spec in todo.items():
