@@ -95,7 +95,13 @@ def test_smoke_builds_the_whole_paper(smoke):
     pattern = {r["claim"]: r["statistic"] for r in rows}
     assert all(fnmatchcase(s, pattern[c]) for s, c in zip(card.statistic, card.claim, strict=True))
     fits = pd.read_csv(smoke / "fits.csv")
-    assert "tau_vs_d" in set(fits.name) and (fits.n_censored >= 0).all()
+    # one row per configured fit (a fit split by `at` once per group) and difference
+    cfg = _smoke_config()
+    names = fits.name.tolist()
+    assert len(names) == len(set(names)) and (fits.n_censored >= 0).all()
+    for f in cfg.raw["fits"]:
+        assert f["name"] in names or any(n.startswith(f"{f['name']}_at_") for n in names), f
+    assert {d["name"] for d in cfg.raw.get("fit_differences", [])} <= set(names)
     numbers = (smoke / "tex" / "numbers.tex").read_text()
     assert (
         "\\newcommand{\\VerdictHOne}" in numbers and "\\newcommand{\\FitTauVsDExponent}" in numbers
