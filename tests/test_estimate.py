@@ -51,12 +51,42 @@ def test_measured_taus_override_the_law(tmp_path, capsys):
     assert "expected training time" in capsys.readouterr().out
 
 
-def test_measurement_helpers_run():
-    torch.manual_seed(0)
-    spec = tiny_spec()
-    assert measure_steps_per_s(spec, torch.device("cpu"), steps=3) > 0
-    tau, crossed = calibrate_tau(spec, torch.device("cpu"), budget_s=0.0)
-    assert tau >= 1 and isinstance(crossed, bool)
+def test_steps_per_s_counts_the_timed_steps_only(monkeypatch):
+    """A clock that reads 10 s, then 12 s: the 3 timed steps (after 2 warm-up steps) took
+    2 s; a pack of 4 whose step takes 0.2 s trains 4 / 0.2 run-steps a second."""
+    import types
+
+    import mbc.pack_estimate
+
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(
+        mbc.pack_estimate, "time", types.SimpleNamespace(perf_counter=lambda: next(clock))
+    )
+    assert measure_steps_per_s(tiny_spec(), torch.device("cpu"), steps=3) == 1.5
+    monkeypatch.setattr(mbc.pack_estimate, "time_pack_step", lambda *a, **k: {"step_s": 0.2})
+    assert measure_steps_per_s(tiny_spec(), torch.device("cpu"), width=4) == pytest.approx(20.0)
+
+
+def test_calibrate_tau_is_the_first_scheduled_evaluation_below_the_threshold(tmp_path):
+    """tiny_spec on a CPU: L_cand / log K is 0.97 at step 20 and 0.22 at 40 (the log's tau,
+    30, comes from dense evaluations the calibration does not make). Out of time, the
+    first evaluation (step 1) ends it; a budget of 20 steps never crosses."""
+    import dataclasses
+
+    from mbc.core.crossing import first_crossing
+    from mbc.training.data import build_dataset
+    from mbc.training.schedule import eval_schedule
+    from mbc.training.train import train_run
+
+    spec, cpu = tiny_spec(), torch.device("cpu")
+    m = train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, cpu, say=lambda s: None)
+    sched = m[m.step.isin(eval_schedule(spec.eval, spec.train.max_steps)[0])]
+    limit = spec.eval.threshold * spec.task.log_k
+    assert first_crossing(sched.step.tolist(), sched.candidate_loss.tolist(), limit) == 40
+    assert calibrate_tau(spec, cpu, budget_s=1e9) == (40, True)
+    assert calibrate_tau(spec, cpu, budget_s=0.0) == (1, False)
+    short = dataclasses.replace(spec, train=dataclasses.replace(spec.train, max_steps=20))
+    assert calibrate_tau(short, cpu, budget_s=1e9) == (20, False)
 
 
 def test_invocation_reads_dry_runs_and_the_executor(tmp_path, monkeypatch):

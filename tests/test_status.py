@@ -1,11 +1,14 @@
+import dataclasses
 import json
 import os
 import time
 from pathlib import Path
 
-import yaml
+import pytest
+from helpers import tiny_spec
 
 from mbc.core import config as mbc_config
+from mbc.core.packing import make_packs
 from mbc.status import main, status
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
@@ -13,10 +16,25 @@ from mbc.training.train import train_run
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_status_reads_each_state_from_disk(tmp_path, capsys):
-    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    cfg = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path), "only": ["E1"]})
-    (a, sa), (b, sb) = list(cfg.specs.items())[:2]
+def _config(outdir, pack: bool = False) -> mbc_config.Config:
+    """Two tiny runs of one experiment (a fixture, not config.yaml's presets)."""
+    runs = tuple(mbc_config.Run("E1", dataclasses.replace(tiny_spec(), seed=s)) for s in (0, 1))
+    raw = {"pack": {"enabled": pack, "max_runs": 2}}
+    return mbc_config.Config(raw=raw, preset="fixture", outdir=str(outdir), runs=runs)
+
+
+def _quiet_log(run_dir: Path) -> None:
+    """A run stopped at step 40 whose live log has been quiet for an hour."""
+    log = run_dir / "state" / "log.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text(json.dumps({"step": 40, "candidate_loss": 1.0}) + "\n")
+    old = time.time() - 3600
+    os.utime(log, (old, old))
+
+
+def test_status_reads_each_state_from_disk(tmp_path):
+    cfg = _config(tmp_path)
+    (a, sa), (b, sb) = list(cfg.specs.items())
     runs = tmp_path / "runs"
     # a: trained and summarised
     train_run(sa, build_dataset(sa.task, sa.seed), runs / a, "cpu", say=lambda s: None)
@@ -28,7 +46,7 @@ def test_status_reads_each_state_from_disk(tmp_path, capsys):
     os.utime(runs / b / "state" / "log.jsonl", (old, old))
     t = status(cfg, stale_s=60).set_index("run_id")
     assert t.loc[a, "state"] == "done" and t.loc[a, "tau"] == 30
-    assert t.loc[b, "state"] == "interrupted" and t.loc[b, "step"] <= 40
+    assert t.loc[b, "state"] == "interrupted" and t.loc[b, "step"] == 40
     assert 0 < t.loc[b, "lcand_over_log_k"] < 3
     (tmp_path / "logs" / "train").mkdir(parents=True)
     (tmp_path / "logs" / "train" / f"{b}.log").write_text("Traceback (most recent call last):\n")
@@ -39,9 +57,25 @@ def test_status_reads_each_state_from_disk(tmp_path, capsys):
     assert status(cfg, stale_s=60).set_index("run_id").loc[a, "state"] == "incomplete"
 
 
-def test_status_cli_names_a_bad_preset_in_one_line(capsys):
-    try:
+def test_a_run_that_failed_in_its_pack_is_failed_not_interrupted(tmp_path):
+    """pack.enabled: a packed run's traceback is in its pack's job log (logs/train_pack/),
+    never in a logs/train/ one (it showed "interrupted")."""
+    cfg = _config(tmp_path, pack=True)
+    ((pack_id, members),) = make_packs(cfg.specs, 2).items()
+    for r in members:
+        _quiet_log(tmp_path / "runs" / r)
+    assert set(status(cfg, stale_s=60).state) == {"interrupted"}
+    job_log = tmp_path / "logs" / "train_pack" / f"{pack_id}.log"
+    job_log.parent.mkdir(parents=True)
+    job_log.write_text("training a pack of 2 runs\nTraceback (most recent call last):\n")
+    t = status(cfg, stale_s=60)
+    assert t.state.tolist() == ["failed", "failed"] and t.step.tolist() == [40, 40]
+    # the same logs, packing off: that pack's log is not these runs' job log
+    assert set(status(_config(tmp_path), stale_s=60).state) == {"interrupted"}
+
+
+def test_status_cli_names_a_bad_preset_in_one_line():
+    with pytest.raises(SystemExit) as exc:
         main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])
-    except SystemExit as exc:
-        msg = str(exc)
+    msg = str(exc.value)
     assert msg.startswith("mbc.status: config key 'preset' = 'nope'") and "\n" not in msg

@@ -5,6 +5,7 @@ import math
 import os
 import re
 import shutil
+from fnmatch import fnmatchcase
 
 import numpy as np
 import pandas as pd
@@ -18,11 +19,23 @@ from mbc.diagnostics.summary import TAU_COLUMNS, summarize_run
 pytestmark = pytest.mark.slow
 
 
+def _smoke_config() -> mbc.core.config.Config:
+    """The smoke preset the `smoke` fixture ran (the outputs checked here are its)."""
+    return mbc.core.config.load(
+        mbc.core.config.read_yaml(REPO / "config.yaml"), {"preset": "smoke"}
+    )
+
+
 def test_smoke_tau_table(smoke):
     tau = pd.read_csv(smoke / "tau.csv")
     assert list(tau.columns) == TAU_COLUMNS
     assert set(tau.experiment) >= {"E1", "E2"}
-    assert tau.run_id.is_unique is False or len(tau) > 0
+    # one row per (experiment, run): a run shared by two experiments has a row in each
+    cfg = _smoke_config()
+    assert sorted(zip(tau.experiment, tau.run_id, strict=True)) == sorted(
+        (r.experiment, r.run_id) for r in cfg.runs
+    )
+    assert tau.run_id.nunique() == len(cfg.specs) < len(tau)
     assert (tau.d == tau.n_groups * tau.k).all()
     # censored runs have no tau; transitioned runs have one within their budget
     assert tau.loc[tau.censored, "tau"].isna().all()
@@ -76,9 +89,19 @@ def test_smoke_builds_the_whole_paper(smoke):
     assert set(hyp.verdict) <= {"falsified", "supported", "inconclusive", "not enough data"}
     card = pd.read_csv(smoke / "scorecard.csv")
     assert set(card.agreement) <= {"agree", "disagree", "inconclusive", "not measured"}
-    assert len(card) >= 12
+    # every configured row, in order; a glob row once per statistic it matches
+    rows = _smoke_config().raw["scorecard"]
+    assert card.claim.drop_duplicates().tolist() == [r["claim"] for r in rows]
+    pattern = {r["claim"]: r["statistic"] for r in rows}
+    assert all(fnmatchcase(s, pattern[c]) for s, c in zip(card.statistic, card.claim, strict=True))
     fits = pd.read_csv(smoke / "fits.csv")
-    assert "tau_vs_d" in set(fits.name) and (fits.n_censored >= 0).all()
+    # one row per configured fit (a fit split by `at` once per group) and difference
+    cfg = _smoke_config()
+    names = fits.name.tolist()
+    assert len(names) == len(set(names)) and (fits.n_censored >= 0).all()
+    for f in cfg.raw["fits"]:
+        assert f["name"] in names or any(n.startswith(f"{f['name']}_at_") for n in names), f
+    assert {d["name"] for d in cfg.raw.get("fit_differences", [])} <= set(names)
     numbers = (smoke / "tex" / "numbers.tex").read_text()
     assert (
         "\\newcommand{\\VerdictHOne}" in numbers and "\\newcommand{\\FitTauVsDExponent}" in numbers
@@ -188,7 +211,7 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
     args = ["--config", "preset=smoke", f"outdir={out}", "pack={enabled: true}"]
     runs = sorted(p.name for p in (smoke / "runs").iterdir())
     linear = [r for r in runs if "-linear-" in r]
-    cfg = mbc.core.config.load(mbc.core.config.read_yaml(REPO / "config.yaml"), {"preset": "smoke"})
+    cfg = _smoke_config()
     packs = [
         out / "packs" / f"{p}.json" for p in make_packs(cfg.specs, cfg.raw["pack"]["max_runs"])
     ]

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from mbc.core.artifacts import dumps_strict
 from mbc.core.config import Config
+from mbc.core.layout import Layout
 from mbc.core.packing import make_packs, pack_widths
 from mbc.core.runlog import finished, read_log
 from mbc.core.spec import RunSpec
@@ -152,7 +153,7 @@ def banner_lines(
     device = str(cfg.raw.get("device", "auto"))
     threads = int(cfg.raw.get("threads", 1))
     # trained: its log says finished (a missing or moved-aside summary is rebuilt from it)
-    done = {r for r in specs if finished(read_log(out / "runs" / r / "state" / "log.jsonl"))}
+    done = {r for r in specs if finished(read_log(Layout(cfg.outdir).run(r).log))}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch
@@ -236,7 +237,7 @@ def banner_lines(
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
-        rate = _rate(ref, device, threads, out / ".mbc" / "steps_per_s.json", not dry_run, width)
+        rate = _rate(ref, device, threads, Layout(cfg.outdir).steps_per_s, not dry_run, width)
         ref_cost = _cost(ref, params[ref.model])
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {

@@ -26,6 +26,7 @@ from matplotlib.lines import Line2D
 
 from mbc.core import config as mbc_config
 from mbc.core.artifacts import write_bytes_atomic
+from mbc.core.layout import Layout
 from mbc.core.spec import RunSpec
 
 SHORT = {"task.k": "K", "task.n_groups": "G", "task.z_length": "z", "task.sharing": "sharing",
@@ -186,8 +187,7 @@ def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: d
 def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[str, int]]:
     """The picture of every run of `cfg` so far, one panel per experiment (titled by its
     name); `states`: run id -> mbc.status's state. Returns it and {experiment: curves}."""
-    curves = {rid: read_curve(Path(cfg.outdir) / "runs" / rid / "state" / "log.jsonl")
-              for rid in cfg.specs}  # fmt: skip
+    curves = {rid: read_curve(Layout(cfg.outdir).run(rid).log) for rid in cfg.specs}
     exps: dict[str, list[tuple[str, RunSpec]]] = {}
     for r in cfg.runs:
         exps.setdefault(r.experiment, []).append((r.run_id, r.spec))

@@ -5,8 +5,8 @@ number of steps and the expected wall time on this machine. The assumptions, kep
 
 * Expected steps of a run. A run stops early once it has run `early_stop_tau_factor` x tau
   steps (3 by default) and converged, else at max_steps. tau comes from, in order:
-  1. a measured tau: `<outdir>/tau.csv` (its `steps` column: steps actually run), or a
-     `tau` event in `<outdir>/runs/<run_id>/state/log.jsonl` of a run in progress;
+  1. a measured tau: the outdir's tau.csv (its `steps` column: steps actually run), or a
+     `tau` event in the live log of a run in progress;
   2. a power law tau = c * D^1.2 (the paper's tau ~ D^1.2, independent of K), with c
      the median of tau / D^1.2 over the measured taus, or else calibrated by one short
      measured run: the preset's smallest-D transformer run, trained (with the
@@ -39,6 +39,7 @@ import torch
 
 from mbc.core import config as mbc_config
 from mbc.core.crossing import first_crossing
+from mbc.core.layout import Layout
 from mbc.core.packing import pack_widths
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
@@ -79,7 +80,8 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
 def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
     """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress."""
     out: dict[str, dict] = {}
-    tau_csv = Path(outdir) / "tau.csv"
+    layout = Layout(outdir)
+    tau_csv = Path(layout.table("tau"))
     if tau_csv.exists():
         df = pd.read_csv(tau_csv).drop_duplicates("run_id")
         for row in df.itertuples():
@@ -90,8 +92,7 @@ def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
     for run_id in specs:
         if run_id in out:
             continue
-        log = Path(outdir) / "runs" / run_id / "state" / "log.jsonl"
-        tau = logged_tau(read_log(log))
+        tau = logged_tau(read_log(layout.run(run_id).log))
         if tau is not None:
             out[run_id] = {"tau": float(tau), "steps": None}
     return out

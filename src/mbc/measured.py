@@ -24,6 +24,7 @@ import pandas as pd
 
 from mbc.core import config as mbc_config
 from mbc.core.artifacts import write_text_atomic
+from mbc.core.layout import Layout
 from mbc.core.runlog import read_log
 
 TABLES = ("tau", "fits", "statistics", "hypotheses", "scorecard", "robustness", "init_scale")
@@ -37,7 +38,7 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
     """PROVENANCE's lines, from the runs' logs (`start` and `done` events)."""
     starts, ends, resumed, missing = [], [], [], []
     for r in run_ids:
-        rows = read_log(outdir / "runs" / r / "state" / "log.jsonl")
+        rows = read_log(Layout(str(outdir)).run(r).log)
         s = [x for x in rows if x.get("event") == "start"]
         if not s:
             missing.append(r)
@@ -80,12 +81,12 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     cfg = mbc_config.load(
         mbc_config.read_yaml(config_path), {"preset": preset, **(overrides or {})}
     )
-    out = Path(cfg.outdir)
-    tau = pd.read_csv(out / "tau.csv")
+    out, layout = Path(cfg.outdir), Layout(cfg.outdir)
+    tau = pd.read_csv(layout.table("tau"))
     target = Path(dest) / preset
     target.mkdir(parents=True, exist_ok=True)
     for t in TABLES:
-        src = out / f"{t}.csv"
+        src = Path(layout.table(t))
         if not src.exists():
             raise SystemExit(f"mbc.measured: {src} does not exist: has the preset run end to end?")
         shutil.copyfile(src, target / src.name)

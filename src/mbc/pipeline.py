@@ -33,6 +33,7 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
+from mbc.core.layout import Layout, RunPaths
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
@@ -87,7 +88,7 @@ def _compile_cache(run_dir) -> None:
     """One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
     same shape loads the compiled kernels instead of compiling them again (README:
     "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins."""
-    cache = Path(run_dir).resolve().parents[1] / ".mbc" / "torch_compile"
+    cache = Layout.of_run_dir(Path(run_dir).resolve()).compile_cache
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
 
 
@@ -128,7 +129,7 @@ def train_pack(
     trained = packed_train.train_pack(specs, [loaded[str(p)] for p in dataset_paths], run_dirs, dev)
     runs = []
     for spec, d, fresh in zip(specs, run_dirs, trained, strict=True):
-        rows = read_log(Path(d) / "state" / "log.jsonl")
+        rows = read_log(RunPaths(d).log)
         runs.append(
             {
                 "run_id": spec.run_id,
@@ -147,7 +148,7 @@ def train_pack(
 
 def unpack_run(spec: RunSpec, run_dir) -> None:
     """A packed run's metrics.csv and checkpoints.csv, from the log its pack wrote."""
-    rows = read_log(Path(run_dir) / "state" / "log.jsonl")
+    rows = read_log(RunPaths(run_dir).log)
     if not finished(rows):
         step = next((r["step"] for r in reversed(rows) if "step" in r), 0)
         raise RuntimeError(

@@ -7,7 +7,8 @@ One row per run, read from what the training jobs leave on disk (nothing is star
   incomplete   summarised, but its metrics.csv is missing: the next `snakemake` rebuilds
                its tables from the run's log (nothing retrains)
   running      the live log (state/log.jsonl) changed within the last --stale-s seconds
-  failed       the job's log shows a traceback and the live log has gone quiet
+  failed       a job that trained it (alone, or its pack) logged a traceback and the live
+               log has gone quiet
   interrupted  the live log has gone quiet without an error (killed, pre-empted): the
                next `snakemake` resumes it from its last checkpoint
   pending      nothing on disk yet
@@ -30,6 +31,8 @@ import pandas as pd
 import yaml
 
 from mbc.core import config as mbc_config
+from mbc.core.layout import Layout
+from mbc.core.packing import make_packs
 from mbc.core.runlog import logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
@@ -44,12 +47,17 @@ def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None]:
     return last, logged_tau(rows), logged_divergence(rows)
 
 
-def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: float) -> dict:
-    run_dir = Path(outdir) / "runs" / run_id
-    log = run_dir / "state" / "log.jsonl"
+def run_state(
+    outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: float, pack_id: str | None = None
+) -> dict:
+    """The row of one run. `pack_id`: the pack it trains in (pack.enabled): a failure is
+    then in that pack's job log, not in a `train` log."""
+    layout = Layout(outdir)
+    paths = layout.run(run_id)
+    log = paths.log
     row = {"run_id": run_id, "k": spec.task.k, "d": spec.task.d, "seed": spec.seed,
            "budget": spec.train.max_steps, "step": None, "lcand_over_log_k": None, "tau": None}  # fmt: skip
-    summary = run_dir / "summary.json"
+    summary = paths.summary
     if summary.exists():
         try:
             s = json.loads(summary.read_text())
@@ -59,7 +67,7 @@ def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: floa
             )
         except json.JSONDecodeError:
             row["state"] = "failed"  # a corrupt summary: the next run rewrites it
-        if not (run_dir / "metrics.csv").exists():
+        if not paths.metrics.exists():
             row["state"] = "incomplete"  # not done: a table a statistic reads is missing
     if log.exists():
         last, tau, diverged = _last_rows(log)
@@ -71,16 +79,20 @@ def run_state(outdir: str, run_id: str, spec: RunSpec, now: float, stale_s: floa
         if diverged is not None:  # the trainer stopped it: final, summarised or not
             row.update(state="diverged", step=diverged)
         if "state" not in row:
-            if (run_dir / "metrics.csv").exists():
+            if paths.metrics.exists():
                 row["state"] = "trained"
             elif now - log.stat().st_mtime < stale_s:
                 row["state"] = "running"
             else:
-                job_log = Path(outdir) / "logs" / "train" / f"{run_id}.log"
-                failed = job_log.exists() and "Traceback" in job_log.read_text(errors="replace")
-                row["state"] = "failed" if failed else "interrupted"
+                jobs = [layout.log("train", run_id)]
+                jobs += [layout.log("train_pack", pack_id)] if pack_id else []
+                row["state"] = "failed" if any(map(_traceback, jobs)) else "interrupted"
     row.setdefault("state", "pending")
     return row
+
+
+def _traceback(job_log: str) -> bool:
+    return Path(job_log).exists() and "Traceback" in Path(job_log).read_text(errors="replace")
 
 
 def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
@@ -88,8 +100,14 @@ def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
     exps: dict[str, list[str]] = {}
     for r in cfg.runs:
         exps.setdefault(r.run_id, []).append(r.experiment)
+    pack = cfg.raw.get("pack", {})
+    packs = make_packs(cfg.specs, pack["max_runs"]) if pack.get("enabled") else {}
+    pack_of = {r: p for p, members in packs.items() for r in members}
     rows = [
-        {**run_state(cfg.outdir, rid, spec, now, stale_s), "experiments": ",".join(exps[rid])}
+        {
+            **run_state(cfg.outdir, rid, spec, now, stale_s, pack_of.get(rid)),
+            "experiments": ",".join(exps[rid]),
+        }  # fmt: skip
         for rid, spec in cfg.specs.items()
     ]
     table = pd.DataFrame(rows, columns=COLUMNS)

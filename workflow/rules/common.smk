@@ -9,6 +9,7 @@ import mbc.banner
 import mbc.core.artifacts
 import mbc.core.config
 import mbc.core.integrity
+import mbc.core.layout
 import mbc.core.packing
 import mbc.core.spec
 import mbc.training.tensorboard_log
@@ -35,6 +36,7 @@ try:
 except mbc.core.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
+L = mbc.core.layout.Layout(OUT)  # every path under the outdir
 # tensorboard: reaches the training jobs through their environment, not as a rule
 # parameter (a changed parameter retrains; the scalars change no number)
 os.environ[mbc.training.tensorboard_log.ENV] = (
@@ -79,10 +81,6 @@ wildcard_constraints:
     dataset_id="[A-Za-z0-9_.+-]+",
 
 
-def run_path(run_id, name):
-    return f"{OUT}/runs/{run_id}/{name}"
-
-
 def all_run_ids():
     return list(SPECS)
 
@@ -102,10 +100,6 @@ def diagnosed_runs(name):
     ]
 
 
-def diag_path(kind, run_id, suffix=""):
-    return f"{OUT}/diagnostics/{kind}/{run_id}{suffix}.csv"
-
-
 # Per-run diagnostic tables: aggregated name -> (diagnostic, file suffix)
 DIAG_TABLES = {
     "collective": ("collective", ""),
@@ -119,9 +113,9 @@ DIAGNOSED = {
 }
 # Aggregated tidy tables: name -> the per-run files stacked into {OUT}/<name>.csv
 TABLES = {
-    "metrics": [run_path(r, "metrics.csv") for r in SPECS],
+    "metrics": [L.metrics(r) for r in SPECS],
     **{
-        name: [diag_path(kind, r, sfx) for r in DIAGNOSED[kind]]
+        name: [L.diagnostic(kind, r, sfx) for r in DIAGNOSED[kind]]
         for name, (kind, sfx) in DIAG_TABLES.items()
     },
 }
@@ -131,9 +125,9 @@ def run_inputs(wc):
     """What a per-run diagnostic reads: dataset, snapshot index, tau (summary)."""
     spec = SPECS[wc.run_id]
     return {
-        "dataset": f"{OUT}/datasets/{spec.dataset_id}.pt",
-        "checkpoints": run_path(wc.run_id, "checkpoints.csv"),
-        "summary": run_path(wc.run_id, "summary.json"),
+        "dataset": L.dataset(spec.dataset_id),
+        "checkpoints": L.checkpoints(wc.run_id),
+        "summary": L.summary(wc.run_id),
     }
 
 
@@ -145,22 +139,19 @@ if MAIN_PROCESS:
     _runs = [
         mbc.core.integrity.RunFiles(
             run_id=r,
-            dataset=Path(f"{OUT}/datasets/{s.dataset_id}.pt"),
-            train=[
-                Path(run_path(r, "metrics.csv")),
-                Path(run_path(r, "checkpoints.csv")),
-            ],
-            summary=Path(run_path(r, "summary.json")),
-            pack=Path(f"{OUT}/packs/{PACK_OF[r]}.json") if r in PACK_OF else None,
+            dataset=Path(L.dataset(s.dataset_id)),
+            train=[Path(L.metrics(r)), Path(L.checkpoints(r))],
+            summary=Path(L.summary(r)),
+            pack=Path(L.pack(PACK_OF[r])) if r in PACK_OF else None,
             diagnostics=[
-                Path(diag_path(kind, r, sfx))
+                Path(L.diagnostic(kind, r, sfx))
                 for kind, sfx in DIAG_TABLES.values()
                 if r in DIAGNOSED[kind]
             ],
         )
         for r, s in SPECS.items()
     ]
-    _aggregates = [Path(f"{OUT}/tau.csv"), *(Path(f"{OUT}/{t}.csv") for t in TABLES)]
+    _aggregates = [Path(L.table(t)) for t in ("tau", *TABLES)]
     _findings = mbc.core.integrity.scan(
         _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
     )
@@ -203,11 +194,11 @@ if MAIN_PROCESS:
 
 
 ALL_TARGETS = [
-    f"{OUT}/tau.csv",
-    *(f"{OUT}/{t}.csv" for t in TABLES),
-    f"{OUT}/fits.csv",
-    f"{OUT}/threshold_sensitivity.csv",
-    f"{OUT}/plateau_sensitivity.csv",
+    L.table("tau"),
+    *(L.table(t) for t in TABLES),
+    L.table("fits"),
+    L.table("threshold_sensitivity"),
+    L.table("plateau_sensitivity"),
 ]
 
 
@@ -219,25 +210,24 @@ FIGURES = list(TABLES_NEEDED)
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]
+# the tables of the paper's sources (rule tex)
+TEX_TABLES = (
+    "fits",
+    "hypotheses",
+    "scorecard",
+    "init_scale",
+    "init_comparison",
+    "robustness",
+)
 ALL_TARGETS += [
-    f"{OUT}/routing_heads.csv",
-    f"{OUT}/statistics.csv",
-    f"{OUT}/hypotheses.csv",
-    f"{OUT}/scorecard.csv",
-    *(f"{OUT}/{t}.csv" for t in ("init_scale", "init_comparison", "robustness")),
-    *(f"{OUT}/figures/{f}.{ext}" for f in FIGURES for ext in ("pdf", "png")),
-    f"{OUT}/tex/numbers.tex",
-    *(
-        f"{OUT}/tex/tables/{t}.tex"
-        for t in (
-            "fits",
-            "hypotheses",
-            "scorecard",
-            "init_scale",
-            "init_comparison",
-            "robustness",
-        )
-    ),
+    L.table("routing_heads"),
+    L.table("statistics"),
+    L.table("hypotheses"),
+    L.table("scorecard"),
+    *(L.table(t) for t in ("init_scale", "init_comparison", "robustness")),
+    *(L.figure(f, ext) for f in FIGURES for ext in ("pdf", "png")),
+    L.tex_numbers,
+    *(L.tex_table(t) for t in TEX_TABLES),
 ]
 # The PDF needs a TeX toolchain (setup.sh installs it on Debian); without one the
 # workflow builds everything else and says so.

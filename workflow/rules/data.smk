@@ -1,8 +1,8 @@
 rule dataset:
     output:
-        f"{OUT}/datasets/{{dataset_id}}.pt",
+        L.dataset("{dataset_id}"),
     log:
-        f"{OUT}/logs/dataset/{{dataset_id}}.log",
+        L.log("dataset", "{dataset_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:

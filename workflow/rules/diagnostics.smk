@@ -6,10 +6,10 @@ rule collective:
     input:
         unpack(run_inputs),
     output:
-        groups=diag_path("collective", "{run_id}"),
-        summary=diag_path("collective", "{run_id}", "_summary"),
+        groups=L.diagnostic("collective", "{run_id}"),
+        summary=L.diagnostic("collective", "{run_id}", "_summary"),
     log:
-        f"{OUT}/logs/collective/{{run_id}}.log",
+        L.log("collective", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -24,10 +24,10 @@ rule routing:
     input:
         unpack(run_inputs),
     output:
-        attention=diag_path("routing", "{run_id}", "_attention"),
-        ablation=diag_path("routing", "{run_id}", "_ablation"),
+        attention=L.diagnostic("routing", "{run_id}", "_attention"),
+        ablation=L.diagnostic("routing", "{run_id}", "_ablation"),
     log:
-        f"{OUT}/logs/routing/{{run_id}}.log",
+        L.log("routing", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -42,9 +42,9 @@ rule hessian:
     input:
         unpack(run_inputs),
     output:
-        diag_path("hessian", "{run_id}"),
+        L.diagnostic("hessian", "{run_id}"),
     log:
-        f"{OUT}/logs/hessian/{{run_id}}.log",
+        L.log("hessian", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -59,9 +59,9 @@ rule aggregate:
     input:
         lambda wc: TABLES[wc.table],
     output:
-        f"{OUT}/{{table}}.csv",
+        L.table("{table}"),
     log:
-        f"{OUT}/logs/aggregate/{{table}}.log",
+        L.log("aggregate", "{table}"),
     wildcard_constraints:
         table="|".join(TABLES),
     conda:

@@ -1,13 +1,13 @@
 rule fits:
     input:
-        tau=f"{OUT}/tau.csv",
-        hessian=f"{OUT}/hessian.csv",
-        metrics=f"{OUT}/metrics.csv",
+        tau=L.table("tau"),
+        hessian=L.table("hessian"),
+        metrics=L.table("metrics"),
     output:
-        fits=f"{OUT}/fits.csv",
-        threshold=f"{OUT}/threshold_sensitivity.csv",
+        fits=L.table("fits"),
+        threshold=L.table("threshold_sensitivity"),
     log:
-        f"{OUT}/logs/fits.log",
+        L.log("fits"),
     conda:
         "../../envs/mbc.yaml"
     params:

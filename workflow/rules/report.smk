@@ -5,16 +5,16 @@
 
 rule routing_heads:
     input:
-        attention=f"{OUT}/routing_attention.csv",
-        ablation=f"{OUT}/routing_ablation.csv",
+        attention=L.table("routing_attention"),
+        ablation=L.table("routing_ablation"),
     output:
         report(
-            f"{OUT}/routing_heads.csv",
+            L.table("routing_heads"),
             category="Tables",
             caption="../report/routing_heads.rst",
         ),
     log:
-        f"{OUT}/logs/routing_heads.log",
+        L.log("routing_heads"),
     conda:
         "../../envs/mbc.yaml"
     script:
@@ -23,19 +23,19 @@ rule routing_heads:
 
 rule statistics:
     input:
-        tau=f"{OUT}/tau.csv",
-        fits=f"{OUT}/fits.csv",
-        collective_summary=f"{OUT}/collective_summary.csv",
-        routing_ablation=f"{OUT}/routing_ablation.csv",
-        hessian=f"{OUT}/hessian.csv",
+        tau=L.table("tau"),
+        fits=L.table("fits"),
+        collective_summary=L.table("collective_summary"),
+        routing_ablation=L.table("routing_ablation"),
+        hessian=L.table("hessian"),
     output:
         report(
-            f"{OUT}/statistics.csv",
+            L.table("statistics"),
             category="Tables",
             caption="../report/statistics.rst",
         ),
     log:
-        f"{OUT}/logs/statistics.log",
+        L.log("statistics"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -49,15 +49,15 @@ rule statistics:
 
 rule hypotheses:
     input:
-        f"{OUT}/statistics.csv",
+        L.table("statistics"),
     output:
         report(
-            f"{OUT}/hypotheses.csv",
+            L.table("hypotheses"),
             category="Tables",
             caption="../report/hypotheses.rst",
         ),
     log:
-        f"{OUT}/logs/hypotheses.log",
+        L.log("hypotheses"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -68,18 +68,18 @@ rule hypotheses:
 
 rule robustness:
     input:
-        tau=f"{OUT}/tau.csv",
-        statistics=f"{OUT}/statistics.csv",
+        tau=L.table("tau"),
+        statistics=L.table("statistics"),
     output:
-        init_scale=f"{OUT}/init_scale.csv",
-        init_comparison=f"{OUT}/init_comparison.csv",
+        init_scale=L.table("init_scale"),
+        init_comparison=L.table("init_comparison"),
         robustness=report(
-            f"{OUT}/robustness.csv",
+            L.table("robustness"),
             category="Tables",
             caption="../report/robustness.rst",
         ),
     log:
-        f"{OUT}/logs/robustness.log",
+        L.log("robustness"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -93,15 +93,15 @@ rule robustness:
 
 rule scorecard:
     input:
-        f"{OUT}/statistics.csv",
+        L.table("statistics"),
     output:
         report(
-            f"{OUT}/scorecard.csv",
+            L.table("scorecard"),
             category="Tables",
             caption="../report/scorecard.rst",
         ),
     log:
-        f"{OUT}/logs/scorecard.log",
+        L.log("scorecard"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -112,16 +112,16 @@ rule scorecard:
 
 rule figure:
     input:
-        unpack(lambda wc: {t: f"{OUT}/{t}.csv" for t in TABLES_NEEDED[wc.figure]}),
+        unpack(lambda wc: {t: L.table(t) for t in TABLES_NEEDED[wc.figure]}),
     output:
-        pdf=f"{OUT}/figures/{{figure}}.pdf",
+        pdf=L.figure("{figure}", "pdf"),
         png=report(
-            f"{OUT}/figures/{{figure}}.png",
+            L.figure("{figure}", "png"),
             category="Figures",
             caption="../report/figure.rst",
         ),
     log:
-        f"{OUT}/logs/figures/{{figure}}.log",
+        L.log("figures", "{figure}"),
     wildcard_constraints:
         figure="|".join(FIGURES),
     conda:
@@ -132,24 +132,24 @@ rule figure:
 
 rule tex:
     input:
-        tau=f"{OUT}/tau.csv",
-        fits=f"{OUT}/fits.csv",
-        statistics=f"{OUT}/statistics.csv",
-        hypotheses=f"{OUT}/hypotheses.csv",
-        scorecard=f"{OUT}/scorecard.csv",
-        init_scale=f"{OUT}/init_scale.csv",
-        init_comparison=f"{OUT}/init_comparison.csv",
-        robustness=f"{OUT}/robustness.csv",
+        tau=L.table("tau"),
+        fits=L.table("fits"),
+        statistics=L.table("statistics"),
+        hypotheses=L.table("hypotheses"),
+        scorecard=L.table("scorecard"),
+        init_scale=L.table("init_scale"),
+        init_comparison=L.table("init_comparison"),
+        robustness=L.table("robustness"),
     output:
-        numbers=f"{OUT}/tex/numbers.tex",
-        fits=f"{OUT}/tex/tables/fits.tex",
-        hypotheses=f"{OUT}/tex/tables/hypotheses.tex",
-        scorecard=f"{OUT}/tex/tables/scorecard.tex",
-        init_scale=f"{OUT}/tex/tables/init_scale.tex",
-        init_comparison=f"{OUT}/tex/tables/init_comparison.tex",
-        robustness=f"{OUT}/tex/tables/robustness.tex",
+        numbers=L.tex_numbers,
+        fits=L.tex_table("fits"),
+        hypotheses=L.tex_table("hypotheses"),
+        scorecard=L.tex_table("scorecard"),
+        init_scale=L.tex_table("init_scale"),
+        init_comparison=L.tex_table("init_comparison"),
+        robustness=L.tex_table("robustness"),
     log:
-        f"{OUT}/logs/tex.log",
+        L.log("tex"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -163,14 +163,14 @@ rule paper:
     input:
         tex="paper/main.tex",
         generated=rules.tex.output,
-        figures=[f"{OUT}/figures/{f}.pdf" for f in FIGURES],
+        figures=[L.figure(f, "pdf") for f in FIGURES],
     output:
         report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
     log:
-        f"{OUT}/logs/paper.log",
+        L.log("paper"),
     conda:
         "../../envs/tex.yaml"
     params:
-        texinputs=[f"{OUT}/tex", OUT],
+        texinputs=[L.tex_dir, OUT],
     script:
         "../scripts/paper.py"

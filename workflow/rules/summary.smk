@@ -1,10 +1,10 @@
 rule summarize_run:
     input:
-        metrics=run_path("{run_id}", "metrics.csv"),
+        metrics=L.metrics("{run_id}"),
     output:
-        run_path("{run_id}", "summary.json"),
+        L.summary("{run_id}"),
     log:
-        f"{OUT}/logs/summary/{{run_id}}.log",
+        L.log("summary", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -16,11 +16,11 @@ rule summarize_run:
 
 rule tau_table:
     input:
-        [run_path(r, "summary.json") for r in all_run_ids()],
+        [L.summary(r) for r in all_run_ids()],
     output:
-        f"{OUT}/tau.csv",
+        L.table("tau"),
     log:
-        f"{OUT}/logs/tau_table.log",
+        L.log("tau_table"),
     conda:
         "../../envs/mbc.yaml"
     params:
@@ -31,12 +31,12 @@ rule tau_table:
 
 rule plateau_sensitivity:
     input:
-        tau=f"{OUT}/tau.csv",
-        metrics=f"{OUT}/metrics.csv",
+        tau=L.table("tau"),
+        metrics=L.table("metrics"),
     output:
-        f"{OUT}/plateau_sensitivity.csv",
+        L.table("plateau_sensitivity"),
     log:
-        f"{OUT}/logs/plateau_sensitivity.log",
+        L.log("plateau_sensitivity"),
     conda:
         "../../envs/mbc.yaml"
     params:

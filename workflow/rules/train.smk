@@ -7,12 +7,12 @@
 # baseline) train alone either way.
 rule train:
     input:
-        lambda wc: f"{OUT}/datasets/{SPECS[wc.run_id].dataset_id}.pt",
+        lambda wc: L.dataset(SPECS[wc.run_id].dataset_id),
     output:
-        metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",
-        checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
+        metrics=L.metrics("{run_id}"),
+        checkpoints=L.checkpoints("{run_id}"),
     log:
-        f"{OUT}/logs/train/{{run_id}}.log",
+        L.log("train", "{run_id}"),
     wildcard_constraints:
         run_id=one_of(r for r in SPECS if r not in PACK_OF) if PACKS else "[^/]+",
     conda:
@@ -32,13 +32,11 @@ if PACKS:
 
     rule train_pack:
         input:
-            lambda wc: [
-                f"{OUT}/datasets/{SPECS[r].dataset_id}.pt" for r in PACKS[wc.pack_id]
-            ],
+            lambda wc: [L.dataset(SPECS[r].dataset_id) for r in PACKS[wc.pack_id]],
         output:
-            f"{OUT}/packs/{{pack_id}}.json",
+            L.pack("{pack_id}"),
         log:
-            f"{OUT}/logs/train_pack/{{pack_id}}.log",
+            L.log("train_pack", "{pack_id}"),
         wildcard_constraints:
             pack_id=one_of(PACKS),
         conda:
@@ -57,12 +55,12 @@ if PACKS:
             # ancient: a pack that runs again (a run added to it) leaves the tables of
             # its finished runs, and all that is read from them, up to date. (A deleted
             # manifest, when one of its runs must be retrained, reruns all of them.)
-            lambda wc: ancient(f"{OUT}/packs/{PACK_OF[wc.run_id]}.json"),
+            lambda wc: ancient(L.pack(PACK_OF[wc.run_id])),
         output:
-            metrics=f"{OUT}/runs/{{run_id}}/metrics.csv",
-            checkpoints=f"{OUT}/runs/{{run_id}}/checkpoints.csv",
+            metrics=L.metrics("{run_id}"),
+            checkpoints=L.checkpoints("{run_id}"),
         log:
-            f"{OUT}/logs/unpack_run/{{run_id}}.log",
+            L.log("unpack_run", "{run_id}"),
         wildcard_constraints:
             run_id=one_of(PACK_OF),
         localrule: True  # reads a log, writes two tables

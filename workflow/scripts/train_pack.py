@@ -1,16 +1,15 @@
-from pathlib import Path
-
+from mbc.core.layout import Layout
 from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import train_pack
 
 with logged(snakemake.log[0]):
     specs = [RunSpec.from_dict(d) for d in snakemake.params.specs]
-    out = Path(snakemake.output[0]).parents[1]
+    layout = Layout.of_pack(snakemake.output[0])
     train_pack(
         specs,
         list(snakemake.input),
-        [out / "runs" / s.run_id for s in specs],
+        [layout.run_dir(s.run_id) for s in specs],
         snakemake.output[0],
         device=snakemake.params.device,
         threads=snakemake.threads,

@@ -21,6 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mbc.core.layout import Layout
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -176,7 +177,7 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
     merged = deep_merge(merged, overrides)
     if "outdir" in overrides and "paper_pdf" not in overrides:
         # a second outdir must not overwrite the preset's PDF
-        merged["paper_pdf"] = f"{str(merged['outdir']).rstrip('/')}/paper/main.pdf"
+        merged["paper_pdf"] = Layout(str(merged["outdir"]).rstrip("/")).paper_pdf
     merged["preset"] = preset
     merged.pop("presets", None)
     _schema_check(merged, f"after applying preset {preset!r}")

@@ -30,6 +30,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbc.core.artifacts import read_sidecar_sha256, sha256_file
+from mbc.core.layout import Layout, RunPaths
 from mbc.core.runlog import finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
@@ -41,7 +42,7 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     process of an invocation): False when another invocation holds it. Repair runs only
     under it, so a second `snakemake` on a running outdir, refused later by Snakemake's
     own lock, never deletes what the first is writing."""
-    path = (Path(outdir) / ".mbc" / "outdir.lock").resolve()
+    path = Layout(str(outdir)).lock.resolve()
     if path in _HELD:  # (the Snakefile parsed again in this process)
         return True
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,14 +231,13 @@ def repair(
         if (
             f.pack is not None
             and f.pack.exists()
-            and (fd.retrain or not finished(read_log(f.run_dir / "state" / "log.jsonl")))
+            and (fd.retrain or not finished(read_log(RunPaths(f.run_dir).log)))
         ):
             # the run's tables come from its log: a run to train again needs its pack to
             # run again (whose finished runs are not retrained: their logs say done)
             lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")
             doomed.add(f.pack)
-        if fd.retrain and (f.run_dir / "state").exists():
-            state = f.run_dir / "state"
+        if fd.retrain and (state := RunPaths(f.run_dir).state).exists():
             lines.append(f"{state}: moved aside to state.corrupt-{stamp} (the run is retrained)")
             if not dry_run:
                 state.rename(state.with_name(f"state.corrupt-{stamp}"))

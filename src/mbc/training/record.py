@@ -8,15 +8,12 @@ writes exactly the files, at exactly the steps, of an unpacked one. The trainer 
 weights; the record reaches them through a `RunView` (read the weights, evaluate them,
 their gradient norm, the optimiser's state).
 
-State that must survive an interruption lives under `<run_dir>/state/` and is not a
-Snakemake output (Snakemake deletes the outputs of a failed job; we must not lose our
-checkpoints with them):
-  state/log.jsonl           append-only evaluation log, one JSON object per line
-                            (read by mbc.core.runlog.read_log); its last line is a `done`
-                            event once the run has finished
-  state/resume.pt           model + optimiser + step, written atomically at eval steps
-  state/snapshots/*.pt      model weights at the snapshot schedule (post-hoc diagnostics)
-The declared outputs, `metrics.csv` and `checkpoints.csv`, are written by `finalize_run`.
+State that must survive an interruption lives under the run's `state/`
+(`mbc.core.layout`), no Snakemake output: its log (one JSON object per line, read by
+mbc.core.runlog.read_log; its last line is a `done` event once the run has finished), the
+resume point (model + optimiser + step, written atomically at eval steps) and the
+snapshots (post-hoc diagnostics). The declared outputs, `metrics.csv` and
+`checkpoints.csv`, are written by `finalize_run`.
 """
 
 from __future__ import annotations
@@ -41,6 +38,7 @@ from mbc.core.artifacts import (
 )
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
+from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, grid_mask
@@ -100,10 +98,8 @@ class RunRecord:
         progress_every_s: float = 30.0,
     ):
         self.spec, self.say, self.progress_every_s = spec, say, progress_every_s
-        self.run_dir = Path(run_dir)
-        self.state_dir = self.run_dir / "state"
-        self.snap_dir = self.state_dir / "snapshots"
-        self.log_path = self.state_dir / "log.jsonl"
+        self.paths = RunPaths(run_dir)
+        self.run_dir = self.paths.dir
         evals, snaps = eval_schedule(spec.eval, spec.train.max_steps)
         self.eval_set, self.snap_set = set(evals), set(snaps)
         self.step = self.last_resume = 0
@@ -122,27 +118,27 @@ class RunRecord:
     def resume(self) -> dict | None:
         """Read the run's state: the resume point to load into the weights (None: start
         from the initial weights, or the run has finished: `finished`). Sets `step`."""
-        self.snap_dir.mkdir(parents=True, exist_ok=True)
-        rows = read_log(self.log_path)
+        self.paths.snapshots.mkdir(parents=True, exist_ok=True)
+        rows = read_log(self.paths.log)
         if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
             self.tau, self.diverged = logged_tau(rows), logged_divergence(rows)
             return None
-        state, rows = _try_resume(self.state_dir, rows, self.say)
+        state, rows = _try_resume(self.paths.resume, rows, self.say)
         if state is not None:
             self.step = self.last_resume = state["step"]
             self.say(f"resuming {self.spec.run_id} from step {self.step}")
         if self.step >= self.spec.train.max_steps:  # finished, its `done` line not written
             rows.append({"event": "done", "step": self.step, "time": now()})
             self.finished, self.tau = True, logged_tau(rows)
-            write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
+            write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
             return None
-        write_text_atomic(self.log_path, "".join(_json_line(r) for r in rows))
+        write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
         self.tau = logged_tau(rows)
         self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
-        self._fh = open(self.log_path, "a")  # noqa: SIM115 - closed by close()
+        self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
         self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
         _append(self._fh, start_event(self.step))  # the code and machine (mbc.measured)
         return state
@@ -199,15 +195,13 @@ class RunRecord:
             self._prev_row = row
             self._progress.report(step, row, self.tau)
             if step in self.snap_set:
-                path = self.snap_dir / f"step_{step:09d}.pt"
+                path = self.paths.snapshots / f"step_{step:09d}.pt"
                 sha = torch_save_atomic(path, {k: v.cpu() for k, v in view.keep().items()})
                 _append(
                     self._fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha}
                 )
             if step - self.last_resume >= ev.resume_every or step == t.max_steps:
-                sha = torch_save_atomic(
-                    self.state_dir / "resume.pt", {**view.resume_state(), "step": step}
-                )
+                sha = torch_save_atomic(self.paths.resume, {**view.resume_state(), "step": step})
                 _append(
                     self._fh,
                     {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
@@ -287,9 +281,8 @@ def _append(fh, row: dict) -> None:
     os.fsync(fh.fileno())
 
 
-def _try_resume(state_dir: Path, log_rows: list[dict], say: Callable[[str], None]):
+def _try_resume(resume_path: Path, log_rows: list[dict], say: Callable[[str], None]):
     """Return (resume dict or None, log rows up to its step). Corrupt state -> fresh start."""
-    resume_path = state_dir / "resume.pt"
     if not resume_path.exists():
         return None, []
     marks = [r for r in log_rows if r.get("event") == "resume"]
@@ -376,16 +369,16 @@ def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
 
 def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
     """Turn the log into the tidy per-run tables (atomic writes)."""
-    run_dir = Path(run_dir)
-    rows = read_log(run_dir / "state" / "log.jsonl")
+    paths = RunPaths(run_dir)
+    rows = read_log(paths.log)
     evals = [r for r in rows if "event" not in r]
     metrics = pd.DataFrame(evals, columns=METRIC_COLUMNS).drop_duplicates("step", keep="last")
     metrics.insert(0, "run_id", spec.run_id)
     snaps = pd.DataFrame(
         [r for r in rows if r.get("event") == "snapshot"], columns=["step", "path", "sha256"]
     ).drop_duplicates("step", keep="last")
-    snaps["path"] = [str(Path("state") / "snapshots" / p) for p in snaps["path"]]
-    write_csv_atomic(run_dir / "checkpoints.csv", snaps)
-    write_csv_atomic(run_dir / train_log.FILE, train_log.table(rows))  # before metrics.csv
-    write_csv_atomic(run_dir / "metrics.csv", metrics)
+    snaps["path"] = [str(Path(SNAPSHOTS) / p) for p in snaps["path"]]
+    write_csv_atomic(paths.checkpoints, snaps)
+    write_csv_atomic(paths.train_log, train_log.table(rows))  # before metrics.csv
+    write_csv_atomic(paths.metrics, metrics)
     return metrics

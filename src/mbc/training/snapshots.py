@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pandas as pd
 import torch
 
 from mbc.core.artifacts import CorruptArtifactError, read_csv_checked, torch_load_checked
+from mbc.core.layout import RunPaths
 from mbc.core.spec import RunSpec
 from mbc.training.model import build_model
 
 
 def read_index(run_dir: str | os.PathLike) -> pd.DataFrame:
-    return read_csv_checked(Path(run_dir) / "checkpoints.csv", required=["step", "path", "sha256"])
+    return read_csv_checked(RunPaths(run_dir).checkpoints, required=["step", "path", "sha256"])
 
 
 def nearest(index: pd.DataFrame, step: float) -> int:
@@ -28,16 +28,16 @@ def nearest(index: pd.DataFrame, step: float) -> int:
 def load_model(spec: RunSpec, run_dir, index: pd.DataFrame, step: int, device) -> torch.nn.Module:
     """The model of `spec` with the weights saved at `step` (checksum verified), in eval mode."""
     row = index.loc[index["step"] == step].iloc[0]
-    run_dir = Path(run_dir)
+    paths = RunPaths(run_dir)
     try:
-        state = torch_load_checked(run_dir / row["path"], sha256=row["sha256"])
+        state = torch_load_checked(paths.dir / row["path"], sha256=row["sha256"])
     except CorruptArtifactError as exc:
         # A snapshot cannot be rebuilt alone: retraining the run (deterministic) rebuilds
         # all of them, so the run's outputs and state are invalidated together.
         raise CorruptArtifactError(
-            f"{exc} (snapshot of run {run_dir.name}; the run will be retrained)",
+            f"{exc} (snapshot of run {paths.dir.name}; the run will be retrained)",
             exc.path,
-            invalidate=[run_dir / "checkpoints.csv", run_dir / "metrics.csv", run_dir / "state"],
+            invalidate=[paths.checkpoints, paths.metrics, paths.state],
         ) from exc
     model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
     model.load_state_dict(state)

@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from mbc.core.layout import Layout
 from mbc.core.spec import RunSpec
 
 ENV = "MBC_TENSORBOARD"
@@ -107,5 +108,5 @@ def open_run(
             say(missing_line())
             _said = True
         return None
-    log_dir = Path(run_dir).resolve().parents[1] / "tensorboard" / spec.run_id
+    log_dir = Layout.of_run_dir(Path(run_dir).resolve()).tensorboard(spec.run_id)
     return RunScalars(spec, log_dir, step, rows)

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from mbc.core.layout import TRAIN_LOG
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_WINDOW, Dataset, stream_seed
 from mbc.training.metrics import derange_selectors, first_target_loss
@@ -32,7 +33,7 @@ EVENT = "train_window"
 COLUMNS = [
     "step", "n_batches", "train_first_loss", "train_first_shuffled_loss", "delta_z_train_first",
 ]  # fmt: skip
-FILE = "train_log.csv"
+FILE = TRAIN_LOG  # beside metrics.csv (mbc.core.layout)
 
 
 def window_every(spec: RunSpec) -> int:
