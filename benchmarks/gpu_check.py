@@ -46,9 +46,10 @@ from pathlib import Path
 
 import torch
 
-from mbc import estimate, pack_estimate
+from mbc import estimate
 from mbc.core import config as mbc_config
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
+from mbc.planning import timing
 from mbc.training.data import build_dataset
 from mbc.training.packed_train import train_pack
 from mbc.training.train import pick_device
@@ -199,7 +200,7 @@ def speed_options(ref, device: torch.device, small: bool, steps: int, compile_to
     base = None
     for name, spec, variant in options:
         t0 = time.perf_counter()
-        r = pack_estimate.time_pack_step(spec, width, device, steps, **variant)
+        r = timing.time_pack_step(spec, width, device, steps, **variant)
         base = base or r["step_s"]
         print(
             f"  pack of {width}, {name:<46} {width / r['step_s']:9.1f} run-steps/s, "
@@ -240,15 +241,15 @@ def main(argv=None) -> int:
     e1 = {r: cfg.specs[r] for r in cfg.run_ids("E1")}
     ref = next(s for s in e1.values() if s.task.k == max(ks))
 
-    section(f"2. throughput at the E1 K = {ref.task.k} shape ({pack_estimate.shape_of(ref)})")
+    section(f"2. throughput at the E1 K = {ref.task.k} shape ({timing.shape_of(ref)})")
     steps = a.steps or (5 if small else 20)
-    rates = pack_estimate.measure_rates(ref, device, steps=steps)
+    rates = timing.measure_rates(ref, device, steps=steps)
     one = 1 / rates["single_step_s"]
     for w, r in rates["pack"].items():
         print(
             f"  pack of {w:>3} vs one unpacked run: {int(w) / r['step_s'] / one:6.1f}x the run-steps/s"
         )
-    pack_estimate.save_rates(rates, out / "rates.json")
+    timing.save_rates(rates, out / "rates.json")
     print(f"saved {out / 'rates.json'}")
 
     failed = []

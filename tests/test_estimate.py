@@ -10,7 +10,7 @@ from helpers import tiny_spec
 
 from mbc.core import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main
-from mbc.pack_estimate import measure_steps_per_s
+from mbc.planning.timing import measure_steps_per_s
 
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
@@ -56,14 +56,14 @@ def test_steps_per_s_counts_the_timed_steps_only(monkeypatch):
     2 s; a pack of 4 whose step takes 0.2 s trains 4 / 0.2 run-steps a second."""
     import types
 
-    import mbc.pack_estimate
+    import mbc.planning.timing
 
     clock = iter([10.0, 12.0])
     monkeypatch.setattr(
-        mbc.pack_estimate, "time", types.SimpleNamespace(perf_counter=lambda: next(clock))
+        mbc.planning.timing, "time", types.SimpleNamespace(perf_counter=lambda: next(clock))
     )
     assert measure_steps_per_s(tiny_spec(), torch.device("cpu"), steps=3) == 1.5
-    monkeypatch.setattr(mbc.pack_estimate, "time_pack_step", lambda *a, **k: {"step_s": 0.2})
+    monkeypatch.setattr(mbc.planning.timing, "time_pack_step", lambda *a, **k: {"step_s": 0.2})
     assert measure_steps_per_s(tiny_spec(), torch.device("cpu"), width=4) == pytest.approx(20.0)
 
 
@@ -90,7 +90,7 @@ def test_calibrate_tau_is_the_first_scheduled_evaluation_below_the_threshold(tmp
 
 
 def test_invocation_reads_dry_runs_and_the_executor(tmp_path, monkeypatch):
-    from mbc.banner import invocation
+    from mbc.planning.banner import invocation
 
     assert invocation(["snakemake", "--cores", "8", "all"]) == (False, "local")
     assert invocation(["snakemake", "-n", "all"])[0]
@@ -110,8 +110,8 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     import torch
     import yaml
 
-    from mbc.banner import banner_lines
     from mbc.core import config as mbc_config
+    from mbc.planning.banner import banner_lines
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
     smoke = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path)})
@@ -146,7 +146,7 @@ def _rates(step_s: dict[int, float], eval_s=(0.0, 0.0)) -> dict:
 def test_a_pack_costs_its_widths_times_its_steps():
     """Planted rates: three runs of 100, 200 and 400 steps take 100 steps at width 3, 100
     at width 2 and 200 at width 1; evaluations add n x eval_s(K), linear in K."""
-    from mbc.pack_estimate import eval_seconds, pack_seconds, step_seconds
+    from mbc.planning.timing import eval_seconds, pack_seconds, step_seconds
 
     spec = tiny_spec()  # batch 16, the planted shape's tokens per step
     rates = _rates({1: 1.0, 8: 1.7}, eval_s=(0.5, 3.6))

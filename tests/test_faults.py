@@ -113,18 +113,18 @@ def test_an_outdir_that_cannot_be_written_is_one_line(tmp_path):
 
 
 def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, monkeypatch):
-    import mbc.banner
+    import mbc.planning.banner
     from mbc.core import config as mbc_config
 
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},
     )
-    monkeypatch.setattr(mbc.banner, "_free_bytes", lambda p: 1000)
-    lines = mbc.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
+    monkeypatch.setattr(mbc.planning.banner, "_free_bytes", lambda p: 1000)
+    lines = mbc.planning.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
     assert any(x.startswith("mbc: WARNING") and "free, less than the runs" in x for x in lines)
-    monkeypatch.setattr(mbc.banner, "_free_bytes", lambda p: 10**15)
-    lines = mbc.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
+    monkeypatch.setattr(mbc.planning.banner, "_free_bytes", lambda p: 10**15)
+    lines = mbc.planning.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
     assert not any("free, less than" in x for x in lines)
 
 
@@ -145,14 +145,14 @@ def test_a_stale_snakemake_lock_on_the_outdir_is_recognised(tmp_path):
 def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     import os
 
-    import mbc.banner
+    import mbc.planning.banner
     from mbc.core import config as mbc_config
 
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},
     )
-    lines = mbc.banner.banner_lines(cfg, cores=10_000, dry_run=True)
+    lines = mbc.planning.banner.banner_lines(cfg, cores=10_000, dry_run=True)
     (wall,) = [x for x in lines if "expected training wall time" in x]
     assert f"with {os.cpu_count()} parallel job(s)" in wall, wall
 

@@ -44,7 +44,6 @@ from mbc.core.packing import pack_widths
 from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration
-from mbc.pack_estimate import measure_rates, measure_steps_per_s, packed_wall_seconds, shape_of
 from mbc.planning.cost import (
     D_EXPONENT,
     expected,
@@ -54,6 +53,7 @@ from mbc.planning.cost import (
     tau_law,
     wall_seconds,
 )
+from mbc.planning.timing import measure_rates, measure_steps_per_s, packed_wall_seconds, shape_of
 from mbc.training.data import build_dataset
 from mbc.training.schedule import eval_schedule
 from mbc.training.train import fresh_run, pick_device
@@ -111,7 +111,7 @@ def estimate(
     rates_path: str | None = None,
 ) -> dict:
     """device: overrides the config's; with `cuda` (or a rates file) the preset is
-    estimated trained in packs on one device (`mbc.pack_estimate`), from the rates in
+    estimated trained in packs on one device (`mbc.planning.timing`), from the rates in
     `rates_path` (benchmarks/gpu_check.sh writes them) or measured here."""
     raw = mbc_config.read_yaml(config_path)
     overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})

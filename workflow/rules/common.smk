@@ -5,7 +5,7 @@ import sys
 
 from pathlib import Path
 
-import mbc.banner
+import mbc.planning.banner
 import mbc.core.artifacts
 import mbc.core.config
 import mbc.core.integrity
@@ -47,7 +47,7 @@ MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 
 # The Snakefile is parsed before the executor exists: the command line says which, and
 # whether this is a dry run.
-DRY_RUN, EXECUTOR = mbc.banner.invocation(sys.argv)
+DRY_RUN, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
 # more threads per job than this machine has, where this machine runs the jobs
 if (
     MAIN_PROCESS
@@ -185,7 +185,7 @@ if MAIN_PROCESS:
 # What this invocation is about to do and what it costs (also under -n), after the repair:
 # a run whose state the repair moved aside counts as to train.
 if MAIN_PROCESS:
-    for line in mbc.banner.banner_lines(
+    for line in mbc.planning.banner.banner_lines(
         CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
     ):
         print(line, file=sys.stderr)

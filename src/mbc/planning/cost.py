@@ -1,6 +1,6 @@
 """The cost model: the training steps, evaluations and seconds a set of runs is expected to
 take, as a pure function of their specs, the taus measured so far and measured step rates.
-It measures nothing: `mbc.pack_estimate` times steps; the start-up banner (`mbc.banner`)
+It measures nothing: `mbc.planning.timing` times steps; the start-up banner (`mbc.planning.banner`)
 and `mbc.estimate` pass what they measured and print what this returns.
 
 Expected steps of a run: its measured steps if it finished; else, once tau is known

@@ -1,6 +1,8 @@
-"""How long a preset takes trained in packs (`pack.enabled`, one device): measured rates in,
-expected wall time out. Used by `python -m mbc.estimate --device cuda` and by
-benchmarks/gpu_check.sh, which measures the rates and saves them (`--rates FILE`).
+"""Every timing of a training step on this machine (`measure_steps_per_s`: one run, or a
+pack of R; the banner and `mbc.estimate` call it), and how long a preset takes trained in
+packs (`pack.enabled`, one device): measured rates in, expected wall time out. Used by
+`python -m mbc.estimate --device cuda` and by benchmarks/gpu_check.sh, which measures the
+rates and saves them (`--rates FILE`).
 
 The rates (`measure_rates`), at one reference shape (a run of the preset's most common
 shape): seconds per pack step for packs of R runs (R = 1, 8, 32, 128 by default; every
@@ -17,7 +19,7 @@ measured widths (beyond the widest: its time per run) and scaled by a step's wor
 x tokens) relative to the reference shape: exact there, a rough guide for other shapes.
 Packs run one after another on the device (train_slots = 1); runs that cannot be packed
 (the linear baseline) count at the one-run rate. Expected steps and evaluation counts are
-`mbc.estimate`'s (tau from tau.csv, run logs or the D^1.2 law).
+the cost model's (`mbc.planning.cost`) (tau from tau.csv, run logs or the D^1.2 law).
 """
 
 from __future__ import annotations

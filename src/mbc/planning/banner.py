@@ -96,12 +96,12 @@ def _rate(
     spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True, width: int = 0
 ) -> float:
     """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
-    width > 0, `mbc.pack_estimate.measure_steps_per_s`), cached per shape and width (not
+    width > 0, `mbc.planning.timing.measure_steps_per_s`), cached per shape and width (not
     written when `write` is false: a dry run leaves the outdir as it was)."""
     import dataclasses
 
-    from mbc.pack_estimate import measure_steps_per_s
     from mbc.planning.cost import shape_key
+    from mbc.planning.timing import measure_steps_per_s
 
     # The eager step: a cold torch.compile would hold every start-up for about a minute, and
     # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
