@@ -48,6 +48,7 @@ import torch
 
 from mbc import estimate
 from mbc.core import config as mbc_config
+from mbc.core.layout import RunPaths
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.planning import timing
 from mbc.training.data import build_dataset
@@ -84,7 +85,7 @@ def load_preset(preset: str) -> mbc_config.Config:
 def slice_table(specs, run_dirs, experiments) -> list[dict]:
     rows = []
     for s, d, exp in zip(specs, run_dirs, experiments, strict=True):
-        log = read_log(Path(d) / "state" / "log.jsonl")
+        log = read_log(RunPaths(d).log)
         evals = [r for r in log if "event" not in r]
         last = evals[-1] if evals else {}
         rows.append(
@@ -218,7 +219,10 @@ def main(argv=None) -> int:
     ap.add_argument("--no-compile", action="store_true", help="skip the compiled variants")
     ap.add_argument("--no-train-step", action="store_true", help="skip benchmarks/train_step.py")
     ap.add_argument(
-        "--calibrate-s", type=float, default=60.0, help="mbc.estimate's timing of the steps"
+        "--calibrate-s",
+        type=float,
+        default=60.0,
+        help="mbc.estimate's calibration run (a tau) when the slice measured none",
     )
     a = ap.parse_args(argv)
     t_start = time.perf_counter()

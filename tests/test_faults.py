@@ -42,6 +42,12 @@ def _equal_tables(out, smoke):
         pd.testing.assert_frame_equal(a.drop(columns=wall), b.drop(columns=wall), check_exact=True)
 
 
+def _tables(out, *flags):
+    """snakemake on the tables a statistic reads (figures and the PDF would rebuild too,
+    at CI's expense)."""
+    return snakemake(*flags, *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+
+
 def _cut_rows(path, keep: int) -> None:
     """The table's header and first `keep` rows, final newline kept (a well-formed CSV)."""
     lines = path.read_text().splitlines(keepends=True)
@@ -60,8 +66,7 @@ def test_tables_with_rows_cut_are_rebuilt_not_trusted(smoke, tmp_path):
     before = metrics.read_bytes()
     _cut_rows(metrics, 16)
     _cut_rows(out / "tau.csv", 3)
-    # the tables a statistic reads (figures and the PDF would rebuild too, at CI's expense)
-    res = snakemake(*(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    res = _tables(out)
     said = res.stdout + res.stderr
     assert f"{metrics}: differs from the checksum written with it" in said, said[-3000:]
     assert f"{out}/tau.csv: differs from the checksum" in said, said[-3000:]
@@ -174,12 +179,8 @@ def test_more_threads_than_cores_is_one_line_and_dense_every_0_is_said(tmp_path)
     )
 
 
-def _rerun_tables(out):
-    return snakemake(*(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
-
-
 def _nothing_left(out) -> None:
-    res = snakemake("-n", *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    res = _tables(out, "-n")
     assert "Nothing to be done" in res.stdout + res.stderr, (res.stdout + res.stderr)[-2000:]
 
 
@@ -194,7 +195,7 @@ def test_a_torn_last_log_line_is_ignored(smoke, tmp_path):
     with open(log, "a") as fh:
         fh.write('{"step": 999, "candidate_lo')
     assert finished(read_log(log))
-    res = snakemake("-n", *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    res = _tables(out, "-n")
     said = res.stdout + res.stderr
     assert "mbc: 20 distinct runs: 20 trained, 0 to train" in said, said[-2000:]
     assert "Nothing to be done" in said and "mbc: repair" not in said, said[-2000:]
@@ -217,7 +218,7 @@ def test_a_corrupt_summary_is_rebuilt_in_one_rerun(smoke, tmp_path):
     for path in summaries:
         path.write_text('{"run_id": "x", "tau": ')
     summaries[1].with_name("summary.json.sha256").unlink()
-    said = (res := _rerun_tables(out)).stdout + res.stderr
+    said = (res := _tables(out)).stdout + res.stderr
     assert f"{summaries[0]}: differs from the checksum written with it" in said, said[-3000:]
     assert f"{summaries[1]}: not valid JSON" in said, said[-3000:]
     _equal_tables(out, smoke)
@@ -238,7 +239,7 @@ def test_a_corrupt_resume_point_is_said_and_the_run_retrains_from_step_0(smoke, 
     (state / "log.jsonl").write_text("".join(lines[: first + 1]))
     (state / "resume.pt").write_bytes(b"")
     (out / "runs" / run / "metrics.csv").unlink()
-    said = (res := _rerun_tables(out)).stdout + res.stderr
+    said = (res := _tables(out)).stdout + res.stderr
     assert "mbc: 20 distinct runs: 19 trained, 1 to train" in said, said[-3000:]
     warned = [x for x in said.splitlines() if x.startswith("WARNING:") and "resume.pt" in x]
     assert len(warned) == 1 and warned[0].endswith("starting this run from step 0"), said[-3000:]

@@ -77,8 +77,11 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
     return step, False
 
 
-def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
-    """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress."""
+def measured_taus(
+    outdir: str, specs: dict[str, RunSpec], logs: dict[str, list[dict]] | None = None
+) -> dict[str, dict]:
+    """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress (`logs`: run
+    id -> its log's rows, where the caller has read them already)."""
     out: dict[str, dict] = {}
     layout = Layout(outdir)
     tau_csv = Path(layout.table("tau"))
@@ -92,7 +95,8 @@ def measured_taus(outdir: str, specs: dict[str, RunSpec]) -> dict[str, dict]:
     for run_id in specs:
         if run_id in out:
             continue
-        tau = logged_tau(read_log(layout.run(run_id).log))
+        rows = logs[run_id] if logs is not None else read_log(layout.run(run_id).log)
+        tau = logged_tau(rows)
         if tau is not None:
             out[run_id] = {"tau": float(tau), "steps": None}
     return out

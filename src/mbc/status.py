@@ -32,7 +32,7 @@ import yaml
 
 from mbc.core import config as mbc_config
 from mbc.core.layout import Layout
-from mbc.core.packing import make_packs
+from mbc.core.packing import configured_packs, pack_of
 from mbc.core.runlog import logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
@@ -100,12 +100,10 @@ def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
     exps: dict[str, list[str]] = {}
     for r in cfg.runs:
         exps.setdefault(r.run_id, []).append(r.experiment)
-    pack = cfg.raw.get("pack", {})
-    packs = make_packs(cfg.specs, pack["max_runs"]) if pack.get("enabled") else {}
-    pack_of = {r: p for p, members in packs.items() for r in members}
+    packed = pack_of(configured_packs(cfg.specs, cfg.raw.get("pack", {})))
     rows = [
         {
-            **run_state(cfg.outdir, rid, spec, now, stale_s, pack_of.get(rid)),
+            **run_state(cfg.outdir, rid, spec, now, stale_s, packed.get(rid)),
             "experiments": ",".join(exps[rid]),
         }  # fmt: skip
         for rid, spec in cfg.specs.items()

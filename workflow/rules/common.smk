@@ -64,11 +64,8 @@ if MAIN_PROCESS and not DRY_RUN and (why := mbc.core.artifacts.unwritable(OUT)):
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 # pack.enabled: pack id -> its run ids (rules in train.smk)
-PACK = CFG.raw["pack"]
-PACKS = (
-    mbc.core.packing.make_packs(SPECS, PACK["max_runs"]) if PACK.get("enabled") else {}
-)
-PACK_OF = {r: p for p, members in PACKS.items() for r in members}
+PACKS = mbc.core.packing.configured_packs(SPECS, CFG.raw["pack"])
+PACK_OF = mbc.core.packing.pack_of(PACKS)
 
 
 def one_of(ids):

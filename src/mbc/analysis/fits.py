@@ -93,6 +93,14 @@ class PowerLawFit:
         return row
 
 
+def percentile_ci(replicates: np.ndarray, level: float) -> tuple[float, float]:
+    """The central `level` percentile interval of bootstrap replicates (finite ones, as the
+    caller keeps them): every CI of the analysis."""
+    alpha = (1.0 - level) / 2.0
+    lo, hi = np.quantile(replicates, [alpha, 1.0 - alpha])
+    return float(lo), float(hi)
+
+
 def exponent_difference(a: PowerLawFit, b: PowerLawFit, name: str) -> PowerLawFit:
     """a's exponent minus b's, with a percentile CI from independent bootstraps of the two
     (their runs are disjoint, so the resamples pair at random): replicate i of a minus
@@ -105,8 +113,7 @@ def exponent_difference(a: PowerLawFit, b: PowerLawFit, name: str) -> PowerLawFi
     n_boot = max(a.replicates.size, 1)
     lo = hi = nan
     if good.size and good.size >= _MIN_VALID_FRACTION * n_boot:
-        alpha = (1.0 - a.ci_level) / 2.0
-        lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
+        lo, hi = percentile_ci(good, a.ci_level)
     return PowerLawFit(
         name=name, x_name=a.x_name, exponent=a.exponent - b.exponent, ci_low=lo, ci_high=hi,
         prefactor=nan, r2=nan, n=a.n + b.n, n_censored=a.n_censored + b.n_censored,
@@ -419,6 +426,5 @@ def fit_power_law(
         good = slopes[np.isfinite(slopes)]
         n_valid = int(good.size)
         if n_valid > 0 and n_valid >= _MIN_VALID_FRACTION * n_boot:
-            alpha = (1.0 - ci) / 2.0
-            lo, hi = (float(v) for v in np.quantile(good, [alpha, 1.0 - alpha]))
+            lo, hi = percentile_ci(good, ci)
     return result(method, b, a, r2, lo, hi, n_valid, slopes)

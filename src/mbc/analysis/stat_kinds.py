@@ -17,6 +17,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from mbc.analysis.fits import percentile_ci
+
 NAN = float("nan")
 NO_VALUE = (NAN, NAN, NAN)
 TABLES = ("tau", "collective", "hessian", "routing_ablation")
@@ -35,10 +37,9 @@ def bootstrap(values: np.ndarray, fn, boot: dict) -> tuple:
     idx = rng.integers(0, n, size=(boot["n_boot"], n))
     reps = np.array([fn(values[i]) for i in idx], dtype=float)
     reps = reps[np.isfinite(reps)]
-    a = (1 - boot["ci"]) / 2
     if reps.size < boot["n_boot"] / 2:
         return v, NAN, NAN
-    return v, float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+    return v, *percentile_ci(reps, boot["ci"])
 
 
 def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
@@ -49,12 +50,7 @@ def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, flo
     reps = [
         rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
     ]
-    q = (1 - boot["ci"]) / 2
-    ci = (
-        (float(np.quantile(reps, q)), float(np.quantile(reps, 1 - q)))
-        if a.size + b.size > 2
-        else (NAN, NAN)
-    )
+    ci = percentile_ci(reps, boot["ci"]) if a.size + b.size > 2 else (NAN, NAN)
     return float(a.mean() / b.mean()), *ci
 
 
@@ -89,9 +85,10 @@ def select(rows: pd.DataFrame, where: dict | None) -> pd.DataFrame:
     for col, cond in (where or {}).items():
         v = rows[col]
         if isinstance(cond, dict):
-            ops = {"min": v.ge, "max": v.le, "above": v.gt, "below": v.lt}
+            ops = {"min": "ge", "max": "le", "above": "gt", "below": "lt"}
             for op, bound in cond.items():
-                rows, v = rows[ops[op](bound)], v[ops[op](bound)]
+                keep = getattr(v, ops[op])(bound)  # on the rows kept so far
+                rows, v = rows[keep], v[keep]
         elif isinstance(cond, list):
             num = all(isinstance(c, int | float) and not isinstance(c, bool) for c in cond)
             hit = (
@@ -216,8 +213,7 @@ def loglog_slope(rows: pd.DataFrame, st: dict, boot: dict):
     reps = reps[np.isfinite(reps)]
     lo = hi = NAN
     if reps.size and any(g.size > 1 for _, g in groups):
-        a = (1 - boot["ci"]) / 2
-        lo, hi = float(np.quantile(reps, a)), float(np.quantile(reps, 1 - a))
+        lo, hi = percentile_ci(reps, boot["ci"])
     return (v, lo, hi), len(rows), cens, ""
 
 

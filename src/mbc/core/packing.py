@@ -41,12 +41,20 @@ def make_packs(specs: dict[str, RunSpec], max_runs: int) -> dict[str, list[str]]
     return packs
 
 
+def configured_packs(specs: dict[str, RunSpec], pack: dict) -> dict[str, list[str]]:
+    """pack id -> its run ids under config `pack` (none when packing is off)."""
+    return make_packs(specs, pack["max_runs"]) if pack.get("enabled") else {}
+
+
+def pack_of(packs: dict[str, list[str]]) -> dict[str, str]:
+    """run id -> the id of the pack it trains in (a run that cannot be packed is in none)."""
+    return {r: p for p, members in packs.items() for r in members}
+
+
 def pack_widths(specs: dict[str, RunSpec], pack: dict) -> dict[str, int]:
     """run id -> the width of the pack it trains in under config `pack` (none when packing
     is off or the run cannot be packed)."""
-    if not pack.get("enabled"):
-        return {}
-    return {r: len(m) for m in make_packs(specs, pack["max_runs"]).values() for r in m}
+    return {r: len(m) for m in configured_packs(specs, pack).values() for r in m}
 
 
 def _name(key: tuple) -> str:

@@ -149,11 +149,14 @@ def banner_lines(
     """The banner's lines. `measure=False` skips the steps/s measurement (no time shown);
     `dry_run` writes nothing (the measurement is not cached)."""
     specs = cfg.specs
+    layout = Layout(cfg.outdir)
     out = Path(cfg.outdir)
     device = str(cfg.raw.get("device", "auto"))
     threads = int(cfg.raw.get("threads", 1))
-    # trained: its log says finished (a missing or moved-aside summary is rebuilt from it)
-    done = {r for r in specs if finished(read_log(Layout(cfg.outdir).run(r).log))}
+    # trained: its log says finished (a missing or moved-aside summary is rebuilt from it);
+    # the logs are read once, here, and give the taus of runs in progress below too
+    logs = {r: read_log(layout.run(r).log) for r in specs}
+    done = {r for r in specs if finished(logs[r])}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch
@@ -196,7 +199,7 @@ def banner_lines(
     from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
     from mbc.training.schedule import eval_schedule
 
-    measured = measured_taus(cfg.outdir, specs)
+    measured = measured_taus(cfg.outdir, specs, logs)
     coef, n_law = tau_law(specs, measured)
     exp = expected(todo, measured, coef)
     steps = {r: e.steps for r, e in exp.items()}
@@ -237,7 +240,7 @@ def banner_lines(
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
-        rate = _rate(ref, device, threads, Layout(cfg.outdir).steps_per_s, not dry_run, width)
+        rate = _rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
         ref_cost = _cost(ref, params[ref.model])
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {

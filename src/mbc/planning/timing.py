@@ -88,13 +88,11 @@ def measure_steps_per_s(
     step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
     for s in range(1, 3):
         step(s)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _sync(device)
     t0 = time.perf_counter()
     for s in range(3, 3 + steps):
         step(s)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    _sync(device)
     return steps / (time.perf_counter() - t0)
 
 
