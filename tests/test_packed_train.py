@@ -160,7 +160,8 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
 def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     """Start-up repair: a packed run's tables come from its log. Tables gone, log done:
     the pack's manifest stays (`unpack_run` rewrites them). A snapshot gone (the run is
-    retrained): the manifest is deleted, so its pack runs again."""
+    retrained, when a diagnostic reads them): the manifest is deleted, so its pack runs
+    again."""
     spec = tiny_spec()
     run_dir = tmp_path / "runs" / spec.run_id
     ds_path = tmp_path / "ds.pt"
@@ -182,6 +183,10 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
 
     unpack_run(spec, run_dir)
     next((run_dir / "state" / "snapshots").glob("*.pt")).unlink()
+    (run_dir / "summary.json").write_text("{}")
+    assert scan([files], []) == [], "no diagnostic reads its snapshots: nothing is broken"
+    files = dataclasses.replace(files, diagnostics=[run_dir / "hessian.csv"])
+    (run_dir / "hessian.csv").write_text("x\n")
     lines = repair(scan([files], []), [files], [])
     assert not manifest.exists(), lines
     assert any("its pack trains" in line for line in lines), lines

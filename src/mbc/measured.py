@@ -62,7 +62,7 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
             f"ended: {max(ends)}",
             f"wall time: {(t1 - t0).total_seconds() / 3600:.2f} h from the first start to the last end",
         ]
-    for key, what in (("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
+    for key, what in (("device", "device"), ("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
         values = Counter(str(x.get(key)) for x in starts)
         lines.append(f"{what}: " + ", ".join(f"{v} ({n})" for v, n in values.most_common()))
     lines.append(

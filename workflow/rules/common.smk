@@ -85,18 +85,6 @@ def all_run_ids():
 DIAG = CFG.raw["diagnostics"]
 
 
-def diagnosed_runs(name):
-    """Runs a diagnostic looks at: its source experiment, filtered by `where`."""
-    d = DIAG[name]
-    ids = CFG.run_ids(d["source"], d.get("where") or None)
-    # routing/hessian/collective need the transformer on the main task
-    return [
-        r
-        for r in ids
-        if SPECS[r].model.kind == "transformer" and SPECS[r].task.direction == "bz_to_a"
-    ]
-
-
 # Per-run diagnostic tables: aggregated name -> (diagnostic, file suffix)
 DIAG_TABLES = {
     "collective": ("collective", ""),
@@ -106,7 +94,7 @@ DIAG_TABLES = {
     "hessian": ("hessian", ""),
 }
 DIAGNOSED = {
-    kind: diagnosed_runs(kind) for kind in {k for k, _ in DIAG_TABLES.values()}
+    kind: CFG.diagnosed_runs(kind) for kind in {k for k, _ in DIAG_TABLES.values()}
 }
 # Aggregated tidy tables: name -> the per-run files stacked into {OUT}/<name>.csv
 TABLES = {

@@ -85,6 +85,17 @@ class Config:
                 out.append(r.run_id)
         return out
 
+    def diagnosed_runs(self, diagnostic: str) -> list[str]:
+        """Runs a post-hoc diagnostic (`diagnostics.<name>`) reads the snapshots of: its
+        source experiment filtered by `where`, transformers on the main task only."""
+        d = self.raw["diagnostics"][diagnostic]
+        return [
+            r
+            for r in self.run_ids(d["source"], d.get("where") or None)
+            if self.specs[r].model.kind == "transformer"
+            and self.specs[r].task.direction == "bz_to_a"
+        ]
+
 
 def deep_merge(base: dict, over: dict) -> dict:
     """Recursive dict merge; lists and scalars in `over` replace those in `base`."""

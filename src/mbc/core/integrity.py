@@ -9,7 +9,7 @@ the chain its files form (README: Reliability):
 
 and finds the first broken link: a missing file, a dataset whose sha256 differs from its
 sidecar, a snapshot listed in checkpoints.csv that is missing (or, with `verify=full`, whose
-sha256 differs from the index). It then moves a corrupt file aside (`*.corrupt-<time>`,
+sha256 differs from the index) in a run that a diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`,
 nothing is lost), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad (the run is retrained: the same seed gives the same bits on a CPU). The
@@ -150,7 +150,9 @@ def scan(
         if (bad := _altered(f.run_id, 1, f.train)) is not None:
             out.append(bad)
             continue
-        snap = _snapshot_finding(f, verify_snapshots)
+        # snapshots are a link only toward the diagnostics: a run no diagnostic reads is
+        # complete without them (its snapshots may have stayed where it trained)
+        snap = _snapshot_finding(f, verify_snapshots) if f.diagnostics else None
         if snap is not None:
             out.append(snap)
             continue

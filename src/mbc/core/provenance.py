@@ -5,6 +5,7 @@ every start of its training (`mbc.training.record.RunRecord`) and read back by
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 import time
@@ -32,7 +33,9 @@ def code_version() -> dict:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
-        return {"commit": None, "dirty": None}
+        # a copy of the tree without .git (a device lease): the launcher may name the
+        # commit it copied; whether the copy was clean is then unknown (None)
+        return {"commit": os.environ.get("MBC_CODE_COMMIT") or None, "dirty": None}
     return {"commit": commit, "dirty": dirty}
 
 
@@ -53,8 +56,15 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def start_event(step: int) -> dict:
-    """The log line of a training start at `step` (> 0: a resumption)."""
+def device_name(device: torch.device | None) -> str:
+    """"cpu", or "cuda (<the GPU's name>)": where a run's steps ran."""
+    if device is None or device.type != "cuda":
+        return "cpu"
+    return f"cuda ({torch.cuda.get_device_name(device)})"
+
+
+def start_event(step: int, device: torch.device | None = None) -> dict:
+    """The log line of a training start at `step` (> 0: a resumption) on `device`."""
     return {
         "event": "start",
         "step": step,
@@ -62,6 +72,7 @@ def start_event(step: int) -> dict:
         **code_version(),
         "host": platform.node(),
         "cpu": cpu_model(),
+        "device": device_name(device),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

@@ -122,7 +122,7 @@ def train_pack(
     if batched_eval is None:
         batched_eval = device.type == "cuda"
     records = [
-        RunRecord(s, d, say, progress_every_s=math.inf)
+        RunRecord(s, d, say, progress_every_s=math.inf, device=device)
         for s, d in zip(specs, run_dirs, strict=True)
     ]
     states = [rec.resume() for rec in records]

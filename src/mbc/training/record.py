@@ -96,8 +96,10 @@ class RunRecord:
         run_dir: str | os.PathLike,
         say: Callable[[str], None] = print,
         progress_every_s: float = 30.0,
+        device: torch.device | None = None,
     ):
         self.spec, self.say, self.progress_every_s = spec, say, progress_every_s
+        self.device = device  # named in the log's start events (mbc.measured)
         self.paths = RunPaths(run_dir)
         self.run_dir = self.paths.dir
         evals, snaps = eval_schedule(spec.eval, spec.train.max_steps)
@@ -140,7 +142,7 @@ class RunRecord:
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
         self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
-        _append(self._fh, start_event(self.step))  # the code and machine (mbc.measured)
+        _append(self._fh, start_event(self.step, self.device))  # the code and machine (mbc.measured)
         return state
 
     def start(self, view: RunView) -> None:

@@ -187,7 +187,7 @@ def train_run(
     progress_every_s: at the first evaluation this long after the last progress line,
     `say` one (`Progress`); the crossing of tau is always said.
     """
-    record = RunRecord(spec, run_dir, say, progress_every_s)
+    record = RunRecord(spec, run_dir, say, progress_every_s, device=device)
     run = fresh_run(spec, dataset, device)
     state = record.resume()
     if state is not None:
