@@ -36,6 +36,7 @@ import os
 import shutil
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -133,40 +134,51 @@ def train(a) -> int:
         raise SystemExit(f"gpu_runs: {a.runs}: {len(unknown)} run ids not in preset "
                          f"{a.preset}, e.g. {unknown[0]}")  # fmt: skip
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    out = Path(a.out)
+    out, work = Path(a.out), Path(a.work or tempfile.mkdtemp(prefix="gpu_runs-"))
     out.mkdir(parents=True, exist_ok=True)
     todo = chunks({r: cfg.specs[r] for r in ids}, a.width)
     print(f"gpu_runs: {len(ids)} runs of {a.preset} in {len(todo)} chunks of at most "
           f"{a.width}, {a.jobs} at a time, on {device_name(torch.device(device))}, "
           f"torch {torch.__version__}; deadline {a.deadline_s:.0f} s", flush=True)  # fmt: skip
     deadline_wall = t_start + a.deadline_s
-    work = [(a.preset, overrides, c, str(out), deadline_wall, device) for c in todo]
-    rows = []
+    jobs = [(a.preset, overrides, c, str(work), deadline_wall, device) for c in todo]
+    rows: list[dict] = []
+
+    def save() -> tuple[int, int]:
+        """runs.tar.gz and gpu_runs.json as they stand: rewritten after every chunk, so a
+        command killed at its limit still returns the runs finished by then."""
+        done = [r for r in rows if r["finished"]]
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for r in done:
+                d = work / "runs" / r["run_id"]
+                for name in SMALL_FILES:
+                    if (d / name).exists():
+                        tar.add(d / name, arcname=f"runs/{r['run_id']}/{name}")
+        summary = {
+            "preset": a.preset, "overrides": overrides,
+            "device": device_name(torch.device(device)), "torch": torch.__version__,
+            "wall_s": round(time.time() - t_start, 1),
+            "runs": sorted(rows, key=lambda r: r["run_id"]),
+        }  # fmt: skip
+        for name, data in (("runs.tar.gz", buf.getvalue()), ("gpu_runs.json", json.dumps(summary, indent=1).encode())):  # fmt: skip
+            tmp = out / f".{name}.tmp"
+            tmp.write_bytes(data)
+            os.replace(tmp, out / name)
+        return len(done), len(buf.getvalue())
+
     with mp.get_context("spawn").Pool(a.jobs) as pool:
-        for chunk_rows in pool.imap_unordered(_train_chunk, work):
+        for chunk_rows in pool.imap_unordered(_train_chunk, jobs):
             rows += chunk_rows
             for r in chunk_rows:
                 state = "finished" if r["finished"] else "stopped"
                 print(f"  {state:>8} {r['run_id']}: tau {r['tau']}, {r['steps']:,} of "
                       f"{r['budget']:,} steps ({r['chunk_wall_s']} s)", flush=True)  # fmt: skip
-    done = [r for r in rows if r["finished"]]
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for r in done:
-            d = out / "runs" / r["run_id"]
-            for name in SMALL_FILES:
-                if (d / name).exists():
-                    tar.add(d / name, arcname=f"runs/{r['run_id']}/{name}")
-    (out / "runs.tar.gz").write_bytes(buf.getvalue())
-    summary = {
-        "preset": a.preset, "overrides": overrides,
-        "device": device_name(torch.device(device)), "torch": torch.__version__,
-        "wall_s": round(time.time() - t_start, 1), "runs": sorted(rows, key=lambda r: r["run_id"]),
-    }  # fmt: skip
-    (out / "gpu_runs.json").write_text(json.dumps(summary, indent=1))
+            save()
+    n_done, size = save()
     steps = sum(r["steps"] for r in rows)
-    print(f"gpu_runs: {len(done)} of {len(rows)} runs finished, {steps:,} run-steps in "
-          f"{summary['wall_s']:.0f} s; runs.tar.gz {len(buf.getvalue()) / 1e6:.1f} MB")  # fmt: skip
+    print(f"gpu_runs: {n_done} of {len(rows)} runs finished, {steps:,} run-steps in "
+          f"{time.time() - t_start:.0f} s; runs.tar.gz {size / 1e6:.1f} MB")  # fmt: skip
     return 0
 
 
@@ -236,7 +248,8 @@ def main(argv=None) -> int:
     t.add_argument("--preset", required=True)
     t.add_argument("--config", default=None, help="config overrides as JSON")
     t.add_argument("--runs", required=True, help="a file of run ids")
-    t.add_argument("--out", default=os.environ.get("OUT"))
+    t.add_argument("--out", default=os.environ.get("OUT"), help="gpu_runs.json, runs.tar.gz")
+    t.add_argument("--work", default=None, help="where the runs train (default: a temp dir)")
     t.add_argument("--deadline-s", type=float, default=470.0)
     t.add_argument("--width", type=int, default=4)
     t.add_argument("--jobs", type=int, default=12)
