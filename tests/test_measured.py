@@ -53,7 +53,8 @@ def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
     ])  # fmt: skip
     _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [
         {**start, "step": 0, "time": "2026-12-04T10:30:00Z"},
-        {**start, "step": 500, "time": "2026-12-04T12:00:00Z", "commit": "def456"},
+        {**start, "step": 500, "time": "2026-12-04T12:00:00Z", "commit": "def456",
+         "device": "cuda (NVIDIA H200)"},
         {"event": "done", "step": 900, "time": "2026-12-04T13:30:00Z"},
     ])  # fmt: skip
     lines = provenance(tmp_path, ["a", "b"])
@@ -64,6 +65,7 @@ def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
     assert "wall time: 3.50 h" in text
     assert "resumed: yes (1 of 2 runs" in text
     assert "CPU: Xeon (3)" in text
+    assert "device: not logged (2), cuda (NVIDIA H200) (1)" in text
 
 
 def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
@@ -78,3 +80,4 @@ def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
     text = "\n".join(provenance(tmp_path, ["r1"]))
     assert "resumed: no (0 of 1" in text and "record no start" not in text
     assert f"threads per training job: {start['threads']} (1)" in text
+    assert start["device"] == "cpu" and "device: cpu (1)" in text

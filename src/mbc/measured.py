@@ -63,7 +63,8 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
             f"wall time: {(t1 - t0).total_seconds() / 3600:.2f} h from the first start to the last end",
         ]
     for key, what in (("device", "device"), ("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
-        values = Counter(str(x.get(key)) for x in starts)
+        # a start logged before a key was (the device: 806b55a) says so, not "None"
+        values = Counter(str(x.get(key, "not logged")) for x in starts)
         lines.append(f"{what}: " + ", ".join(f"{v} ({n})" for v, n in values.most_common()))
     lines.append(
         f"resumed: {'yes' if resumed else 'no'} ({len(resumed)} of {len(run_ids)} runs resumed"
