@@ -1,5 +1,6 @@
 """mbc.estimate on the smoke preset (given rates, so it runs in a second or two)."""
 
+import json
 import math
 from pathlib import Path
 
@@ -183,3 +184,25 @@ def test_estimate_on_cuda_without_cuda_is_one_line():
         pytest.skip("this machine has CUDA")
     with pytest.raises(SystemExit, match="^mbc.estimate: device='cuda' requested but CUDA"):
         main(["--preset", "smoke", "--config", CONFIG, "--device", "cuda"])
+
+
+def test_a_shape_is_timed_once_per_machine_even_by_dry_runs(tmp_path, monkeypatch):
+    """A dry run writes nothing into the outdir, yet its timing is kept outside it: the
+    next dry run, and the first real run, of the same shape time nothing."""
+    import mbc.planning.timing
+    from mbc.planning import banner
+
+    calls = []
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        mbc.planning.timing, "measure_steps_per_s", lambda *a, **k: calls.append(1) or 42.0
+    )
+    outdir_cache = tmp_path / "out" / ".mbc" / "steps_per_s.json"
+    for _ in range(2):  # two dry runs
+        assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, write=False) == 42.0
+    assert len(calls) == 1 and not outdir_cache.exists()
+    assert banner.machine_rates() == tmp_path / "cache" / "mbc" / "steps_per_s.json"
+    assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, write=True) == 42.0
+    assert len(calls) == 1 and list(json.loads(outdir_cache.read_text()).values()) == [42.0]
+    assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, width=4) == 42.0
+    assert len(calls) == 2, "another width is another measurement"

@@ -92,14 +92,42 @@ def _cost(spec: RunSpec, n_params: int) -> float:
     return n_params * spec.train.batch_size * spec.task.seq_len
 
 
+def machine_rates() -> Path:
+    """Rates measured on this machine, kept outside every outdir: a dry run leaves the outdir
+    as it was, yet times a shape once, not at every invocation."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(root) / "mbc" / "steps_per_s.json"
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # missing, or torn by a concurrent writer: measure again
+        return {}
+
+
+def _write_json(path: Path, known: dict) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(dumps_strict(known, indent=1))
+        tmp.replace(path)
+    except OSError:  # a read-only cache only costs a measurement next time
+        pass
+
+
 def _rate(
     spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True, width: int = 0
 ) -> float:
     """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
-    width > 0, `mbc.planning.timing.measure_steps_per_s`), cached per shape and width (not
-    written when `write` is false: a dry run leaves the outdir as it was)."""
+    width > 0, `mbc.planning.timing.measure_steps_per_s`), cached per shape and width in the
+    outdir (not written when `write` is false: a dry run leaves the outdir as it was) and in
+    `machine_rates()`, so that no shape is timed twice on one machine."""
     import dataclasses
 
+    import torch
+
+    from mbc.core.provenance import cpu_model
     from mbc.planning.cost import shape_key
     from mbc.planning.timing import measure_steps_per_s
 
@@ -108,22 +136,20 @@ def _rate(
     # stays an upper bound.
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
     key = f"{device}|{threads}|{shape_key(spec)}" + (f"|packs of {width}" if width else "")
-    known = json.loads(cache.read_text()) if cache.exists() else {}
+    machine_key = f"{cpu_model()}|torch {torch.__version__}|{key}"
+    known, mine = _read_json(cache), _read_json(machine_rates())
     if key in known:
         return float(known[key])
-    import torch
+    if machine_key in mine:
+        rate = float(mine[machine_key])
+    else:
+        from mbc.training.train import pick_device
 
-    from mbc.training.train import pick_device
-
-    torch.set_num_threads(threads)
-    rate = measure_steps_per_s(spec, pick_device(device), steps=5, width=width)
-    known[key] = rate
-    if not write:
-        return rate
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(dumps_strict(known, indent=1))
-    tmp.replace(cache)
+        torch.set_num_threads(threads)
+        rate = measure_steps_per_s(spec, pick_device(device), steps=5, width=width)
+        _write_json(machine_rates(), {**mine, machine_key: rate})
+    if write:
+        _write_json(cache, {**known, key: rate})
     return rate
 
 
