@@ -1,5 +1,5 @@
 """`python -m mbc.status --plot`: every run's curve so far, from what the jobs leave on disk
-(mbc.curves), on the shared smoke outdir (finished) and on a copy of its logs with one run
+(mbc.planning.curves), on the shared smoke outdir (finished) and on a copy of its logs with one run
 killed mid-training, one diverged and one not started."""
 
 import json
@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from mbc.core import config as mbc_config
-from mbc.curves import draw, read_curve, varied_keys
+from mbc.planning.curves import draw, read_curve, varied_keys
 from mbc.status import main, status
 
 ROOT = Path(__file__).resolve().parents[1]

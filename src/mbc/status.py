@@ -14,7 +14,7 @@ One row per run, read from what the training jobs leave on disk (nothing is star
   pending      nothing on disk yet
 with the last evaluated step / budget, L_cand / log K there, and tau once crossed.
 
---plot FILE.png (or .pdf): also draw every run's L_cand / log K so far (mbc.curves).
+--plot FILE.png (or .pdf): also draw every run's L_cand / log K so far (mbc.planning.curves).
 --config takes the workflow's overrides, KEY=VALUE as `snakemake --config` does
 (preset=quick outdir=/scratch/q 'only=["E1"]'); an item without `=` names the base config.
 """
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     table = status(cfg, a.stale_s)
     report(table, cfg.preset)
     if a.plot:
-        from mbc.curves import plot_curves
+        from mbc.planning.curves import plot_curves
 
         t0 = time.perf_counter()
         plot_curves(cfg, a.plot, dict(zip(table.run_id, table.state, strict=True)))

@@ -56,9 +56,9 @@ def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def device_name(device: torch.device | None) -> str:
+def device_name(device: torch.device | str | None) -> str:
     """"cpu", or "cuda (<the GPU's name>)": where a run's steps ran."""
-    if device is None or device.type != "cuda":
+    if device is None or (device := torch.device(device)).type != "cuda":
         return "cpu"
     return f"cuda ({torch.cuda.get_device_name(device)})"
 

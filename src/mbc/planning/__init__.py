@@ -1,2 +1,3 @@
-"""Planning a run of the pipeline: what it will cost (`cost`, pure), how fast this machine
-steps (`timing`), and what an invocation says before any job (`banner`)."""
+"""Planning and watching a run of the pipeline: what it will cost (`cost`, pure), how fast
+this machine steps (`timing`), what an invocation says before any job (`banner`), and the
+live loss curves of its runs (`curves`, drawn by `mbc.status --plot`)."""
