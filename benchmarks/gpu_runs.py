@@ -123,7 +123,7 @@ def _train_chunk(args) -> list[dict]:
 
 
 def train(a) -> int:
-    from mbc.core.provenance import device_name
+    from mbc.core.provenance import code_version, device_name
 
     t_start = time.time()
     overrides = json.loads(a.config) if a.config else {}
@@ -158,6 +158,7 @@ def train(a) -> int:
         summary = {
             "preset": a.preset, "overrides": overrides,
             "device": device_name(torch.device(device)), "torch": torch.__version__,
+            **code_version(),
             "wall_s": round(time.time() - t_start, 1),
             "runs": sorted(rows, key=lambda r: r["run_id"]),
         }  # fmt: skip

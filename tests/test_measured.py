@@ -81,3 +81,19 @@ def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
     assert "resumed: no (0 of 1" in text and "record no start" not in text
     assert f"threads per training job: {start['threads']} (1)" in text
     assert start["device"] == "cpu" and "device: cpu (1)" in text
+
+
+def test_a_launchers_commit_wins_over_a_copied_git(monkeypatch):
+    """A tree copied to a device may carry a stale .git; the launcher's MBC_CODE_COMMIT is
+    what the logs then record (whether the copy was clean is unknown: None)."""
+    from mbc.core.provenance import code_version
+
+    code_version.cache_clear()
+    monkeypatch.setenv("MBC_CODE_COMMIT", "f94c3b6")
+    try:
+        assert code_version() == {"commit": "f94c3b6", "dirty": None}
+    finally:
+        code_version.cache_clear()
+    monkeypatch.delenv("MBC_CODE_COMMIT")
+    assert code_version()["commit"] != "f94c3b6"
+    code_version.cache_clear()

@@ -55,6 +55,11 @@ def test_status_reads_each_state_from_disk(tmp_path):
     # a summarised run whose metrics.csv is gone is not done (it showed "done")
     (runs / a / "metrics.csv").unlink()
     assert status(cfg, stale_s=60).set_index("run_id").loc[a, "state"] == "incomplete"
+    # finished, its tables not written yet (a packed run before unpack_run; it showed
+    # "interrupted")
+    (runs / a / "summary.json").unlink()
+    os.utime(runs / a / "state" / "log.jsonl", (old, old))
+    assert status(cfg, stale_s=60).set_index("run_id").loc[a, "state"] == "trained"
 
 
 def test_a_run_that_failed_in_its_pack_is_failed_not_interrupted(tmp_path):

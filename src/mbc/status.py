@@ -3,7 +3,7 @@
 One row per run, read from what the training jobs leave on disk (nothing is started):
   done         summary.json written (tau, or censored when the run never crossed)
   diverged     stopped as diverged (docs/method.md#divergence); `step` is where
-  trained      metrics.csv written, not yet summarised
+  trained      its log says finished (or metrics.csv written), not yet summarised
   incomplete   summarised, but its metrics.csv is missing: the next `snakemake` rebuilds
                its tables from the run's log (nothing retrains)
   running      the live log (state/log.jsonl) changed within the last --stale-s seconds
@@ -33,18 +33,19 @@ import yaml
 from mbc.core import config as mbc_config
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_of
-from mbc.core.runlog import logged_divergence, logged_tau, read_log
+from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
 COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
            "run_id"]  # fmt: skip
 
 
-def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None]:
-    """(last evaluation row, tau, diverged step) of a live log; a torn last line is ignored."""
+def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None, bool]:
+    """(last evaluation row, tau, diverged step, finished) of a live log; a torn last line
+    is ignored."""
     rows = read_log(log)
     last = next((r for r in reversed(rows) if "event" not in r), None)
-    return last, logged_tau(rows), logged_divergence(rows)
+    return last, logged_tau(rows), logged_divergence(rows), finished(rows)
 
 
 def run_state(
@@ -70,7 +71,7 @@ def run_state(
         if not paths.metrics.exists():
             row["state"] = "incomplete"  # not done: a table a statistic reads is missing
     if log.exists():
-        last, tau, diverged = _last_rows(log)
+        last, tau, diverged, done = _last_rows(log)
         if last is not None:
             lc = last.get("candidate_loss")
             row["step"] = row["step"] or last["step"]
@@ -79,7 +80,7 @@ def run_state(
         if diverged is not None:  # the trainer stopped it: final, summarised or not
             row.update(state="diverged", step=diverged)
         if "state" not in row:
-            if paths.metrics.exists():
+            if paths.metrics.exists() or done:  # a packed run's tables come after its pack
                 row["state"] = "trained"
             elif now - log.stat().st_mtime < stale_s:
                 row["state"] = "running"

@@ -21,7 +21,11 @@ REPO = Path(mbc.__file__).resolve().parents[2]
 @functools.cache
 def code_version() -> dict:
     """{"commit": the package's git commit or None (not a git checkout), "dirty": whether
-    tracked files differ from it}."""
+    tracked files differ from it}. A launcher that copied the tree elsewhere (a device lease)
+    names its commit in MBC_CODE_COMMIT, which wins: the copy's .git, if any, can be stale
+    (one such copy reported its session's first commit, with uncommitted changes)."""
+    if launcher_commit := os.environ.get("MBC_CODE_COMMIT"):
+        return {"commit": launcher_commit, "dirty": None}
     try:
 
         def git(*args: str) -> str:
@@ -33,9 +37,7 @@ def code_version() -> dict:
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     except (OSError, subprocess.SubprocessError):
-        # a copy of the tree without .git (a device lease): the launcher may name the
-        # commit it copied; whether the copy was clean is then unknown (None)
-        return {"commit": os.environ.get("MBC_CODE_COMMIT") or None, "dirty": None}
+        return {"commit": None, "dirty": None}
     return {"commit": commit, "dirty": dirty}
 
 
@@ -57,7 +59,7 @@ def now() -> str:
 
 
 def device_name(device: torch.device | str | None) -> str:
-    """"cpu", or "cuda (<the GPU's name>)": where a run's steps ran."""
+    """ "cpu", or "cuda (<the GPU's name>)": where a run's steps ran."""
     if device is None or (device := torch.device(device)).type != "cuda":
         return "cpu"
     return f"cuda ({torch.cuda.get_device_name(device)})"

@@ -142,7 +142,9 @@ class RunRecord:
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
         self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
-        _append(self._fh, start_event(self.step, self.device))  # the code and machine (mbc.measured)
+        _append(
+            self._fh, start_event(self.step, self.device)
+        )  # the code and machine (mbc.measured)
         return state
 
     def start(self, view: RunView) -> None:
