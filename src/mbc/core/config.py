@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from mbc.core.layout import Layout
+from mbc.core.sections import TypedSections
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -61,7 +62,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(TypedSections):
     raw: dict  # the resolved config (base + preset + overrides), for rules' params
     preset: str
     outdir: str
@@ -337,7 +338,11 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
     _check_same_id_same_spec(runs)
     _check_references(cfg, written)
-    return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+    out = Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+    if (missing := out.missing_section_key()) is not None:
+        # the schema lets a section leave a key out; the analysis needs every key
+        raise ConfigError(*missing, "missing key")
+    return out
 
 
 def resolve_like(name: str, experiments: dict) -> dict:
