@@ -23,7 +23,7 @@ from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import write_json_atomic
 from mbc.core.config import Run
 from mbc.core.runlog import finished, logged_divergence, read_log
-from mbc.core.sections import Fit, Scorecard, Statistics
+from mbc.core.sections import Fit, Scorecard, Statistics, Summary
 from mbc.paper import figures
 from mbc.pipeline import make_tau_table, summarize
 from mbc.status import run_state
@@ -35,7 +35,7 @@ from mbc.training.train import train_run
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
 ROOT = Path(__file__).resolve().parents[1]
-DIAG = yaml.safe_load((ROOT / "config.yaml").read_text())["diagnostics"]
+DIAG = Summary.from_raw(yaml.safe_load((ROOT / "config.yaml").read_text())["diagnostics"])
 
 
 def _no_nan(token):

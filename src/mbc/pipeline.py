@@ -43,6 +43,7 @@ from mbc.core.sections import (
     RoutingDiagnostic,
     Scorecard,
     Statistics,
+    Summary,
 )
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
@@ -167,7 +168,7 @@ def unpack_run(spec: RunSpec, run_dir) -> None:
     finalize_run(spec, run_dir)
 
 
-def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
+def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: Summary) -> None:
     """The run's summary.json. The author's logged lead reads train_log.csv beside
     metrics.csv (written with it by `finalize_run`); a run trained before that file
     existed has none, and its logged lead is reported as not measured."""
@@ -192,7 +193,7 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
 
 
 def make_plateau_sensitivity(
-    cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path, grid: dict | None = None
+    cfg: dict, diagnostics: Summary, tau_path, metrics_path, out_path, grid: dict | None = None
 ):
     """results/plateau_sensitivity.csv: plateau height / log K under other window ends, from
     the grid rows the run summaries read (grid: run id -> its eval grid, `grid_rows`)."""

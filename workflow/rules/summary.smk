@@ -9,7 +9,8 @@ rule summarize_run:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        diagnostics=CFG.raw["diagnostics"],
+        diagnostics=DIAG.summary,
+        config_id=section_id(DIAG.summary),
     script:
         "../scripts/summarize_run.py"
 
@@ -41,7 +42,8 @@ rule plateau_sensitivity:
         "../../envs/mbc.yaml"
     params:
         cfg=CFG.raw["plateau_sensitivity"],
-        diagnostics=CFG.raw["diagnostics"],
+        diagnostics=DIAG.summary,
+        config_id=section_id(DIAG.summary),
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

@@ -22,7 +22,7 @@ import jsonschema
 import yaml
 
 from mbc.core.layout import Layout
-from mbc.core.sections import TypedSections
+from mbc.core.sections import TypedSections, thaw
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -89,10 +89,10 @@ class Config(TypedSections):
     def diagnosed_runs(self, diagnostic: str) -> list[str]:
         """Runs a post-hoc diagnostic (`diagnostics.<name>`) reads the snapshots of: its
         source experiment filtered by `where`, transformers on the main task only."""
-        d = self.raw["diagnostics"][diagnostic]
+        d = getattr(self.diagnostics, diagnostic)
         return [
             r
-            for r in self.run_ids(d["source"], d.get("where") or None)
+            for r in self.run_ids(d.source, thaw(d.where) or None)
             if self.specs[r].model.kind == "transformer"
             and self.specs[r].task.direction == "bz_to_a"
         ]

@@ -66,8 +66,70 @@ class Bootstrap:
 
 
 @dataclass(frozen=True)
+class Plateau:
+    """config `diagnostics.plateau`: the window whose mean L_cand is the plateau height
+    (docs/method.md#plateau-height)."""
+
+    start_fraction: float
+    onset_fraction: float
+    end_at_z_onset: bool = False
+
+
+@dataclass(frozen=True)
+class Lead:
+    """config `diagnostics.lead`: the onsets whose difference is the lead of delta_z over
+    the loss (docs/method.md#lead)."""
+
+    delta_z_onset: float
+    loss_onset_fraction: float
+
+
+@dataclass(frozen=True)
+class Transition:
+    """config `diagnostics.transition`: the author's transition window, last
+    L_cand > start_fraction log K -> first L_cand < end_fraction log K
+    (docs/method.md#transition-window)."""
+
+    start_fraction: float
+    end_fraction: float
+
+
+@dataclass(frozen=True)
+class Dip:
+    """config `diagnostics.dip` (E11's duration): first L_cand < start_fraction log K ->
+    first L_cand < end_nats. Without the key, the author's: 1.0 and 0.5 nats
+    (docs/method.md#e11-duration)."""
+
+    start_fraction: float = 1.0
+    end_nats: float = 0.5
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The per-run quantities' definitions a run's summary.json reads (`diagnostics.plateau`,
+    `lead`, `first_target.threshold`, `transition`, `dip`; `mbc.diagnostics.summary`)."""
+
+    plateau: Plateau
+    lead: Lead
+    first_target_threshold: float
+    transition: Transition
+    dip: Dip
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Summary:
+        return cls(
+            plateau=Plateau(**d["plateau"]),
+            lead=Lead(**d["lead"]),
+            first_target_threshold=d["first_target"]["threshold"],
+            transition=Transition(**d["transition"]),
+            dip=Dip(**d["dip"]) if "dip" in d else Dip(),
+        )
+
+
+@dataclass(frozen=True)
 class CollectiveDiagnostic:
-    """config `diagnostics.collective` (E8): per-group accuracy around tau."""
+    """config `diagnostics.collective` (E8): per-group accuracy around tau
+    (docs/method.md#collective-transition)."""
 
     source: str
     where: Frozen
@@ -79,7 +141,7 @@ class CollectiveDiagnostic:
 @dataclass(frozen=True)
 class RoutingDiagnostic:
     """config `diagnostics.routing` (E9): attention to z and head ablations at named phases
-    (phase name -> fraction of tau)."""
+    (phase name -> fraction of tau; docs/method.md#routing-head)."""
 
     source: str
     where: Frozen
@@ -91,7 +153,8 @@ class RoutingDiagnostic:
 class HessianDiagnostic:
     """config `diagnostics.hessian` (E10): Lanczos and the author's power iteration at
     fractions of tau, on a fixed subsample of n_examples. Without power_cos the power
-    iteration stops by our residual rule (`mbc.diagnostics.spectrum._power`)."""
+    iteration stops by our residual rule (`mbc.diagnostics.spectrum._power`;
+    docs/method.md#hessian)."""
 
     source: str
     where: Frozen
@@ -108,9 +171,10 @@ class HessianDiagnostic:
 
 @dataclass(frozen=True)
 class Diagnostics:
-    """The post-hoc diagnostics over saved snapshots (`diagnostics.<name>`). The summary's
-    own keys (plateau, lead, first_target, transition, dip) stay in `Config.raw`."""
+    """config `diagnostics`: the definitions a run's summary reads, and the post-hoc
+    diagnostics over saved snapshots (E8-E10)."""
 
+    summary: Summary
     collective: CollectiveDiagnostic
     routing: RoutingDiagnostic
     hessian: HessianDiagnostic
@@ -128,6 +192,7 @@ class Diagnostics:
             power_shift_offset=float(h.get("power_shift_offset", 0.0)),
         )  # fmt: skip
         return cls(
+            summary=Summary.from_raw(d),
             collective=CollectiveDiagnostic(
                 source=c["source"], where=freeze(c.get("where") or {}),
                 n_groups=int(c["n_groups"]), accurate=float(c["accurate"]),
@@ -304,4 +369,6 @@ class TypedSections:
                 getattr(self, section)
             except KeyError as exc:
                 return section, exc.args[0]
+            except TypeError as exc:  # a typed entry built from an incomplete mapping
+                return section, str(exc).split(": ", 1)[-1]
         return None
