@@ -9,7 +9,7 @@ import torch
 import yaml
 from helpers import tiny_spec
 
-from mbc.core.sections import Lead, Summary
+from mbc.core.sections import Lead, PlateauSensitivity, Summary
 from mbc.diagnostics.summary import (
     author_statistics,
     plateau_height,
@@ -80,7 +80,7 @@ def _sensitivity_inputs():
 
 def test_plateau_sensitivity_moves_only_the_window_end():
     tau, m, lc, dz = _sensitivity_inputs()
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.3, 0.01], "band": [0.9, 1.1]}
+    cfg = PlateauSensitivity(("E1",), (0.3, 0.01), (0.9, 1.1))
     t = plateau_sensitivity(cfg, DIAG, tau, m).set_index("window_end")
     # ordered thresholds, the config's own 0.1 added, then the loss onset alone
     assert list(t.index) == ["delta_z > 0.01", "delta_z > 0.1", "delta_z > 0.3",
@@ -108,14 +108,14 @@ def test_plateau_sensitivity_moves_only_the_window_end():
 def test_plateau_sensitivity_without_z_onset_marks_the_loss_onset_primary():
     tau, m, _, _ = _sensitivity_inputs()
     diag = Summary.from_raw(DIAG_RAW | {"plateau": DIAG_RAW["plateau"] | {"end_at_z_onset": False}})
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    cfg = PlateauSensitivity(("E1",), (0.01,), (0.9, 1.1))
     t = plateau_sensitivity(cfg, diag, tau, m)
     assert t.loc[t.primary, "window_end"].tolist() == ["loss onset only"]
 
 
 def test_plateau_sensitivity_names_a_run_without_metrics():
     tau, m, _, _ = _sensitivity_inputs()
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    cfg = PlateauSensitivity(("E1",), (0.01,), (0.9, 1.1))
     with pytest.raises(ValueError, match="no rows for run a"):
         plateau_sensitivity(cfg, DIAG, tau, m[m.run_id != "a"])
 

@@ -40,6 +40,7 @@ from mbc.core.sections import (
     CollectiveDiagnostic,
     Fits,
     HessianDiagnostic,
+    PlateauSensitivity,
     RoutingDiagnostic,
     Scorecard,
     Statistics,
@@ -193,8 +194,9 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
 
 
 def make_plateau_sensitivity(
-    cfg: dict, diagnostics: Summary, tau_path, metrics_path, out_path, grid: dict | None = None
-):
+    cfg: PlateauSensitivity, diagnostics: Summary, tau_path, metrics_path, out_path,
+    grid: dict | None = None,
+):  # fmt: skip
     """results/plateau_sensitivity.csv: plateau height / log K under other window ends, from
     the grid rows the run summaries read (grid: run id -> its eval grid, `grid_rows`)."""
     tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])

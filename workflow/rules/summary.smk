@@ -41,9 +41,9 @@ rule plateau_sensitivity:
     conda:
         "../../envs/mbc.yaml"
     params:
-        cfg=CFG.raw["plateau_sensitivity"],
+        cfg=CFG.plateau_sensitivity,
         diagnostics=DIAG.summary,
-        config_id=section_id(DIAG.summary),
+        config_id=section_id(CFG.plateau_sensitivity, DIAG.summary),
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

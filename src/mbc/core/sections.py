@@ -208,6 +208,20 @@ class Diagnostics:
 
 
 @dataclass(frozen=True)
+class PlateauSensitivity:
+    """config `plateau_sensitivity`: plateau height / log K of `experiments`' runs with the
+    window ended at other delta_z onsets; in band when within `band`."""
+
+    experiments: tuple[str, ...]
+    delta_z_onsets: tuple[float, ...]
+    band: tuple[float, float]
+
+    @classmethod
+    def from_raw(cls, d: dict) -> PlateauSensitivity:
+        return cls(tuple(d["experiments"]), tuple(d["delta_z_onsets"]), tuple(d["band"]))
+
+
+@dataclass(frozen=True)
 class Fit:
     """One entry of config `fits`: a power law of y against x over the runs of
     `experiments` (or the Hessian table's plateau rows), one per `by` value if given."""
@@ -335,7 +349,9 @@ class TypedSections:
     (`load` builds them all, so a missing key stops the workflow at start-up)."""
 
     raw: dict
-    SECTIONS = ("bootstrap", "diagnostics", "fits", "statistics", "scorecard")
+    SECTIONS = (
+        "bootstrap", "diagnostics", "fits", "statistics", "scorecard", "plateau_sensitivity",
+    )  # fmt: skip
 
     @functools.cached_property
     def bootstrap(self) -> Bootstrap:
@@ -356,6 +372,10 @@ class TypedSections:
     @functools.cached_property
     def scorecard(self) -> Scorecard:
         return Scorecard.from_raw(self.raw["scorecard"])
+
+    @functools.cached_property
+    def plateau_sensitivity(self) -> PlateauSensitivity:
+        return PlateauSensitivity.from_raw(self.raw["plateau_sensitivity"])
 
     @property
     def diverged(self) -> str:

@@ -23,7 +23,7 @@ import pandas as pd
 from mbc.core.config import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.sections import Lead, Summary
+from mbc.core.sections import Lead, PlateauSensitivity, Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
 # the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
@@ -321,26 +321,26 @@ LOSS_ONSET_ONLY = "loss onset only"
 
 
 def plateau_sensitivity(
-    cfg: dict, diag: Summary, tau: pd.DataFrame, metrics: pd.DataFrame
+    cfg: PlateauSensitivity, diag: Summary, tau: pd.DataFrame, metrics: pd.DataFrame
 ) -> pd.DataFrame:
-    """Plateau height / log K of every run of `cfg["experiments"]` under other window ends.
+    """Plateau height / log K of every run of `cfg.experiments` under other window ends.
 
     The run summaries end the window where `diagnostics.plateau` says (by default the
     z-usage onset at delta_z > `diagnostics.lead.delta_z_onset`). A model that starts to
     read z can rank the candidates worse than uniform for a while (L_cand above log K)
     before the loss falls, so where the window ends decides how much of that enters the
     height. This table repeats the measurement with the window ended by the z-usage onset
-    at each threshold of `cfg["delta_z_onsets"]`, and by the loss onset alone; the row
+    at each threshold of `cfg.delta_z_onsets`, and by the loss onset alone; the row
     that reproduces the summaries is marked `primary`. `in_band`: height / log K within
-    `cfg["band"]`.
+    `cfg.band`.
     """
     plat = diag.plateau
     primary = diag.lead.delta_z_onset if plat.end_at_z_onset else None
-    thresholds = {float(t) for t in cfg["delta_z_onsets"]} | ({primary} if primary else set())
+    thresholds = {float(t) for t in cfg.delta_z_onsets} | ({primary} if primary else set())
     ends = [(f"delta_z > {t:g}", t) for t in sorted(thresholds)]
     ends.append((LOSS_ONSET_ONLY, None))
-    lo, hi = cfg["band"]
-    rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    lo, hi = cfg.band
+    rows = tau[tau["experiment"].isin(cfg.experiments) & (tau["model"] == "transformer")]
     if "diverged" in rows:  # a diverged run has no plateau to measure (its rows end in NaN)
         rows = rows[~rows["diverged"].astype(str).str.lower().isin(["true", "1"])]
     by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
