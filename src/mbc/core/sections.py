@@ -1,7 +1,8 @@
 """config.yaml's analysis sections as frozen, typed values (`mbc.core.config.load` builds
-them once, after the schema check): `bootstrap`, the post-hoc `diagnostics` (collective,
-routing, hessian), `fits` (with `fit_differences` and `threshold_sensitivity`), `statistics`
-and `scorecard`. `mbc.pipeline` takes these, not the config's dicts.
+them once, after the schema check): `bootstrap`; `diagnostics` (the definitions a run's
+summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
+`fit_differences` and `threshold_sensitivity`); `statistics`; `scorecard`;
+`plateau_sensitivity`. `mbc.pipeline` takes these, not the config's dicts.
 
 Nested mappings a section keeps as the user wrote them (a statistic's kind parameters, a
 `where`, a scorecard reference) are frozen as `Frozen` pairs: the sections are hashable,
