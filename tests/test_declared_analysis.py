@@ -72,17 +72,17 @@ def test_e16_tau_vs_n_layers_needs_config_alone(raw):
     }  # fmt: skip
     tau = tau_table(runs, summaries)
     assert tau["model.n_layers"].tolist() == [1, 2, 4, 8]  # the field reaches tau.csv
-    fits = fit_table(cfg.raw["fits"], tau, no_rows()[3], BOOT)
+    fits = fit_table(cfg.fits.declared, tau, no_rows()[3], BOOT)
     fit = fits.set_index("name").loc["tau_vs_n_layers"]
     assert fit.exponent == pytest.approx(-0.5, abs=2e-3) and fit.n == 4
-    stats = compute_statistics(tau, fits, *no_rows()[1:], BOOT, cfg.raw["statistics"])
+    stats = compute_statistics(tau, fits, *no_rows()[1:], BOOT, cfg.statistics)
     s = stats.set_index("name")
     assert s.loc["n_layers_tau_ratio", "value"] == pytest.approx(1000 / 354)
     assert s.loc["n_layers_tau_ratio", "what"] == "tau at the fewest layers / at the most (E16)"
     assert s.loc["n_layers_spearman", "value"] == pytest.approx(-1.0)
     assert s.loc["fit:tau_vs_n_layers", "value"] == pytest.approx(fit.exponent)
     assert np.isnan(s.loc["direction_ratio", "value"])  # E14 not run: a NaN row, not dropped
-    card = scorecard(cfg.raw["scorecard"], stats).set_index("claim")
+    card = scorecard(cfg.scorecard.rows, stats).set_index("claim")
     ours = card.loc["deeper models wait less (E16)"]
     assert ours.reference_traced == "ours" and ours.agreement == "agree"
     assert "ours" in scorecard_table(card.reset_index().tail(1))

@@ -23,6 +23,7 @@ from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import write_json_atomic
 from mbc.core.config import Run
 from mbc.core.runlog import finished, logged_divergence, read_log
+from mbc.core.sections import Fit, Scorecard, Statistics, Summary
 from mbc.paper import figures
 from mbc.pipeline import make_tau_table, summarize
 from mbc.status import run_state
@@ -34,7 +35,7 @@ from mbc.training.train import train_run
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
 ROOT = Path(__file__).resolve().parents[1]
-DIAG = yaml.safe_load((ROOT / "config.yaml").read_text())["diagnostics"]
+DIAG = Summary.from_raw(yaml.safe_load((ROOT / "config.yaml").read_text())["diagnostics"])
 
 
 def _no_nan(token):
@@ -151,24 +152,25 @@ def _e6(with_diverged: bool) -> pd.DataFrame:
 
 def test_a_diverged_run_is_left_out_and_does_not_flip_the_lr_row():
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    row = [r for r in raw["scorecard"] if r.get("ours") == "lr_tau_ratio"]
+    row = [r for r in Scorecard.from_raw(raw["scorecard"]).rows if r.ours == "lr_tau_ratio"]
+    declared = Statistics.from_raw(raw["statistics"])
     out = {}
     for with_div in (False, True):
         tau = _e6(with_div)
-        stats = compute_statistics(tau, *no_rows(), BOOT, raw["statistics"], "exclude")
+        stats = compute_statistics(tau, *no_rows(), BOOT, declared, "exclude")
         s = stats.set_index("name").loc["lr_tau_ratio"]
         out[with_div] = (s.value, scorecard(row, stats).iloc[0].ours_agreement, s.n_diverged)
-        fits = fit_table([{"name": "tau_vs_lr", "experiments": ["E6"], "x": "lr"}], tau,
-                         pd.DataFrame(), BOOT, diverged="exclude")  # fmt: skip
+        fits = fit_table([Fit("tau_vs_lr", "lr", ("E6",))], tau, pd.DataFrame(), BOOT,
+                         diverged="exclude")  # fmt: skip
         assert fits.iloc[0].n == 4 and fits.iloc[0].n_censored == 0
         assert fits.iloc[0].n_diverged == int(with_div)
     assert out[False][:2] == (pytest.approx(0.5), "disagree")
     assert out[True][:2] == out[False][:2], out  # not 5000 / 1000 = 5.0, "agree"
     assert out[True][2] == 1
-    s = compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "exclude")
+    s = compute_statistics(_e6(True), *no_rows(), BOOT, declared, "exclude")
     assert "1 diverged run(s) left out" in s.set_index("name").loc["lr_tau_ratio", "what"]
     with pytest.raises(RuntimeError, match="diverged: fail"):
-        compute_statistics(_e6(True), *no_rows(), BOOT, raw["statistics"], "fail")
+        compute_statistics(_e6(True), *no_rows(), BOOT, declared, "fail")
 
 
 def test_json_written_is_strict(tmp_path):

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+import yaml
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from mbc.core.sections import Diagnostics
 from mbc.diagnostics.hessian import hessian_estimates, hessian_extremes, hvp_fn, n_params
 
 
@@ -241,12 +246,12 @@ def test_hessian_estimates_share_one_graph_and_equal_the_single_method_calls():
 
 def test_hessian_estimates_power_rule_is_the_authors():
     """power_rule reaches extremes_by_power: the author's |cos| exit, floor and shift."""
+    from mbc.diagnostics.hessian import author_power_rule
     from mbc.diagnostics.spectrum import extremes_by_power
-    from mbc.pipeline import author_power_rule
 
     loss_fn, params, a = quadratic(seed=5)
-    cfg = {"power_n_iter": 50, "power_min_iter": 10, "power_cos": 0.9999,
-           "power_shift_offset": 1.0}  # fmt: skip
+    cfg = replace(hessian_config(), power_n_iter=50, power_min_iter=10, power_cos=0.9999,
+                  power_shift_offset=1.0)  # fmt: skip
     rule = author_power_rule(cfg)
     assert rule == {"cos_tol": 0.9999, "min_iter": 10, "shift_offset": 1.0}
     got = hessian_estimates(loss_fn, params, n_iters={"power": 50}, seed=2, power_rule=rule)
@@ -255,4 +260,24 @@ def test_hessian_estimates_power_rule_is_the_authors():
     assert got["power"].lambda_min == pytest.approx(want.lambda_min, rel=1e-9, abs=1e-12)
     assert (got["power"].n_iter_max, got["power"].n_iter_min) == (want.n_iter_max, want.n_iter_min)
     assert 10 <= got["power"].n_iter_max <= 50
-    assert author_power_rule({"power_n_iter": 50}) == {"shift_offset": 0.0}
+    # without power_cos (and no offset given): our residual rule, no shift beyond lambda_max
+    ours = replace(cfg, power_cos=None, power_shift_offset=0.0)
+    assert author_power_rule(ours) == {"shift_offset": 0.0}
+
+
+def hessian_config():
+    """config.yaml's `diagnostics.hessian`, typed as `config.load` builds it."""
+    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
+    return Diagnostics.from_raw(raw["diagnostics"]).hessian
+
+
+def test_checkpoint_row_is_a_row_of_hessian_csv():
+    """The row assembled beside the estimators has hessian.csv's columns, in order."""
+    from mbc.diagnostics.hessian import HESSIAN_COLUMNS, checkpoint_estimates, checkpoint_row
+
+    loss_fn, params, _ = quadratic(seed=5)
+    both = checkpoint_estimates(loss_fn, params, hessian_config(), seed=2)
+    row = checkpoint_row("r", 10, 400, 200, 0.5, "plateau", both)
+    assert list(row) == HESSIAN_COLUMNS
+    assert row["lambda_max"] == both["lanczos"].lambda_max
+    assert row["n_iter_max_power"] == both["power"].n_iter_max

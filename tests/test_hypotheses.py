@@ -9,9 +9,11 @@ import yaml
 from mbc.analysis.hypotheses import combine, decide, evaluate_hypotheses, verdicts
 from mbc.analysis.scorecard import agreement, scorecard
 from mbc.analysis.stats import COLUMNS as STATISTICS_COLUMNS
+from mbc.core.sections import Scorecard
 
 ROOT = Path(__file__).resolve().parents[1]
 CFG = yaml.safe_load((ROOT / "config.yaml").read_text())
+CARD = Scorecard.from_raw(CFG["scorecard"]).rows  # as config.load types it
 
 
 def stats_for(values: dict[str, tuple]) -> pd.DataFrame:
@@ -98,7 +100,7 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
     assert agreement(800, 700, 900, {"range": [500, 1000]}, {"factor": 1.0}) == "agree"
     assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "not measured"
     # every configured row is computed from statistics: no statistic, no measurement
-    card = scorecard(CFG["scorecard"], stats_for({}))
+    card = scorecard(CARD, stats_for({}))
     assert len(card) == len(CFG["scorecard"]) and set(card.agreement) == {"not measured"}
 
 
@@ -117,9 +119,7 @@ def test_ours_statistic_gets_its_own_verdict_beside_the_authors():
 
 
 def test_scorecard_shows_ours_beside_the_authors_and_the_reference_provenance():
-    rows = [
-        r for r in CFG["scorecard"] if r["statistic"] in ("lr_duration_ratio", "direction_ratio")
-    ]
+    rows = [r for r in CARD if r.statistic in ("lr_duration_ratio", "direction_ratio")]
     card = scorecard(rows, stats_for({"lr_duration_ratio": (3.0, 2.0, 4.0),
                                       "lr_tau_ratio": (20.0, 10.0, 30.0),
                                       "direction_ratio": (2.0, 1.5, 2.5)})).set_index("statistic")  # fmt: skip

@@ -15,11 +15,12 @@ from mbc.analysis.fits import exponent_difference, fit_power_law
 from mbc.analysis.hypotheses import decide
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.core.config import ConfigError, load
+from mbc.core.sections import Bootstrap, Fit, FitDifference
 from mbc.core.spec import ModelSpec
 from mbc.diagnostics.summary import TAU_COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
-BOOT = {"n_boot": 400, "ci": 0.95, "seed": 7}
+BOOT = Bootstrap(n_boot=400, ci=0.95, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +147,7 @@ def test_init_scale_table_and_tau_vs_init_std_fit_recover_a_planted_law():
         np.mean([3000 * 0.25**-0.7 * f for f in (0.98, 1.0)]), rel=1e-3
     )
     assert table.height_over_log_k.tolist() == pytest.approx([1.01] * 7)
-    fits = fit_table([{"name": "tau_vs_init_std", "experiments": ["E15"], "x": "init_std"}],
-                     tau, pd.DataFrame(), BOOT)  # fmt: skip
+    fits = fit_table([Fit("tau_vs_init_std", "init_std", ("E15",))], tau, pd.DataFrame(), BOOT)
     fit = fits.iloc[0]
     assert fit.method == "tobit" and fit.n_censored == 1
     assert fit.ci_low < -0.7 < fit.ci_high and fit.exponent == pytest.approx(-0.7, abs=0.02)
@@ -162,17 +162,16 @@ def test_fit_differences_in_the_fit_table():
                 rows.append(dict(run_id=f"{exp}{k}{seed}", experiment=exp, k=k, d=d, seed=seed,
                                  init=init, tau=round(0.05 * d**b * (1 + 0.03 * seed))))  # fmt: skip
     fits = fit_table(
-        [{"name": "tau_vs_d", "experiments": ["E1"], "x": "d"},
-         {"name": "tau_vs_d_alt_init", "experiments": ["E15_E1"], "x": "d"}],
+        [Fit("tau_vs_d", "d", ("E1",)), Fit("tau_vs_d_alt_init", "d", ("E15_E1",))],
         _tau(rows), pd.DataFrame(), BOOT,
-        [{"name": "d_exponent_init_shift", "of": ["tau_vs_d_alt_init", "tau_vs_d"]}],
+        [FitDifference("d_exponent_init_shift", ("tau_vs_d_alt_init", "tau_vs_d"))],
     )  # fmt: skip
     shift = fits.set_index("name").loc["d_exponent_init_shift"]
     assert shift.exponent == pytest.approx(0.3, abs=0.01)
     assert 0.0 < shift.ci_low < 0.3 < shift.ci_high
     assert shift.method == "difference"
     with pytest.raises(ValueError, match="no fit named"):
-        fit_table([], _tau(rows), pd.DataFrame(), BOOT, [{"name": "x", "of": ["a", "b"]}])
+        fit_table([], _tau(rows), pd.DataFrame(), BOOT, [FitDifference("x", ("a", "b"))])
 
 
 def _stats(rows):

@@ -9,12 +9,13 @@ import yaml
 from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.analysis.stat_kinds import KINDS, select
 from mbc.analysis.stats import compute_statistics, statistic
+from mbc.core.sections import Bootstrap, Statistic, Statistics, freeze
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
 from mbc.diagnostics.hessian import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS
 from mbc.diagnostics.summary import TAU_COLUMNS
 
-BOOT = {"n_boot": 200, "ci": 0.95, "seed": 0}
+BOOT = Bootstrap(n_boot=200, ci=0.95, seed=0)
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -29,16 +30,17 @@ def tau_rows(**cols) -> pd.DataFrame:
     return pd.DataFrame(base)
 
 
-def declared(name: str, **change) -> dict:
+def declared(name: str, **change) -> Statistic:
     """The live config's statistic `name`, with `change` (its kind and parameters)."""
-    return yaml.safe_load((ROOT / "config.yaml").read_text())["statistics"][name] | change
+    st = yaml.safe_load((ROOT / "config.yaml").read_text())["statistics"][name] | change
+    return Statistic(name, st["kind"], freeze(st))
 
 
 def one(name: str, tau: pd.DataFrame, diverged=frozenset(), tables=None, **change) -> dict:
     """The row of statistic `name` (as declared in config.yaml, with `change`) over `tau`."""
     empty = dict(zip(("collective", "routing_ablation", "hessian"), no_rows()[1:], strict=True))
     tables = {"tau": tau, **empty, **(tables or {})}
-    return statistic(name, declared(name, **change), tables, BOOT, set(diverged))
+    return statistic(declared(name, **change), tables, BOOT, set(diverged))
 
 
 def test_every_kind_has_a_known_answer_test():
@@ -219,7 +221,7 @@ def no_rows() -> tuple[pd.DataFrame, ...]:
 def test_statistics_without_data_are_nan_rows_not_dropped():
     empty = pd.DataFrame(columns=TAU_COLUMNS)
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
-    s = compute_statistics(empty, *no_rows(), BOOT, raw["statistics"])
+    s = compute_statistics(empty, *no_rows(), BOOT, Statistics.from_raw(raw["statistics"]))
     assert list(s.name) == list(raw["statistics"])  # every declared one, in its order
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()
 

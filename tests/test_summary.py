@@ -9,6 +9,7 @@ import torch
 import yaml
 from helpers import tiny_spec
 
+from mbc.core.sections import Lead, PlateauSensitivity, Summary
 from mbc.diagnostics.summary import (
     author_statistics,
     plateau_height,
@@ -16,12 +17,13 @@ from mbc.diagnostics.summary import (
     summarize_run,
 )
 
-DIAG = {
+DIAG_RAW = {
     "plateau": {"start_fraction": 0.2, "onset_fraction": 0.9, "end_at_z_onset": True},
     "lead": {"delta_z_onset": 0.1, "loss_onset_fraction": 0.9},
     "first_target": {"threshold": 0.5},
     "transition": {"start_fraction": 0.95, "end_fraction": 0.05},
 }
+DIAG = Summary.from_raw(DIAG_RAW)  # as config.load types config `diagnostics`
 
 
 def metrics(lcand, dz):
@@ -78,7 +80,7 @@ def _sensitivity_inputs():
 
 def test_plateau_sensitivity_moves_only_the_window_end():
     tau, m, lc, dz = _sensitivity_inputs()
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.3, 0.01], "band": [0.9, 1.1]}
+    cfg = PlateauSensitivity(("E1",), (0.3, 0.01), (0.9, 1.1))
     t = plateau_sensitivity(cfg, DIAG, tau, m).set_index("window_end")
     # ordered thresholds, the config's own 0.1 added, then the loss onset alone
     assert list(t.index) == ["delta_z > 0.01", "delta_z > 0.1", "delta_z > 0.3",
@@ -105,15 +107,15 @@ def test_plateau_sensitivity_moves_only_the_window_end():
 
 def test_plateau_sensitivity_without_z_onset_marks_the_loss_onset_primary():
     tau, m, _, _ = _sensitivity_inputs()
-    diag = {**DIAG, "plateau": {**DIAG["plateau"], "end_at_z_onset": False}}
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    diag = Summary.from_raw(DIAG_RAW | {"plateau": DIAG_RAW["plateau"] | {"end_at_z_onset": False}})
+    cfg = PlateauSensitivity(("E1",), (0.01,), (0.9, 1.1))
     t = plateau_sensitivity(cfg, diag, tau, m)
     assert t.loc[t.primary, "window_end"].tolist() == ["loss onset only"]
 
 
 def test_plateau_sensitivity_names_a_run_without_metrics():
     tau, m, _, _ = _sensitivity_inputs()
-    cfg = {"experiments": ["E1"], "delta_z_onsets": [0.01], "band": [0.9, 1.1]}
+    cfg = PlateauSensitivity(("E1",), (0.01,), (0.9, 1.1))
     with pytest.raises(ValueError, match="no rows for run a"):
         plateau_sensitivity(cfg, DIAG, tau, m[m.run_id != "a"])
 
@@ -194,7 +196,8 @@ def test_dip_duration_is_log_k_dip_to_half_a_nat():
     assert flat["dip_start"] is None and flat["dip_bound"] is None and flat["dip_censored"]
     # the author's statistic reaches tau.csv through author_statistics
     m = pd.DataFrame({"step": steps, "candidate_loss": lcand, "first_target_loss": lcand})
-    a = author_statistics(steps, m, lk, {**DIAG, "dip": {"start_fraction": 1.0, "end_nats": 0.5}})
+    dip = Summary.from_raw(DIAG_RAW | {"dip": {"start_fraction": 1.0, "end_nats": 0.5}})
+    a = author_statistics(steps, m, lk, dip)
     assert a["dip_duration"] == 550
 
 
@@ -204,7 +207,7 @@ def test_logged_lead_on_a_planted_running_mean_series():
     from mbc.diagnostics.summary import logged_lead
 
     lk = math.log(10)
-    lead_cfg = {"delta_z_onset": 0.1, "loss_onset_fraction": 0.9}
+    lead_cfg = Lead(delta_z_onset=0.1, loss_onset_fraction=0.9)
     steps = np.arange(50, 1001, 50)
     # running mean: log 36 until 600, then 0.85 log K from 650 (< 0.9 log K: onset 650)
     l1 = np.where(steps < 650, math.log(36), 0.85 * lk)
@@ -231,7 +234,7 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
 
     spec = tiny_spec()
     diag = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    diag = diag["diagnostics"]
+    diag = Summary.from_raw(diag["diagnostics"])
     train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"),
               say=lambda s: None)  # fmt: skip
     summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)

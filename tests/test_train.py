@@ -336,9 +336,11 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
 
     import yaml
 
+    from mbc.core.sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
-    diag = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())["diagnostics"]
+    raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
+    diag = Summary.from_raw(raw["diagnostics"])
     base = _with_train(tiny_spec(), max_steps=160)
     grid = _with_eval(base, every=40, dense_every=5, n_log=12, checkpoint_every=40,
                       checkpoint_n_log=6, resume_every=40)  # fmt: skip

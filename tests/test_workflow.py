@@ -233,7 +233,7 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
         assert ca.step.tolist() == cb.step.tolist(), run
         summary = json.loads((a_dir / "summary.json").read_text())
         logged = pd.read_csv(b_dir / "train_log.csv")  # the author's series, packed too
-        again = summarize_run(cfg.specs[run], mb, cfg.raw["diagnostics"], logged)
+        again = summarize_run(cfg.specs[run], mb, cfg.diagnostics.summary, logged)
         log_k = cfg.specs[run].task.log_k
         for key, value in summary.items():
             if key.startswith("final_"):  # read at the last step, long after tau

@@ -35,6 +35,17 @@ from mbc.core.artifacts import (
 from mbc.core.config import Run
 from mbc.core.layout import Layout, RunPaths
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
+from mbc.core.sections import (
+    Bootstrap,
+    CollectiveDiagnostic,
+    Fits,
+    HessianDiagnostic,
+    PlateauSensitivity,
+    RoutingDiagnostic,
+    Scorecard,
+    Statistics,
+    Summary,
+)
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
@@ -42,7 +53,7 @@ from mbc.diagnostics.collective import (
     group_accuracy,
     sample_groups,
 )
-from mbc.diagnostics.hessian import HESSIAN_COLUMNS, hessian_estimates
+from mbc.diagnostics.hessian import HESSIAN_COLUMNS, checkpoint_estimates, checkpoint_row
 from mbc.diagnostics.routing import (
     ABLATION_COLUMNS,
     ATTENTION_COLUMNS,
@@ -158,7 +169,7 @@ def unpack_run(spec: RunSpec, run_dir) -> None:
     finalize_run(spec, run_dir)
 
 
-def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: dict) -> None:
+def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: Summary) -> None:
     """The run's summary.json. The author's logged lead reads train_log.csv beside
     metrics.csv (written with it by `finalize_run`); a run trained before that file
     existed has none, and its logged lead is reported as not measured."""
@@ -183,8 +194,9 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
 
 
 def make_plateau_sensitivity(
-    cfg: dict, diagnostics: dict, tau_path, metrics_path, out_path, grid: dict | None = None
-):
+    cfg: PlateauSensitivity, diagnostics: Summary, tau_path, metrics_path, out_path,
+    grid: dict | None = None,
+):  # fmt: skip
     """results/plateau_sensitivity.csv: plateau height / log K under other window ends, from
     the grid rows the run summaries read (grid: run id -> its eval grid, `grid_rows`)."""
     tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])
@@ -208,34 +220,34 @@ def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str
 
 
 def diagnose_collective(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_groups, out_summary,
-    device: str = "auto",
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: CollectiveDiagnostic, out_groups,
+    out_summary, device: str = "auto",
 ) -> None:  # fmt: skip
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
-    groups = sample_groups(ds, cfg["n_groups"], spec.seed)
+    groups = sample_groups(ds, cfg.n_groups, spec.seed)
     per_step, fractions = {}, {}
-    for f, step in phase_steps(index, tau, cfg["tau_fractions"]):
+    for f, step in phase_steps(index, tau, cfg.tau_fractions):
         model = load_model(spec, run_dir, index, step, dev)
         per_step[step], fractions[step] = group_accuracy(model, ds, groups, dev), f
     if tau is None:
         print(f"{spec.run_id}: censored (no tau), no collective phases")
     g, s = collective_tables(
-        spec.run_id, spec.task.k, tau, per_step, fractions, groups, cfg["accurate"]
+        spec.run_id, spec.task.k, tau, per_step, fractions, groups, cfg.accurate
     )
     write_csv_atomic(out_groups, g)
     write_csv_atomic(out_summary, s)
 
 
 def diagnose_routing(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_attention, out_ablation,
-    device: str = "auto",
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: RoutingDiagnostic, out_attention,
+    out_ablation, device: str = "auto",
 ) -> None:  # fmt: skip
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
-    batch = make_eval_batch(ds, fixed_contexts(ds, cfg["n_contexts"], rng), rng).to(dev)
+    batch = make_eval_batch(ds, fixed_contexts(ds, cfg.n_contexts, rng), rng).to(dev)
     att, abl = [], []
-    steps = phase_steps(index, tau, list(cfg["phases"].values()))
-    names = {float(v): k for k, v in cfg["phases"].items()}
+    steps = phase_steps(index, tau, [f for _, f in cfg.phases])
+    names = {float(v): k for k, v in cfg.phases}
     for f, step in steps:
         phase = names[f]
         model = load_model(spec, run_dir, index, step, dev)
@@ -252,59 +264,33 @@ def diagnose_routing(
 
 
 def diagnose_hessian(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: dict, out_path, device: str = "auto"
-) -> None:
+    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: HessianDiagnostic, out_path,
+    device: str = "auto",
+) -> None:  # fmt: skip
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
     n = ds.tokens.shape[0]
-    sub = torch.as_tensor(np.sort(rng.choice(n, size=min(cfg["n_examples"], n), replace=False)))
+    sub = torch.as_tensor(np.sort(rng.choice(n, size=min(cfg.n_examples, n), replace=False)))
     tokens = ds.tokens[sub].to(dev)  # the training objective on a fixed subsample
-    plateau = cfg["plateau_fraction"]
-    fractions = sorted({*cfg["tau_fractions"], plateau})
+    plateau = cfg.plateau_fraction
+    fractions = sorted({*cfg.tau_fractions, plateau})
     plateau_step = None if tau is None else nearest(index, plateau * tau)
     rows = []
     for f, step in phase_steps(index, tau, fractions):
         model = load_model(spec, run_dir, index, step, dev)
         params = [p for p in model.parameters() if p.requires_grad]
-        both = hessian_estimates(
-            lambda m=model: training_loss(m, tokens), params,
-            n_iters={"lanczos": cfg["n_iter"], "power": cfg["power_n_iter"]},
-            seed=stream_seed(spec.seed, STREAM_DIAG), tol=cfg["tol"],
-            power_rule=author_power_rule(cfg),
+        both = checkpoint_estimates(
+            lambda m=model: training_loss(m, tokens), params, cfg,
+            seed=stream_seed(spec.seed, STREAM_DIAG),
         )  # fmt: skip
+        phase = "plateau" if step == plateau_step else "other"
+        rows.append(checkpoint_row(spec.run_id, spec.task.k, tau, step, f, phase, both))
         est, power = both["lanczos"], both["power"]
-        rows.append({
-            "run_id": spec.run_id, "k": spec.task.k, "tau": tau, "step": step, "tau_fraction": f,
-            "phase": "plateau" if step == plateau_step else "other",
-            "lambda_max": est.lambda_max, "lambda_min": est.lambda_min,
-            "residual_max": est.residual_max, "residual_min": est.residual_min,
-            "converged_max": est.converged_max, "converged_min": est.converged_min,
-            "anisotropy": est.anisotropy,
-            "lambda_max_power": power.lambda_max, "lambda_min_power": power.lambda_min,
-            "residual_max_power": power.residual_max, "residual_min_power": power.residual_min,
-            "converged_max_power": power.converged_max,
-            "converged_min_power": power.converged_min, "anisotropy_power": power.anisotropy,
-            "n_iter_max_power": power.n_iter_max, "n_iter_min_power": power.n_iter_min,
-        })  # fmt: skip
         print(
             f"step {step} ({f:g} tau): Lanczos lambda_max={est.lambda_max:.4g} "
             f"lambda_min={est.lambda_min:.4g}; power {power.lambda_max:.4g} {power.lambda_min:.4g}"
         )
     write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
-
-
-def author_power_rule(cfg: dict) -> dict:
-    """The author's power-iteration rule from config `diagnostics.hessian`: stop once
-    |cos(v_t, v_t-1)| > power_cos after at least power_min_iter steps (power_n_iter at
-    most); lambda_min from H - (lambda_max + power_shift_offset) I. Without power_cos, our
-    residual rule (`mbc.diagnostics.spectrum._power`)."""
-    if cfg.get("power_cos") is None:
-        return {"shift_offset": float(cfg.get("power_shift_offset", 0.0))}
-    return {
-        "cos_tol": float(cfg["power_cos"]),
-        "min_iter": int(cfg.get("power_min_iter", 1)),
-        "shift_offset": float(cfg.get("power_shift_offset", 0.0)),
-    }
 
 
 def concat_tables(paths: list, out_path) -> None:
@@ -321,33 +307,33 @@ def concat_tables(paths: list, out_path) -> None:
 
 
 def make_fits(
-    raw: dict, tau_path, hessian_path, metrics_path, out_fits, out_threshold,
-    grid: dict[str, int] | None = None,
+    fits: Fits, boot: Bootstrap, diverged: str, tau_path, hessian_path, metrics_path, out_fits,
+    out_threshold, grid: dict[str, int] | None = None,
 ) -> None:  # fmt: skip
     """fits.csv and E4's threshold_sensitivity.csv (its taus from the grid rows, like tau.csv's:
-    grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`)."""
+    grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`). diverged: config
+    `diverged` (`Config.diverged`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
     hess = read_csv_checked(hessian_path)
     if hess.empty:
         hess = pd.DataFrame(columns=HESSIAN_COLUMNS)
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
-    boot = raw["bootstrap"]
-    policy = raw.get("diverged") or "exclude"
-    fits = fit_table(raw["fits"], tau, hess, boot, raw.get("fit_differences"), policy)
-    write_csv_atomic(out_fits, fits)
+    table = fit_table(fits.declared, tau, hess, boot, fits.differences, diverged)
+    write_csv_atomic(out_fits, table)
     write_csv_atomic(
-        out_threshold,
-        threshold_table(raw["threshold_sensitivity"], tau, metrics, boot, policy),
+        out_threshold, threshold_table(fits.threshold_sensitivity, tau, metrics, boot, diverged)
     )
-    print(fits.to_string())
+    print(table.to_string())
 
 
 # ---- verdicts, scorecard and the paper's generated inputs ------------------------------
 
 
-def make_statistics(raw: dict, paths: dict, out_path) -> None:
-    """raw: config `bootstrap`, `statistics` and `diverged`."""
+def make_statistics(
+    declared: Statistics, boot: Bootstrap, diverged: str, paths: dict, out_path
+) -> None:
+    """statistics.csv: the fits' rows, then config `statistics` in its order."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
@@ -355,7 +341,7 @@ def make_statistics(raw: dict, paths: dict, out_path) -> None:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        raw["bootstrap"], raw["statistics"], raw.get("diverged") or "exclude",
+        boot, declared, diverged,
     )  # fmt: skip
     write_csv_atomic(out_path, df)
     print(df.to_string())
@@ -367,24 +353,22 @@ def make_hypotheses(hypotheses: dict, statistics_path, out_path) -> None:
     print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
 
 
-def make_robustness(raw: dict, tau_path, statistics_path, out: dict) -> None:
+def make_robustness(
+    cfg: dict, boot: Bootstrap, diverged: str, tau_path, statistics_path, out: dict
+) -> None:
     """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
-    comparison and the pre-registered robustness verdicts."""
-    cfg = raw["robustness"]
+    comparison and the pre-registered robustness verdicts (cfg: config `robustness`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    policy = raw.get("diverged") or "exclude"
-    write_csv_atomic(
-        out["init_scale"], init_scale_table(tau, cfg["sweep"], raw["bootstrap"], policy)
-    )
+    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg["sweep"], boot, diverged))
     write_csv_atomic(out["init_comparison"], comparison_table(cfg["compare"], stats))
     table = robustness_table(cfg["tests"], stats)
     write_csv_atomic(out["robustness"], table)
     print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
 
 
-def make_scorecard(rows: list, statistics_path, out_csv) -> None:
-    card = scorecard(rows, read_csv_checked(statistics_path, required=["name"]))
+def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
+    card = scorecard(card_cfg.rows, read_csv_checked(statistics_path, required=["name"]))
     write_csv_atomic(out_csv, card)
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 

@@ -11,6 +11,7 @@ import mbc.core.config
 import mbc.core.integrity
 import mbc.core.layout
 import mbc.core.packing
+import mbc.core.sections
 import mbc.core.spec
 import mbc.training.tensorboard_log
 
@@ -82,7 +83,11 @@ def all_run_ids():
     return list(SPECS)
 
 
-DIAG = CFG.raw["diagnostics"]
+# A rule hands its script the typed config sections it reads (mbc.core.sections) and,
+# beside them, their content id: Snakemake's rerun record keeps builtin params only, so
+# the id is what reruns a job when one of its sections changes.
+section_id = mbc.core.sections.content_id
+DIAG = CFG.diagnostics
 
 
 # Per-run diagnostic tables: aggregated name -> (diagnostic, file suffix)

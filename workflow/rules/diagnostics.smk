@@ -14,7 +14,8 @@ rule collective:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        cfg=DIAG["collective"],
+        cfg=DIAG.collective,
+        config_id=section_id(DIAG.collective),
         device=config.get("device", "auto"),
     script:
         "../scripts/collective.py"
@@ -32,7 +33,8 @@ rule routing:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        cfg=DIAG["routing"],
+        cfg=DIAG.routing,
+        config_id=section_id(DIAG.routing),
         device=config.get("device", "auto"),
     script:
         "../scripts/routing.py"
@@ -49,7 +51,8 @@ rule hessian:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        cfg=DIAG["hessian"],
+        cfg=DIAG.hessian,
+        config_id=section_id(DIAG.hessian),
         device=config.get("device", "auto"),
     script:
         "../scripts/hessian.py"

@@ -11,16 +11,10 @@ rule fits:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={
-            k: CFG.raw.get(k)
-            for k in (
-                "fits",
-                "fit_differences",
-                "bootstrap",
-                "threshold_sensitivity",
-                "diverged",
-            )
-        },
+        fits=CFG.fits,
+        bootstrap=CFG.bootstrap,
+        diverged=CFG.diverged,
+        config_id=section_id(CFG.fits, CFG.bootstrap),
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/fits.py"

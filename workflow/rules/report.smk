@@ -39,10 +39,10 @@ rule statistics:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={
-            **{k: CFG.raw[k] for k in ("bootstrap", "statistics")},
-            "diverged": CFG.raw.get("diverged", "exclude"),
-        },
+        statistics=CFG.statistics,
+        bootstrap=CFG.bootstrap,
+        diverged=CFG.diverged,
+        config_id=section_id(CFG.statistics, CFG.bootstrap),
     script:
         "../scripts/statistics.py"
 
@@ -83,10 +83,10 @@ rule robustness:
     conda:
         "../../envs/mbc.yaml"
     params:
-        raw={
-            **{k: CFG.raw[k] for k in ("robustness", "bootstrap")},
-            "diverged": CFG.raw.get("diverged", "exclude"),
-        },
+        robustness=CFG.raw["robustness"],
+        bootstrap=CFG.bootstrap,
+        diverged=CFG.diverged,
+        config_id=section_id(CFG.bootstrap),
     script:
         "../scripts/robustness.py"
 
@@ -105,7 +105,8 @@ rule scorecard:
     conda:
         "../../envs/mbc.yaml"
     params:
-        rows=CFG.raw["scorecard"],
+        scorecard=CFG.scorecard,
+        config_id=section_id(CFG.scorecard),
     script:
         "../scripts/scorecard.py"
 

@@ -9,7 +9,8 @@ rule summarize_run:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
-        diagnostics=CFG.raw["diagnostics"],
+        diagnostics=DIAG.summary,
+        config_id=section_id(DIAG.summary),
     script:
         "../scripts/summarize_run.py"
 
@@ -40,8 +41,9 @@ rule plateau_sensitivity:
     conda:
         "../../envs/mbc.yaml"
     params:
-        cfg=CFG.raw["plateau_sensitivity"],
-        diagnostics=CFG.raw["diagnostics"],
+        cfg=CFG.plateau_sensitivity,
+        diagnostics=DIAG.summary,
+        config_id=section_id(CFG.plateau_sensitivity, DIAG.summary),
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

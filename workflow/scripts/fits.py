@@ -3,7 +3,9 @@ from mbc.pipeline import make_fits
 
 with logged(snakemake.log[0]):
     make_fits(
-        snakemake.params.raw,
+        snakemake.params.fits,
+        snakemake.params.bootstrap,
+        snakemake.params.diverged,
         snakemake.input.tau,
         snakemake.input.hessian,
         snakemake.input.metrics,

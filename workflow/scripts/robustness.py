@@ -3,7 +3,9 @@ from mbc.pipeline import make_robustness
 
 with logged(snakemake.log[0]):
     make_robustness(
-        snakemake.params.raw,
+        snakemake.params.robustness,
+        snakemake.params.bootstrap,
+        snakemake.params.diverged,
         snakemake.input.tau,
         snakemake.input.statistics,
         dict(snakemake.output.items()),

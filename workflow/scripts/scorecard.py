@@ -2,4 +2,4 @@ from mbc.core.rule_log import logged
 from mbc.pipeline import make_scorecard
 
 with logged(snakemake.log[0]):
-    make_scorecard(snakemake.params.rows, snakemake.input[0], snakemake.output[0])
+    make_scorecard(snakemake.params.scorecard, snakemake.input[0], snakemake.output[0])

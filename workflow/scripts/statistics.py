@@ -2,4 +2,10 @@ from mbc.core.rule_log import logged
 from mbc.pipeline import make_statistics
 
 with logged(snakemake.log[0]):
-    make_statistics(snakemake.params.raw, dict(snakemake.input.items()), snakemake.output[0])
+    make_statistics(
+        snakemake.params.statistics,
+        snakemake.params.bootstrap,
+        snakemake.params.diverged,
+        dict(snakemake.input.items()),
+        snakemake.output[0],
+    )

@@ -10,6 +10,7 @@ not censored: config `diverged:` (mbc.analysis.diverged) leaves it out, `n_diver
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -17,6 +18,7 @@ import pandas as pd
 from mbc.analysis import diverged as div
 from mbc.analysis.fits import PowerLawFit, exponent_difference, fit_power_law
 from mbc.core.crossing import first_crossing
+from mbc.core.sections import Bootstrap, Fit, FitDifference, ThresholdSensitivity
 
 FIT_COLUMNS = [
     "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
@@ -39,7 +41,7 @@ WAITING_TIMES = {
 
 
 def _fit(
-    rows: pd.DataFrame, name: str, x: str, y: str, boot: dict, seed_offset: int = 0,
+    rows: pd.DataFrame, name: str, x: str, y: str, boot: Bootstrap, seed_offset: int = 0,
     diverged: set[str] = frozenset(),
 ) -> tuple[PowerLawFit, int]:  # fmt: skip
     """The fit and how many diverged runs (`diverged`, ids) it left out."""
@@ -62,16 +64,16 @@ def _fit(
         units=rows["run_id"].to_numpy()[keep],
         name=name,
         x_name=x,
-        n_boot=boot["n_boot"],
-        ci=boot["ci"],
-        seed=boot["seed"] + seed_offset,
+        n_boot=boot.n_boot,
+        ci=boot.ci,
+        seed=boot.seed + seed_offset,
     )
     return fit, n_div
 
 
 def fit_table(
-    fits: list[dict], tau: pd.DataFrame, hessian: pd.DataFrame, boot: dict,
-    differences: list[dict] | None = None, diverged: str = "exclude",
+    fits: Sequence[Fit], tau: pd.DataFrame, hessian: pd.DataFrame, boot: Bootstrap,
+    differences: Sequence[FitDifference] = (), diverged: str = "exclude",
 ) -> pd.DataFrame:  # fmt: skip
     """One row per fit (and per `by` value), then one per `differences` entry: the exponent
     of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two.
@@ -85,25 +87,23 @@ def fit_table(
         out.append({**fit.to_row(), "n_diverged": nd})
 
     for spec in fits:
-        table = hessian if spec.get("table") == "hessian" else tau
-        if spec.get("table") == "hessian":
-            rows = table[table["phase"] == "plateau"]
+        if spec.table == "hessian":
+            rows = hessian[hessian["phase"] == "plateau"]
         else:
-            rows = table[table["experiment"].isin(spec.get("experiments", []))]
-        y = spec.get("y", "anisotropy" if spec.get("table") == "hessian" else "tau")
-        if "by" in spec:
-            for value, sub in sorted(rows.groupby(spec["by"]), key=lambda kv: kv[0]):
-                add(sub, f"{spec['name']}_at_{spec['by']}{value:g}", spec["x"], y)
+            rows = tau[tau["experiment"].isin(spec.experiments)]
+        if spec.by is not None:
+            for value, sub in sorted(rows.groupby(spec.by), key=lambda kv: kv[0]):
+                add(sub, f"{spec.name}_at_{spec.by}{value:g}", spec.x, spec.y_column)
         else:
-            add(rows, spec["name"], spec["x"], y)
-    for diff in differences or []:
-        a, b = diff["of"]
+            add(rows, spec.name, spec.x, spec.y_column)
+    for diff in differences:
+        a, b = diff.of
         if a not in fitted or b not in fitted:
-            raise ValueError(f"fit_differences {diff['name']!r}: no fit named {a!r} or {b!r}")
+            raise ValueError(f"fit_differences {diff.name!r}: no fit named {a!r} or {b!r}")
         # the second fit re-drawn with the next bootstrap seed: the two are independent
         _, rows, x, y, nd = fitted[b]
         fb, _ = _fit(rows, b, x, y, boot, seed_offset=1, diverged=ids)
-        row = exponent_difference(fitted[a][0], fb, diff["name"]).to_row()
+        row = exponent_difference(fitted[a][0], fb, diff.name).to_row()
         out.append({**row, "n_diverged": fitted[a][4] + nd})
     return pd.DataFrame(out, columns=FIT_COLUMNS)
 
@@ -128,15 +128,19 @@ def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.Data
 
 
 def threshold_table(
-    cfg: dict, tau: pd.DataFrame, metrics: pd.DataFrame, boot: dict, diverged: str = "exclude"
+    cfg: ThresholdSensitivity,
+    tau: pd.DataFrame,
+    metrics: pd.DataFrame,
+    boot: Bootstrap,
+    diverged: str = "exclude",
 ) -> pd.DataFrame:
     """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K (diverged
     runs as config `diverged` says: left out before tau is recomputed, and counted)."""
-    rows = tau[tau["experiment"].isin(cfg["experiments"])]
+    rows = tau[tau["experiment"].isin(cfg.experiments)]
     rows, nd = div.drop(rows[rows.model == "transformer"], div.check(tau, diverged, "E4"))
     m = metrics[metrics.run_id.isin(rows.run_id)]
     out = []
-    for thr in cfg["thresholds"]:
-        fit, _ = _fit(retau(rows, m, thr), f"tau_vs_{cfg['x']}_thr{thr:g}", cfg["x"], "tau", boot)
+    for thr in cfg.thresholds:
+        fit, _ = _fit(retau(rows, m, thr), f"tau_vs_{cfg.x}_thr{thr:g}", cfg.x, "tau", boot)
         out.append({"threshold": thr, **fit.to_row(), "n_diverged": nd})
     return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])

@@ -22,6 +22,7 @@ import pandas as pd
 from mbc.analysis import diverged as div
 from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
 from mbc.analysis.stat_kinds import bootstrap
+from mbc.core.sections import Bootstrap
 
 INIT_SCALE_COLUMNS = [
     "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",
@@ -38,7 +39,7 @@ ROBUSTNESS_COLUMNS = [
 
 
 def init_scale_table(
-    tau: pd.DataFrame, experiment: str, boot: dict, diverged: str = "exclude"
+    tau: pd.DataFrame, experiment: str, boot: Bootstrap, diverged: str = "exclude"
 ) -> pd.DataFrame:
     """One row per init std of `experiment`: tau over the runs that crossed (the censored
     ones are counted; the fit in fits.csv treats them as censored) and the plateau height.

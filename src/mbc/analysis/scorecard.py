@@ -30,8 +30,11 @@ from __future__ import annotations
 
 import fnmatch
 import math
+from collections.abc import Sequence
 
 import pandas as pd
+
+from mbc.core.sections import ScorecardRow
 
 COLUMNS = [
     "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",
@@ -118,12 +121,13 @@ def _measured(statistics: pd.DataFrame, name: str) -> tuple[float, float, float,
     return s.value.iloc[0], s.ci_low.iloc[0], s.ci_high.iloc[0], int(s.n.iloc[0]), nd
 
 
-def scorecard(rows_cfg: list[dict], statistics: pd.DataFrame) -> pd.DataFrame:
+def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.DataFrame:
+    """One row per config `scorecard` entry (per statistic its glob matches)."""
     out = []
     for row in rows_cfg:
-        ref, rule = row["paper_reference"], row["agree"]
-        names = _matches(statistics, row["statistic"])
-        ours = _matches(statistics, row.get("ours", row["statistic"]))
+        ref, rule = row.reference(), row.rule()
+        names = _matches(statistics, row.statistic)
+        ours = _matches(statistics, row.statistic if row.ours is None else row.ours)
         if len(ours) != len(names):  # a glob on one side only: compare against the first
             ours = [ours[0]] * len(names)
         for n, o in zip(names, ours, strict=True):
@@ -131,12 +135,12 @@ def scorecard(rows_cfg: list[dict], statistics: pd.DataFrame) -> pd.DataFrame:
             om, olo, ohi, _, _ = _measured(statistics, o)
             agree, ours_agree = agreement(m, lo, hi, ref, rule), agreement(om, olo, ohi, ref, rule)
             out.append({
-                "claim": row["claim"], "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
+                "claim": row.claim, "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
                 "n": cnt, "n_diverged": nd, "paper_reference": _describe(ref), "tolerance": _tolerance(rule),
                 "agreement": agree, "ours_statistic": o, "ours_measured": om,
                 "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
                 "robust_to_definition": agree == ours_agree,
-                "reference_traced": ref["traced"], "why": row.get("why", ""),
+                "reference_traced": ref["traced"], "why": row.why,
                 "note": ref.get("note", ""),
             })  # fmt: skip
     return pd.DataFrame(out, columns=COLUMNS)

@@ -18,13 +18,14 @@ import pandas as pd
 from scipy import stats as sps
 
 from mbc.analysis.fits import percentile_ci
+from mbc.core.sections import Bootstrap
 
 NAN = float("nan")
 NO_VALUE = (NAN, NAN, NAN)
 TABLES = ("tau", "collective", "hessian", "routing_ablation")
 
 
-def bootstrap(values: np.ndarray, fn, boot: dict) -> tuple:
+def bootstrap(values: np.ndarray, fn, boot: Bootstrap) -> tuple:
     """(value, ci_low, ci_high) of fn(values), percentile bootstrap over rows (= runs)."""
     values = np.asarray(values, dtype=float)
     if values.size == 0 or not np.isfinite(values).any():
@@ -33,24 +34,22 @@ def bootstrap(values: np.ndarray, fn, boot: dict) -> tuple:
     n = len(values)  # rows: a 2-D array resamples whole rows (paired values)
     if n < 2:
         return v, NAN, NAN
-    rng = np.random.default_rng(boot["seed"])
-    idx = rng.integers(0, n, size=(boot["n_boot"], n))
+    rng = np.random.default_rng(boot.seed)
+    idx = rng.integers(0, n, size=(boot.n_boot, n))
     reps = np.array([fn(values[i]) for i in idx], dtype=float)
     reps = reps[np.isfinite(reps)]
-    if reps.size < boot["n_boot"] / 2:
+    if reps.size < boot.n_boot / 2:
         return v, NAN, NAN
-    return v, *percentile_ci(reps, boot["ci"])
+    return v, *percentile_ci(reps, boot.ci)
 
 
-def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: dict) -> tuple[float, float, float]:
+def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: Bootstrap) -> tuple[float, float, float]:
     """mean(a) / mean(b) with a bootstrap CI resampling the two groups of runs apart."""
     if a.size == 0 or b.size == 0:
         return NO_VALUE
-    rng = np.random.default_rng(boot["seed"])
-    reps = [
-        rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot["n_boot"])
-    ]
-    ci = percentile_ci(reps, boot["ci"]) if a.size + b.size > 2 else (NAN, NAN)
+    rng = np.random.default_rng(boot.seed)
+    reps = [rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot.n_boot)]
+    ci = percentile_ci(reps, boot.ci) if a.size + b.size > 2 else (NAN, NAN)
     return float(a.mean() / b.mean()), *ci
 
 
@@ -105,7 +104,7 @@ def select(rows: pd.DataFrame, where: dict | None) -> pd.DataFrame:
 # ---- the kinds -------------------------------------------------------------------------
 
 
-def mean(rows: pd.DataFrame, st: dict, boot: dict, average=np.mean):
+def mean(rows: pd.DataFrame, st: dict, boot: Bootstrap, average=np.mean):
     """The mean of `column` over the runs (finite values only; `over_log_k`: divided by
     log K). `measured`: a boolean column; runs without it are left out, counted censored."""
     cens = n_censored(rows, st)
@@ -120,12 +119,12 @@ def mean(rows: pd.DataFrame, st: dict, boot: dict, average=np.mean):
     return bootstrap(v, average, boot), v.size, cens, ""
 
 
-def median(rows: pd.DataFrame, st: dict, boot: dict):
+def median(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """The median of `column` over the rows (finite values only)."""
     return mean(rows, st, boot, average=np.median)
 
 
-def fraction(rows: pd.DataFrame, st: dict, boot: dict):
+def fraction(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """The fraction of rows whose boolean `column` is `is`; `ci: false`: no bootstrap."""
     hit = (rows[st["column"]].astype(bool) == st.get("is", True)).to_numpy(float)
     if st.get("ci", True):
@@ -135,7 +134,7 @@ def fraction(rows: pd.DataFrame, st: dict, boot: dict):
     return vci, hit.size, n_censored(rows, st), ""
 
 
-def spearman_of(rows: pd.DataFrame, st: dict, boot: dict):
+def spearman_of(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """Spearman rho of `x` with `y` over the runs with both (`abs`: |rho|), bootstrap over
     runs: its sign says which way y moves with x, its CI whether the data decide it."""
     pairs = np.column_stack([rows[st["x"]].to_numpy(float), y_values(rows, st)])
@@ -152,7 +151,7 @@ def _at(values: pd.Series, which):
     return which
 
 
-def ratio(rows: pd.DataFrame, st: dict, boot: dict):
+def ratio(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """Mean y at `by` = pair[0] over mean y at `by` = pair[1] (each max, min or a value),
     the two groups of runs resampled apart. `censored_unmeasured`: a censored run leaves the
     ratio unmeasured (its y is no bound, e.g. a window that never closed)."""
@@ -168,7 +167,7 @@ def ratio(rows: pd.DataFrame, st: dict, boot: dict):
     return ratio_of_means(num, den, boot), len(rows), cens, ""
 
 
-def paired_ratio(rows: pd.DataFrame, st: dict, boot: dict):
+def paired_ratio(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """Geometric mean over the pairs (runs alike in `pair_by`) of y at `across` = numerator
     (the first of those listed that was run) over y at `across` = denominator."""
     piv = rows.assign(_y=y_values(rows, st)).pivot_table(
@@ -188,7 +187,7 @@ def _loglog_slope(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.polyfit(np.log(x), np.log(y), 1)[0])
 
 
-def loglog_slope(rows: pd.DataFrame, st: dict, boot: dict):
+def loglog_slope(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """Slope of a least-squares line through (log x, log(mean y + offset)), one point per
     value of x (the author's E11 beta); a censored run enters its mean with its lower bound
     `y_bound` (one without a bound is left out). CI: bootstrap of the runs within each x."""
@@ -206,18 +205,16 @@ def loglog_slope(rows: pd.DataFrame, st: dict, boot: dict):
         return _loglog_slope(xs, np.array([v.mean() + offset for v in samples]))
 
     v = slope([g for _, g in groups])
-    rng = np.random.default_rng(boot["seed"])
-    reps = np.array(
-        [slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot["n_boot"])]
-    )
+    rng = np.random.default_rng(boot.seed)
+    reps = np.array([slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot.n_boot)])
     reps = reps[np.isfinite(reps)]
     lo = hi = NAN
     if reps.size and any(g.size > 1 for _, g in groups):
-        lo, hi = percentile_ci(reps, boot["ci"])
+        lo, hi = percentile_ci(reps, boot.ci)
     return (v, lo, hi), len(rows), cens, ""
 
 
-def nearest_fraction(summary: pd.DataFrame, st: dict, boot: dict):
+def nearest_fraction(summary: pd.DataFrame, st: dict, boot: Bootstrap):
     """The mean over runs of `column` at each run's checkpoint whose tau_fraction is nearest
     `at` (the collective summary's checkpoints differ per run)."""
     per_run = np.array(
@@ -229,7 +226,7 @@ def nearest_fraction(summary: pd.DataFrame, st: dict, boot: dict):
     return bootstrap(per_run, np.mean, boot), per_run.size, 0, ""
 
 
-def mode_at_min(rows: pd.DataFrame, st: dict, boot: dict):
+def mode_at_min(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """The most common value of `column`, taken per run at its row of smallest `at_min`
     (the routing head's layer: the head whose ablation removes most delta_z). No CI."""
     n = rows.run_id.nunique() if len(rows) else 0
@@ -239,7 +236,7 @@ def mode_at_min(rows: pd.DataFrame, st: dict, boot: dict):
     return (float(picked.mode().iloc[0]), NAN, NAN), n, 0, ""
 
 
-def runs(rows: pd.DataFrame, st: dict, boot: dict):
+def runs(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """The number of distinct runs (the diverged ones included: `keeps_diverged`)."""
     first = rows.drop_duplicates("run_id")
     return (float(len(first)), NAN, NAN), len(first), n_censored(first, st), ""

@@ -15,6 +15,7 @@ import pandas as pd
 
 from mbc.analysis import diverged as div
 from mbc.analysis.stat_kinds import KINDS, NAN, select
+from mbc.core.sections import Bootstrap, Statistic, Statistics
 
 COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "n_diverged", "what"]
 
@@ -44,10 +45,11 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
     return out
 
 
-def statistic(name: str, st: dict, tables: dict, boot: dict, diverged_ids: set) -> dict:
+def statistic(declared: Statistic, tables: dict, boot: Bootstrap, diverged_ids: set) -> dict:
     """One declared statistic: its table's rows of its experiments (a run in two counts
     once), those meeting `where`, the diverged runs left out and counted; then its kind."""
-    kind = KINDS[st["kind"]]
+    name, st = declared.name, declared.as_dict()  # the kinds read their parameters by key
+    kind = KINDS[declared.kind]
     rows = tables[st.get("table", kind.table)]
     if st.get("experiments"):
         rows = runs_of(rows, st["experiments"])
@@ -62,7 +64,7 @@ def statistic(name: str, st: dict, tables: dict, boot: dict, diverged_ids: set) 
 
 def compute_statistics(
     tau: pd.DataFrame, fits: pd.DataFrame, collective: pd.DataFrame, routing_ablation: pd.DataFrame,
-    hessian: pd.DataFrame, boot: dict, declared: dict, diverged: str = "exclude",
+    hessian: pd.DataFrame, boot: Bootstrap, declared: Statistics, diverged: str = "exclude",
 ) -> pd.DataFrame:  # fmt: skip
     """The fits' rows, then every statistic of config `statistics` (`declared`) in its
     order; a statistic without data is a row of NaNs (never dropped). diverged: config
@@ -72,5 +74,5 @@ def compute_statistics(
         tau=tau, collective=collective, hessian=hessian, routing_ablation=routing_ablation
     )
     rows = fit_statistics(fits)
-    rows += [statistic(name, st, tables, boot, ids) for name, st in declared.items()]
+    rows += [statistic(st, tables, boot, ids) for st in declared.declared]
     return pd.DataFrame(rows, columns=COLUMNS)

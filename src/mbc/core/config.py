@@ -22,6 +22,7 @@ import jsonschema
 import yaml
 
 from mbc.core.layout import Layout
+from mbc.core.sections import TypedSections, thaw
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -61,7 +62,7 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Config:
+class Config(TypedSections):
     raw: dict  # the resolved config (base + preset + overrides), for rules' params
     preset: str
     outdir: str
@@ -88,10 +89,10 @@ class Config:
     def diagnosed_runs(self, diagnostic: str) -> list[str]:
         """Runs a post-hoc diagnostic (`diagnostics.<name>`) reads the snapshots of: its
         source experiment filtered by `where`, transformers on the main task only."""
-        d = self.raw["diagnostics"][diagnostic]
+        d = getattr(self.diagnostics, diagnostic)
         return [
             r
-            for r in self.run_ids(d["source"], d.get("where") or None)
+            for r in self.run_ids(d.source, thaw(d.where) or None)
             if self.specs[r].model.kind == "transformer"
             and self.specs[r].task.direction == "bz_to_a"
         ]
@@ -337,7 +338,11 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
     _check_same_id_same_spec(runs)
     _check_references(cfg, written)
-    return Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+    out = Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+    if (missing := out.missing_section_key()) is not None:
+        # the schema lets a section leave a key out; the analysis needs every key
+        raise ConfigError(*missing, "missing key")
+    return out
 
 
 def resolve_like(name: str, experiments: dict) -> dict:

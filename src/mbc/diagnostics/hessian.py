@@ -18,9 +18,13 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from mbc.core.sections import HessianDiagnostic
 from mbc.diagnostics.spectrum import SpectrumEstimate, extremes_by_power, lanczos
 
-__all__ = ["hessian_estimates", "hessian_extremes", "hvp_fn", "n_params"]
+__all__ = [
+    "author_power_rule", "checkpoint_estimates", "checkpoint_row", "hessian_estimates",
+    "hessian_extremes", "hvp_fn", "n_params",
+]  # fmt: skip
 
 # hessian.csv, one row per checkpoint
 HESSIAN_COLUMNS = [
@@ -161,4 +165,53 @@ def hessian_estimates(
             device=params[0].device, **extra[method],
         )
         for method, n_iter in n_iters.items()
+    }  # fmt: skip
+
+
+# ---- one checkpoint of a run, as config `diagnostics.hessian` asks (E10) ----------------
+
+
+def author_power_rule(cfg: HessianDiagnostic) -> dict:
+    """The author's power-iteration rule: stop once |cos(v_t, v_t-1)| > power_cos after at
+    least power_min_iter steps (power_n_iter at most); lambda_min from
+    H - (lambda_max + power_shift_offset) I. Without power_cos, our residual rule
+    (`mbc.diagnostics.spectrum._power`)."""
+    if cfg.power_cos is None:
+        return {"shift_offset": cfg.power_shift_offset}
+    return {
+        "cos_tol": cfg.power_cos,
+        "min_iter": cfg.power_min_iter,
+        "shift_offset": cfg.power_shift_offset,
+    }
+
+
+def checkpoint_estimates(
+    loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor],
+    cfg: HessianDiagnostic, seed: int,
+) -> dict[str, SpectrumEstimate]:  # fmt: skip
+    """Lanczos and the author's power iteration on one checkpoint's Hessian."""
+    return hessian_estimates(
+        loss_fn, params, n_iters={"lanczos": cfg.n_iter, "power": cfg.power_n_iter},
+        seed=seed, tol=cfg.tol, power_rule=author_power_rule(cfg),
+    )  # fmt: skip
+
+
+def checkpoint_row(
+    run_id: str, k: int, tau: int | None, step: int, tau_fraction: float, phase: str,
+    estimates: dict[str, SpectrumEstimate],
+) -> dict:  # fmt: skip
+    """One row of hessian.csv (`HESSIAN_COLUMNS`): both estimators on one checkpoint."""
+    est, power = estimates["lanczos"], estimates["power"]
+    return {
+        "run_id": run_id, "k": k, "tau": tau, "step": step, "tau_fraction": tau_fraction,
+        "phase": phase,
+        "lambda_max": est.lambda_max, "lambda_min": est.lambda_min,
+        "residual_max": est.residual_max, "residual_min": est.residual_min,
+        "converged_max": est.converged_max, "converged_min": est.converged_min,
+        "anisotropy": est.anisotropy,
+        "lambda_max_power": power.lambda_max, "lambda_min_power": power.lambda_min,
+        "residual_max_power": power.residual_max, "residual_min_power": power.residual_min,
+        "converged_max_power": power.converged_max,
+        "converged_min_power": power.converged_min, "anisotropy_power": power.anisotropy,
+        "n_iter_max_power": power.n_iter_max, "n_iter_min_power": power.n_iter_min,
     }  # fmt: skip

@@ -23,6 +23,7 @@ import pandas as pd
 from mbc.core.config import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
+from mbc.core.sections import Lead, PlateauSensitivity, Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
 # the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
@@ -50,9 +51,6 @@ INT_COLUMNS = [
     "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
     "log_loss_onset", "log_delta_z_onset", "lead_log",
 ]  # fmt: skip
-
-# diagnostics.dip when the config has none: the author's E11 duration
-DIP_DEFAULT = {"start_fraction": 1.0, "end_nats": 0.5}
 
 
 def dip_duration(
@@ -159,7 +157,7 @@ def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window)
     return plateau(steps, lcand, log_k, **window).height
 
 
-def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: dict) -> dict:
+def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) -> dict:
     """The author's lead (his posthoc script over the training log, spec section 7): on the
     logged windows (`mbc.training.train_log`), loss onset = first window whose running-mean
     L1 < loss_onset_fraction * log K, z onset = first window whose delta_z (last batch's
@@ -175,8 +173,8 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: dict) ->
     if not np.isfinite(l1).any() or not np.isfinite(dz).any():
         return {**none, "lead_log_measured": False}
     steps = t["step"].to_numpy()
-    loss_onset = first_crossing(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
-    z_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
+    loss_onset = first_crossing(steps, l1, lead_cfg.loss_onset_fraction * log_k)
+    z_onset = z_usage_onset(steps, dz, lead_cfg.delta_z_onset)
     lead = None if loss_onset is None or z_onset is None else loss_onset - z_onset
     return {
         "log_loss_onset": loss_onset,
@@ -188,7 +186,7 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: dict) ->
 
 
 def summarize_run(
-    spec: RunSpec, metrics: pd.DataFrame, diag: dict, train_log: pd.DataFrame | None = None
+    spec: RunSpec, metrics: pd.DataFrame, diag: Summary, train_log: pd.DataFrame | None = None
 ) -> dict:
     """One run's summary: tau (or censored), plateau height, lead of delta_z over the loss.
     Every statistic reads the rows on the evaluation grid (`mbc.core.spec.grid_mask`) and,
@@ -203,17 +201,17 @@ def summarize_run(
     lcand = m["candidate_loss"].to_numpy()
     log_k = spec.task.log_k
     tau = first_crossing(steps, lcand, spec.eval.threshold * log_k)
-    plat, lead_cfg = diag["plateau"], diag["lead"]
-    loss_onset = first_crossing(steps, lcand, lead_cfg["loss_onset_fraction"] * log_k)
+    plat, lead_cfg = diag.plateau, diag.lead
+    loss_onset = first_crossing(steps, lcand, lead_cfg.loss_onset_fraction * log_k)
     dz = m["delta_z"].to_numpy()
-    dz_onset = z_usage_onset(steps, dz, lead_cfg["delta_z_onset"])
+    dz_onset = z_usage_onset(steps, dz, lead_cfg.delta_z_onset)
     height = plateau_height(
         steps,
         lcand,
         log_k,
-        start_fraction=plat["start_fraction"],
-        onset_fraction=plat["onset_fraction"],
-        z_onset=dz_onset if plat.get("end_at_z_onset", False) else None,
+        start_fraction=plat.start_fraction,
+        onset_fraction=plat.onset_fraction,
+        z_onset=dz_onset if plat.end_at_z_onset else None,
     )
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
     author = author_statistics(steps, m, log_k, diag)
@@ -256,32 +254,30 @@ def diverged_step(spec: RunSpec, metrics: pd.DataFrame) -> int | None:
     return None
 
 
-def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: dict) -> dict:
+def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: Summary) -> dict:
     """The per-run quantities the author's headline numbers were computed from
     (docs/method.md#author-statistics), beside our uniform candidate-tau ones: first-target
     tau (L1 < threshold * log K), the transition window and its duration, and the lead on
     the first-target loss
     (delta_z_first onset vs the first evaluation with L1 < loss_onset_fraction * log K)."""
     lcand, l1 = m["candidate_loss"].to_numpy(), m["first_target_loss"].to_numpy()
-    ft = diag["first_target"]["threshold"]
-    first_tau = first_crossing(steps, l1, ft * log_k)
-    win = diag["transition"]
-    t_start, t_end = transition_window(steps, lcand, log_k, win["start_fraction"],
-                                       win["end_fraction"])  # fmt: skip
+    first_tau = first_crossing(steps, l1, diag.first_target_threshold * log_k)
+    win = diag.transition
+    t_start, t_end = transition_window(steps, lcand, log_k, win.start_fraction, win.end_fraction)
     if t_end is not None and t_start is None:
         t_start = int(steps[0])  # never above the start mark: the window opens at the start
     # A run without t_end whose L_cand has left the start mark for good is inside its
     # window: its duration is at least the steps since the last evaluation above the mark.
     # One still above it has not opened the window: no bound (left out of duration fits).
     bound = None
-    start_mark = win["start_fraction"] * log_k
+    start_mark = win.start_fraction * log_k
     if t_end is None and lcand.size and lcand[-1] <= start_mark:
         last_above = last_step_above_before(steps, lcand, start_mark, int(steps[-1]) + 1)
         bound = int(steps[-1]) - (int(steps[0]) if last_above is None else last_above)
-    lead_cfg = diag["lead"]
-    l1_onset = first_crossing(steps, l1, lead_cfg["loss_onset_fraction"] * log_k)
+    lead_cfg = diag.lead
+    l1_onset = first_crossing(steps, l1, lead_cfg.loss_onset_fraction * log_k)
     dz1 = m["delta_z_first"].to_numpy(float) if "delta_z_first" in m else np.full(len(m), np.nan)
-    dz1_onset = z_usage_onset(steps, dz1, lead_cfg["delta_z_onset"])
+    dz1_onset = z_usage_onset(steps, dz1, lead_cfg.delta_z_onset)
     lead = None if l1_onset is None or dz1_onset is None else l1_onset - dz1_onset
     return {
         "first_target_tau": first_tau,
@@ -295,7 +291,7 @@ def author_statistics(steps: np.ndarray, m: pd.DataFrame, log_k: float, diag: di
         "delta_z_first_onset": dz1_onset,
         "lead_first": lead,
         "lead_fraction_first": None if lead is None or not l1_onset else lead / l1_onset,
-        **dip_duration(steps, lcand, log_k, **diag.get("dip", DIP_DEFAULT)),
+        **dip_duration(steps, lcand, log_k, diag.dip.start_fraction, diag.dip.end_nats),
     }
 
 
@@ -325,26 +321,26 @@ LOSS_ONSET_ONLY = "loss onset only"
 
 
 def plateau_sensitivity(
-    cfg: dict, diag: dict, tau: pd.DataFrame, metrics: pd.DataFrame
+    cfg: PlateauSensitivity, diag: Summary, tau: pd.DataFrame, metrics: pd.DataFrame
 ) -> pd.DataFrame:
-    """Plateau height / log K of every run of `cfg["experiments"]` under other window ends.
+    """Plateau height / log K of every run of `cfg.experiments` under other window ends.
 
     The run summaries end the window where `diagnostics.plateau` says (by default the
     z-usage onset at delta_z > `diagnostics.lead.delta_z_onset`). A model that starts to
     read z can rank the candidates worse than uniform for a while (L_cand above log K)
     before the loss falls, so where the window ends decides how much of that enters the
     height. This table repeats the measurement with the window ended by the z-usage onset
-    at each threshold of `cfg["delta_z_onsets"]`, and by the loss onset alone; the row
+    at each threshold of `cfg.delta_z_onsets`, and by the loss onset alone; the row
     that reproduces the summaries is marked `primary`. `in_band`: height / log K within
-    `cfg["band"]`.
+    `cfg.band`.
     """
-    plat = diag["plateau"]
-    primary = diag["lead"]["delta_z_onset"] if plat.get("end_at_z_onset", False) else None
-    thresholds = {float(t) for t in cfg["delta_z_onsets"]} | ({primary} if primary else set())
+    plat = diag.plateau
+    primary = diag.lead.delta_z_onset if plat.end_at_z_onset else None
+    thresholds = {float(t) for t in cfg.delta_z_onsets} | ({primary} if primary else set())
     ends = [(f"delta_z > {t:g}", t) for t in sorted(thresholds)]
     ends.append((LOSS_ONSET_ONLY, None))
-    lo, hi = cfg["band"]
-    rows = tau[tau["experiment"].isin(cfg["experiments"]) & (tau["model"] == "transformer")]
+    lo, hi = cfg.band
+    rows = tau[tau["experiment"].isin(cfg.experiments) & (tau["model"] == "transformer")]
     if "diverged" in rows:  # a diverged run has no plateau to measure (its rows end in NaN)
         rows = rows[~rows["diverged"].astype(str).str.lower().isin(["true", "1"])]
     by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
@@ -358,8 +354,8 @@ def plateau_sensitivity(
         log_k = math.log(int(r.k))
         for label, thr in ends:
             pl = plateau(
-                steps, lcand, log_k, start_fraction=plat["start_fraction"],
-                onset_fraction=plat["onset_fraction"],
+                steps, lcand, log_k, start_fraction=plat.start_fraction,
+                onset_fraction=plat.onset_fraction,
                 z_onset=None if thr is None else z_usage_onset(steps, dz, thr),
             )  # fmt: skip
             h = pl.height / log_k

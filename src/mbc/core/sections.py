@@ -1,0 +1,395 @@
+"""config.yaml's analysis sections as frozen, typed values (`mbc.core.config.load` builds
+them once, after the schema check): `bootstrap`; `diagnostics` (the definitions a run's
+summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
+`fit_differences` and `threshold_sensitivity`); `statistics`; `scorecard`;
+`plateau_sensitivity`. `mbc.pipeline` takes these, not the config's dicts.
+
+Nested mappings a section keeps as the user wrote them (a statistic's kind parameters, a
+`where`, a scorecard reference) are frozen as `Frozen` pairs: the sections are hashable,
+picklable (Snakemake pickles a rule's params into its script) and cannot be changed by
+the code that reads them; `thaw` gives back exactly the dicts and lists of config.yaml.
+Numbers are kept as written (an int stays an int): they reach the tables' cells.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+
+class Frozen(tuple):
+    """A mapping frozen as its (key, value) pairs, in the order written."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return next((v for k, v in self if k == key), default)
+
+
+def freeze(value: Any) -> Any:
+    """dicts -> Frozen, lists -> tuples, recursively; scalars as they are."""
+    if isinstance(value, dict):
+        return Frozen((k, freeze(v)) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+def thaw(value: Any) -> Any:
+    """The inverse of `freeze`: thaw(freeze(x)) == x for a YAML value x."""
+    if isinstance(value, Frozen):
+        return {k: thaw(v) for k, v in value}
+    if isinstance(value, tuple):
+        return [thaw(v) for v in value]
+    return value
+
+
+def content_id(*sections: Any) -> str:
+    """An id of the sections' content. Snakemake's rerun record keeps a rule's builtin
+    params only (a dataclass it skips), so a rule passes this id beside the sections it
+    hands its script: a changed section reruns the job."""
+    return hashlib.sha256(repr(sections).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Bootstrap:
+    """config `bootstrap`: percentile bootstrap over runs (docs/method.md#fits)."""
+
+    n_boot: int
+    ci: float
+    seed: int
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Bootstrap:
+        return cls(n_boot=int(d["n_boot"]), ci=float(d["ci"]), seed=int(d["seed"]))
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """config `diagnostics.plateau`: the window whose mean L_cand is the plateau height
+    (docs/method.md#plateau-height)."""
+
+    start_fraction: float
+    onset_fraction: float
+    end_at_z_onset: bool = False
+
+
+@dataclass(frozen=True)
+class Lead:
+    """config `diagnostics.lead`: the onsets whose difference is the lead of delta_z over
+    the loss (docs/method.md#lead)."""
+
+    delta_z_onset: float
+    loss_onset_fraction: float
+
+
+@dataclass(frozen=True)
+class Transition:
+    """config `diagnostics.transition`: the author's transition window, last
+    L_cand > start_fraction log K -> first L_cand < end_fraction log K
+    (docs/method.md#transition-window)."""
+
+    start_fraction: float
+    end_fraction: float
+
+
+@dataclass(frozen=True)
+class Dip:
+    """config `diagnostics.dip` (E11's duration): first L_cand < start_fraction log K ->
+    first L_cand < end_nats. Without the key, the author's: 1.0 and 0.5 nats
+    (docs/method.md#e11-duration)."""
+
+    start_fraction: float = 1.0
+    end_nats: float = 0.5
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The per-run quantities' definitions a run's summary.json reads (`diagnostics.plateau`,
+    `lead`, `first_target.threshold`, `transition`, `dip`; `mbc.diagnostics.summary`)."""
+
+    plateau: Plateau
+    lead: Lead
+    first_target_threshold: float
+    transition: Transition
+    dip: Dip
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Summary:
+        return cls(
+            plateau=Plateau(**d["plateau"]),
+            lead=Lead(**d["lead"]),
+            first_target_threshold=d["first_target"]["threshold"],
+            transition=Transition(**d["transition"]),
+            dip=Dip(**d["dip"]) if "dip" in d else Dip(),
+        )
+
+
+@dataclass(frozen=True)
+class CollectiveDiagnostic:
+    """config `diagnostics.collective` (E8): per-group accuracy around tau
+    (docs/method.md#collective-transition)."""
+
+    source: str
+    where: Frozen
+    n_groups: int
+    accurate: float
+    tau_fractions: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class RoutingDiagnostic:
+    """config `diagnostics.routing` (E9): attention to z and head ablations at named phases
+    (phase name -> fraction of tau; docs/method.md#routing-head)."""
+
+    source: str
+    where: Frozen
+    n_contexts: int
+    phases: Frozen
+
+
+@dataclass(frozen=True)
+class HessianDiagnostic:
+    """config `diagnostics.hessian` (E10): Lanczos and the author's power iteration at
+    fractions of tau, on a fixed subsample of n_examples. Without power_cos the power
+    iteration stops by our residual rule (`mbc.diagnostics.spectrum._power`;
+    docs/method.md#hessian)."""
+
+    source: str
+    where: Frozen
+    n_examples: int
+    n_iter: int
+    power_n_iter: int
+    tol: float
+    tau_fractions: tuple[float, ...]
+    plateau_fraction: float
+    power_cos: float | None = None
+    power_min_iter: int = 1
+    power_shift_offset: float = 0.0
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """config `diagnostics`: the definitions a run's summary reads, and the post-hoc
+    diagnostics over saved snapshots (E8-E10)."""
+
+    summary: Summary
+    collective: CollectiveDiagnostic
+    routing: RoutingDiagnostic
+    hessian: HessianDiagnostic
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Diagnostics:
+        c, r, h = d["collective"], d["routing"], d["hessian"]
+        hessian = HessianDiagnostic(
+            source=h["source"], where=freeze(h.get("where") or {}),
+            n_examples=int(h["n_examples"]), n_iter=int(h["n_iter"]),
+            power_n_iter=int(h["power_n_iter"]), tol=float(h["tol"]),
+            tau_fractions=tuple(h["tau_fractions"]), plateau_fraction=h["plateau_fraction"],
+            power_cos=None if h.get("power_cos") is None else float(h["power_cos"]),
+            power_min_iter=int(h.get("power_min_iter", 1)),
+            power_shift_offset=float(h.get("power_shift_offset", 0.0)),
+        )  # fmt: skip
+        return cls(
+            summary=Summary.from_raw(d),
+            collective=CollectiveDiagnostic(
+                source=c["source"], where=freeze(c.get("where") or {}),
+                n_groups=int(c["n_groups"]), accurate=float(c["accurate"]),
+                tau_fractions=tuple(c["tau_fractions"]),
+            ),
+            routing=RoutingDiagnostic(
+                source=r["source"], where=freeze(r.get("where") or {}),
+                n_contexts=int(r["n_contexts"]),
+                phases=freeze(r["phases"]),
+            ),
+            hessian=hessian,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PlateauSensitivity:
+    """config `plateau_sensitivity`: plateau height / log K of `experiments`' runs with the
+    window ended at other delta_z onsets; in band when within `band`."""
+
+    experiments: tuple[str, ...]
+    delta_z_onsets: tuple[float, ...]
+    band: tuple[float, float]
+
+    @classmethod
+    def from_raw(cls, d: dict) -> PlateauSensitivity:
+        return cls(tuple(d["experiments"]), tuple(d["delta_z_onsets"]), tuple(d["band"]))
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One entry of config `fits`: a power law of y against x over the runs of
+    `experiments` (or the Hessian table's plateau rows), one per `by` value if given."""
+
+    name: str
+    x: str
+    experiments: tuple[str, ...] = ()
+    table: str = "tau"
+    y: str | None = None  # None: tau (anisotropy for the Hessian table)
+    by: str | None = None
+
+    @property
+    def y_column(self) -> str:
+        return self.y or ("anisotropy" if self.table == "hessian" else "tau")
+
+
+@dataclass(frozen=True)
+class FitDifference:
+    """config `fit_differences`: the exponent of fit of[0] minus that of of[1]."""
+
+    name: str
+    of: tuple[str, str]
+
+
+@dataclass(frozen=True)
+class ThresholdSensitivity:
+    """config `threshold_sensitivity` (E4): the tau law's exponent at other thresholds."""
+
+    experiments: tuple[str, ...]
+    x: str
+    thresholds: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Fits:
+    """config `fits`, `fit_differences` and `threshold_sensitivity` (fits.csv and E4)."""
+
+    declared: tuple[Fit, ...]
+    differences: tuple[FitDifference, ...]
+    threshold_sensitivity: ThresholdSensitivity
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Fits:
+        t = raw["threshold_sensitivity"]
+        return cls(
+            declared=tuple(
+                Fit(**{**f, "experiments": tuple(f.get("experiments", ()))}) for f in raw["fits"]
+            ),
+            differences=tuple(
+                FitDifference(d["name"], tuple(d["of"])) for d in raw.get("fit_differences") or []
+            ),
+            threshold_sensitivity=ThresholdSensitivity(
+                tuple(t["experiments"]), t["x"], tuple(t["thresholds"])
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One entry of config `statistics`: its name, its kind (`mbc.analysis.stat_kinds`) and
+    the entry as declared (the kind's schema validated its parameters)."""
+
+    name: str
+    kind: str
+    declared: Frozen
+
+    def as_dict(self) -> dict:
+        """The entry as config.yaml wrote it, for the kind's function (a fresh copy)."""
+        return thaw(self.declared)
+
+
+@dataclass(frozen=True)
+class Statistics:
+    """config `statistics`, in its order (statistics.csv's rows follow it)."""
+
+    declared: tuple[Statistic, ...]
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Statistics:
+        return cls(tuple(Statistic(n, st["kind"], freeze(st)) for n, st in d.items()))
+
+
+@dataclass(frozen=True)
+class ScorecardRow:
+    """One entry of config `scorecard`: a claim, the statistic that measures it (`ours`:
+    our own definition of it, compared too), the paper's reference and the agreement rule."""
+
+    claim: str
+    statistic: str
+    paper_reference: Frozen
+    agree: Frozen
+    why: str = ""
+    ours: str | None = None
+
+    def reference(self) -> dict:
+        return thaw(self.paper_reference)
+
+    def rule(self) -> dict:
+        return thaw(self.agree)
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    rows: tuple[ScorecardRow, ...]
+
+    @classmethod
+    def from_raw(cls, rows: list[dict]) -> Scorecard:
+        return cls(
+            tuple(
+                ScorecardRow(
+                    claim=r["claim"],
+                    statistic=r["statistic"],
+                    paper_reference=freeze(r["paper_reference"]),
+                    agree=freeze(r["agree"]),
+                    why=r.get("why", ""),
+                    ours=r.get("ours"),
+                )  # fmt: skip
+                for r in rows
+            )
+        )
+
+
+class TypedSections:
+    """The typed sections of `mbc.core.config.Config`, built from its `raw` on first use
+    (`load` builds them all, so a missing key stops the workflow at start-up)."""
+
+    raw: dict
+    SECTIONS = (
+        "bootstrap", "diagnostics", "fits", "statistics", "scorecard", "plateau_sensitivity",
+    )  # fmt: skip
+
+    @functools.cached_property
+    def bootstrap(self) -> Bootstrap:
+        return Bootstrap.from_raw(self.raw["bootstrap"])
+
+    @functools.cached_property
+    def diagnostics(self) -> Diagnostics:
+        return Diagnostics.from_raw(self.raw["diagnostics"])
+
+    @functools.cached_property
+    def fits(self) -> Fits:
+        return Fits.from_raw(self.raw)
+
+    @functools.cached_property
+    def statistics(self) -> Statistics:
+        return Statistics.from_raw(self.raw["statistics"])
+
+    @functools.cached_property
+    def scorecard(self) -> Scorecard:
+        return Scorecard.from_raw(self.raw["scorecard"])
+
+    @functools.cached_property
+    def plateau_sensitivity(self) -> PlateauSensitivity:
+        return PlateauSensitivity.from_raw(self.raw["plateau_sensitivity"])
+
+    @property
+    def diverged(self) -> str:
+        """config `diverged`: how every statistic, fit and table treats a diverged run."""
+        return self.raw.get("diverged") or "exclude"
+
+    def missing_section_key(self) -> tuple[str, str] | None:
+        """(section, the key it lacks) for the first section that cannot be built, else None."""
+        for section in self.SECTIONS:
+            try:
+                getattr(self, section)
+            except KeyError as exc:
+                return section, exc.args[0]
+            except TypeError as exc:  # a typed entry built from an incomplete mapping
+                return section, str(exc).split(": ", 1)[-1]
+        return None
