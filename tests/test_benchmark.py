@@ -63,16 +63,22 @@ def test_compare_outdirs_matches_runs_by_what_defines_them(tmp_path, capsys):
             "transition_end": 90, "run_id": "x"}  # fmt: skip
     rows_a = [{**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.0},
               {**base, "k": 5, "seed": 0, "tau": 100, "height_over_log_k": 0.99}]  # fmt: skip
-    rows_b = [{**base, "k": 5, "seed": 0, "tau": 150, "height_over_log_k": 1.0},
+    rows_b = [{**base, "k": 5, "seed": 0, "tau": 150, "height_over_log_k": 1.0, "run_id": "y"},
               {**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.002}]  # fmt: skip
+    log = tmp_path / "b" / "runs" / "y" / "state" / "log.jsonl"  # trained on a GPU, resumed here
+    log.parent.mkdir(parents=True)
+    log.write_text('{"event": "start", "step": 0, "device": "cuda (H200)"}\n'
+                   '{"event": "start", "step": 50, "device": "cpu"}\n')  # fmt: skip
     for name, rows in (("a", rows_a), ("b", rows_b)):
-        (tmp_path / name).mkdir()
+        (tmp_path / name).mkdir(exist_ok=True)
         pd.DataFrame(rows).to_csv(tmp_path / name / "tau.csv", index=False)
     m = compare_outdirs.compare(tmp_path / "a", tmp_path / "b")
     assert m.tau_equal.tolist() == [True, False]  # K = 3 equal, K = 5 not
     compare_outdirs.main([str(tmp_path / "a"), str(tmp_path / "b")])
     out = capsys.readouterr().out
     assert "| E1, 5, 300, 0 | 100 -> 150 |" in out
+    assert m.device_b.tolist() == ["-", "cuda (H200)+cpu"] and m.device_a.tolist() == ["-", "-"]
+    assert out.splitlines()[3].endswith("| - -> cuda (H200)+cpu |")
     assert "tau equal in 1 of 2 runs" in out and "max abs 0.0100" in out
 
 
