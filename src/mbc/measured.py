@@ -25,6 +25,7 @@ import pandas as pd
 from mbc.core import config as mbc_config
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.layout import Layout
+from mbc.core.provenance import code_version
 from mbc.core.runlog import read_log
 
 TABLES = ("tau", "fits", "statistics", "hypotheses", "scorecard", "robustness", "init_scale")
@@ -99,7 +100,11 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines = [f"preset: {preset}", f"outdir: {out}"]
     lines += provenance(out, run_ids)
     lines.append(f"total training steps: {steps:,}")
-    lines.append(f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured")
+    who = code_version()
+    at = (who["commit"] or "unknown") + (" (with uncommitted changes)" if who["dirty"] else "")
+    lines.append(
+        f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at {at}"
+    )
     write_text_atomic(target / "PROVENANCE", "\n".join(lines) + "\n")
     (target / "STALE").unlink(missing_ok=True)  # measured anew with this config
     return target
