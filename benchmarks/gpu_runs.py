@@ -66,18 +66,16 @@ def dataset_digest(ds) -> str:
 
 
 def chunks(specs: dict, width: int) -> list[list[str]]:
-    """Runs of one pack shape, longest budget first, cut into chunks of `width`; the
-    chunks themselves longest first, so the long ones start at once."""
-    from mbc.core.packing import pack_key
+    """The workflow's packs (`make_packs`) of `width` runs, cut from the runs in order of
+    budget, longest first, and each unpackable run alone; the chunks longest first, so the
+    long ones start at once."""
+    from mbc.core.packing import make_packs, pack_key
 
-    by_key: dict = {}
-    for rid, s in specs.items():
-        by_key.setdefault(pack_key(s) or ("alone", rid), []).append(rid)
-    out = []
-    for ids in by_key.values():
-        ids.sort(key=lambda r: -specs[r].train.max_steps)
-        out += [ids[i : i + width] for i in range(0, len(ids), width)]
-    return sorted(out, key=lambda c: -max(specs[r].train.max_steps for r in c))
+    budget = {r: s.train.max_steps for r, s in specs.items()}
+    ordered = {r: specs[r] for r in sorted(specs, key=lambda r: -budget[r])}
+    out = list(make_packs(ordered, width).values())
+    out += [[r] for r, s in ordered.items() if pack_key(s) is None]
+    return sorted(out, key=lambda c: -max(budget[r] for r in c))
 
 
 def _train_chunk(args) -> list[dict]:
@@ -110,7 +108,7 @@ def _train_chunk(args) -> list[dict]:
     wall = time.perf_counter() - t0
     rows = []
     for s, d, ds in zip(specs, dirs, datasets, strict=True):
-        log = read_log(RunPaths(d).log) if RunPaths(d).log.exists() else []
+        log = read_log(RunPaths(d).log)
         evals = [x for x in log if "event" not in x]
         rows.append({
             "run_id": s.run_id, "finished": finished(log), "tau": logged_tau(log),
@@ -123,6 +121,7 @@ def _train_chunk(args) -> list[dict]:
 
 
 def train(a) -> int:
+    from mbc.core.artifacts import write_bytes_atomic
     from mbc.core.provenance import code_version, device_name
 
     t_start = time.time()
@@ -162,10 +161,8 @@ def train(a) -> int:
             "wall_s": round(time.time() - t_start, 1),
             "runs": sorted(rows, key=lambda r: r["run_id"]),
         }  # fmt: skip
-        for name, data in (("runs.tar.gz", buf.getvalue()), ("gpu_runs.json", json.dumps(summary, indent=1).encode())):  # fmt: skip
-            tmp = out / f".{name}.tmp"
-            tmp.write_bytes(data)
-            os.replace(tmp, out / name)
+        write_bytes_atomic(out / "runs.tar.gz", buf.getvalue())
+        write_bytes_atomic(out / "gpu_runs.json", json.dumps(summary, indent=1).encode())
         return len(done), len(buf.getvalue())
 
     with mp.get_context("spawn").Pool(a.jobs) as pool:
@@ -184,6 +181,7 @@ def train(a) -> int:
 
 
 def merge(a) -> int:
+    from mbc.core.artifacts import write_bytes_atomic
     from mbc.core.layout import Layout
     from mbc.core.runlog import finished, read_log
     from mbc.pipeline import load_dataset, make_dataset
@@ -229,11 +227,7 @@ def merge(a) -> int:
             for name in SMALL_FILES:
                 m = members.get(f"runs/{rid}/{name}")
                 if m is not None:
-                    target = here / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    tmp = target.with_name(target.name + ".merging")
-                    tmp.write_bytes(tar.extractfile(m).read())
-                    os.replace(tmp, target)
+                    write_bytes_atomic(here / name, tar.extractfile(m).read())
             taken.append(rid)
     print(f"gpu_runs merge: {len(taken)} runs taken from {src} ({summary['device']}), "
           f"{len(kept)} already finished here (kept), {len(refused)} refused")  # fmt: skip

@@ -35,6 +35,13 @@ def ids_digest(run_ids) -> str:
     return hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:16]
 
 
+def _commit(version: dict) -> str:
+    """A code version (`mbc.core.provenance.code_version`, or a log's start event) as
+    PROVENANCE writes it."""
+    label = version.get("commit") or "unknown"
+    return label + (" (with uncommitted changes)" if version.get("dirty") else "")
+
+
 def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
     """PROVENANCE's lines, from the runs' logs (`start` and `done` events)."""
     starts, ends, resumed, missing = [], [], [], []
@@ -47,10 +54,7 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
         ends += [x["time"] for x in rows if x.get("event") == "done" and "time" in x]
         if any(x["step"] > 0 for x in s):
             resumed.append(r)
-    commits = Counter(
-        (x.get("commit") or "unknown") + (" (with uncommitted changes)" if x.get("dirty") else "")
-        for x in starts
-    )
+    commits = Counter(_commit(x) for x in starts)
     times = sorted(x["time"] for x in starts)
     lines = [
         f"runs: {len(run_ids)} (run ids: tau.csv; sha256 of the sorted ids {ids_digest(run_ids)})"
@@ -100,10 +104,9 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines = [f"preset: {preset}", f"outdir: {out}"]
     lines += provenance(out, run_ids)
     lines.append(f"total training steps: {steps:,}")
-    who = code_version()
-    at = (who["commit"] or "unknown") + (" (with uncommitted changes)" if who["dirty"] else "")
     lines.append(
-        f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at {at}"
+        f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at "
+        + _commit(code_version())
     )
     write_text_atomic(target / "PROVENANCE", "\n".join(lines) + "\n")
     (target / "STALE").unlink(missing_ok=True)  # measured anew with this config

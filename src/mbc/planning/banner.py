@@ -19,6 +19,7 @@ version (every shape measured, a calibration run when nothing is measured).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -26,7 +27,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from mbc.core.artifacts import dumps_strict
+from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config import Config
 from mbc.core.layout import Layout
 from mbc.core.packing import make_packs, pack_widths
@@ -107,13 +108,8 @@ def _read_json(path: Path) -> dict:
 
 
 def _write_json(path: Path, known: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(dumps_strict(known, indent=1))
-        tmp.replace(path)
-    except OSError:  # a read-only cache only costs a measurement next time
-        pass
+    with contextlib.suppress(OSError):  # a read-only cache only costs a measurement next time
+        write_text_atomic(path, dumps_strict(known, indent=1))
 
 
 def _rate(
@@ -125,21 +121,23 @@ def _rate(
     `machine_rates()`, so that no shape is timed twice on one machine."""
     import dataclasses
 
-    import torch
-
-    from mbc.core.provenance import cpu_model
     from mbc.planning.cost import shape_key
-    from mbc.planning.timing import measure_steps_per_s
 
     # The eager step: a cold torch.compile would hold every start-up for about a minute, and
     # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
     # stays an upper bound.
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
     key = f"{device}|{threads}|{shape_key(spec)}" + (f"|packs of {width}" if width else "")
-    machine_key = f"{cpu_model()}|torch {torch.__version__}|{key}"
-    known, mine = _read_json(cache), _read_json(machine_rates())
-    if key in known:
+    known = _read_json(cache)
+    if key in known:  # the common start-up: the outdir's cache answers
         return float(known[key])
+    import torch
+
+    from mbc.core.provenance import cpu_model
+    from mbc.planning.timing import measure_steps_per_s
+
+    machine_key = f"{cpu_model()}|torch {torch.__version__}|{key}"
+    mine = _read_json(machine_rates())
     if machine_key in mine:
         rate = float(mine[machine_key])
     else:
