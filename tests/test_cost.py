@@ -7,7 +7,14 @@ import math
 from helpers import tiny_spec
 
 from mbc.core.units import duration, size
-from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
+from mbc.planning.cost import (
+    D_EXPONENT,
+    FIRST_TARGET_RATIO,
+    expected,
+    run_seconds,
+    tau_law,
+    wall_seconds,
+)
 
 
 def _specs():
@@ -46,6 +53,15 @@ def test_expected_steps_measured_law_and_whole_budgets():
     assert exp["noisy"].steps == exp["linear"].steps == specs["noisy"].train.max_steps
     # no tau known: the budget (an upper bound)
     assert all(e.steps == specs[r].train.max_steps for r, e in expected(specs, {}, None).items())
+    # an early stop that waits for the first-target crossing counts from FIRST_TARGET_RATIO tau
+    big = dataclasses.replace(specs["large"].train, max_steps=10**9)
+    waits = dataclasses.replace(specs["large"], train=big)
+    waits_first = dataclasses.replace(
+        waits, train=dataclasses.replace(big, early_stop_first_target=True)
+    )
+    two = expected({"a": waits, "b": waits_first}, {}, coef=0.01)
+    assert two["a"].steps == math.ceil(3 * tau)
+    assert two["b"].steps == math.ceil(3 * FIRST_TARGET_RATIO * tau)
 
 
 def test_seconds_and_wall_time():

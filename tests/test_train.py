@@ -410,6 +410,39 @@ def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch)
     assert seen[-1] == "/elsewhere"
 
 
+def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
+    """With train.early_stop_first_target the run goes on past factor x tau until it has
+    also run factor x its first-target crossing (logged as its own event, read back on
+    resume); without it the same run stops at factor x tau, so the option is what moved it.
+    The first-target tau of the run's metrics is the logged crossing, not censored."""
+    from pathlib import Path
+
+    import yaml
+
+    from mbc.core.runlog import logged_first_target_tau, logged_tau, read_log
+    from mbc.core.sections import Summary
+    from mbc.diagnostics.summary import summarize_run
+
+    base = _with_train(tiny_spec(), early_stop_tau_factor=1.0, early_stop_loss_fraction=0.9,
+                       max_steps=2000)  # fmt: skip
+    base = _with_eval(base, every=20, dense_every=0, n_log=0)
+    ds = build_dataset(base.task, base.seed)
+    plain = train_run(base, ds, tmp_path / "plain", CPU, say=lambda s: None)
+    waits = _with_train(base, early_stop_first_target=True)
+    assert waits.run_id != base.run_id and "early_stop_first_target" not in base.to_dict()["train"]
+    late = train_run(waits, ds, tmp_path / "waits", CPU, say=lambda s: None)
+    rows = read_log(tmp_path / "waits" / "state" / "log.jsonl")
+    tau, first = logged_tau(rows), logged_first_target_tau(rows)
+    assert tau is not None and first is not None and first > tau, (tau, first)
+    assert int(plain["step"].max()) < first <= int(late["step"].max())
+    assert int(late["step"].max()) == first  # factor 1, loss bound met: stops at the crossing
+    assert logged_first_target_tau(read_log(tmp_path / "plain" / "state" / "log.jsonl")) is None
+    raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
+    diag = Summary.from_raw(raw["diagnostics"])
+    summary = summarize_run(waits, late, diag)
+    assert summary["first_target_tau"] == first and not summary["first_target_censored"]
+
+
 def test_progress_eta_is_to_the_early_stop_step_then_an_upper_bound():
     """Before factor x tau the time left is to that step (the run stops there only if
     L_cand is below its loss condition); past it the run goes on until it is, and the line
@@ -420,9 +453,9 @@ def test_progress_eta_is_to_the_early_stop_step_then_an_upper_bound():
     said = []
     p = Progress(spec, 0, said.append, every_s=0.0)
     row = {"candidate_loss": 0.5 * spec.task.log_k, "delta_z": 0.1}
-    p.report(100, row, tau=None)
-    p.report(150, row, tau=100)
-    p.report(400, row, tau=100)
+    p.report(100, row, tau=None, clock=None)
+    p.report(150, row, tau=100, clock=100)
+    p.report(400, row, tau=100, clock=100)
     assert "early stop" not in said[0] and "at most" not in said[0], said[0]
     assert said[1].endswith("(early stop at step 200 if L_cand < 0.02 log K)"), said[1]
     assert said[2].endswith("at most (stops early once L_cand < 0.02 log K)"), said[2]

@@ -41,6 +41,12 @@ def logged_tau(rows: list[dict]) -> int | None:
     return next((r["tau"] for r in rows if r.get("event") == "tau"), None)
 
 
+def logged_first_target_tau(rows: list[dict]) -> int | None:
+    """The first-target crossing as the training job logged it (its `first_target_tau`
+    event, logged only by runs whose early stop waits for it), None before it."""
+    return next((r["first_target_tau"] for r in rows if r.get("event") == "first_target_tau"), None)
+
+
 def logged_divergence(rows: list[dict]) -> int | None:
     """The step at which the training job stopped the run as diverged (its `diverged`
     event, mbc.core.divergence), None for a run that has not diverged."""

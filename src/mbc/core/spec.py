@@ -156,6 +156,12 @@ class TrainSpec:
     # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
     early_stop_tau_factor: float = 3.0
     early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
+    # Also wait for the first-target crossing (L1 < eval.threshold log K on the same
+    # evaluation grid): the factor then counts from the later of tau and that step. For
+    # runs whose statistic is the first-target tau (E7), which can come several tau after
+    # tau. A run that never crosses it runs its budget. In the run id only when set
+    # (NEW_FIELDS).
+    early_stop_first_target: bool = False
     # How the in-loop evaluation is computed, not what: `fast` runs each context's shared
     # prefix once for its K candidates, `plain` every candidate sequence in full; equal to
     # float32 rounding (tests/test_train.py). Training has one forward either way.
@@ -181,7 +187,9 @@ class TrainSpec:
 IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
 # Fields added after runs existed that do change the computation: part of the content hash
 # when set to anything but their default, left out at it, so every earlier run id stays.
-NEW_FIELDS = {"train": {"precision": "fp32", "divergence_factor": 100.0}}
+NEW_FIELDS = {
+    "train": {"precision": "fp32", "divergence_factor": 100.0, "early_stop_first_target": False}
+}
 
 
 @dataclass(frozen=True)

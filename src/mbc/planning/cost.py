@@ -5,7 +5,8 @@ and `mbc.estimate` pass what they measured and print what this returns.
 
 Expected steps of a run: its measured steps if it finished; else, once tau is known
 (measured, or from the law tau = c D^1.2 with c the median of tau / D^1.2 over the measured
-transformer taus), early_stop_tau_factor x tau, capped by the budget. Linear-baseline runs
+transformer taus), early_stop_tau_factor x tau, capped by the budget; a run whose early
+stop waits for the first-target crossing counts from FIRST_TARGET_RATIO x tau. Linear-baseline runs
 (never transition) and label-noise runs (never meet the early stop's loss bound) cost
 their whole budget.
 """
@@ -20,6 +21,10 @@ from mbc.core.spec import RunSpec
 from mbc.training.schedule import eval_schedule
 
 D_EXPONENT = 1.2  # the paper's tau ~ D^1.2, independent of K
+# A planning figure, not a result: the first-target tau of paper_cpu's lr, batch and
+# z-sharing runs at K = 20-36 (2026-12-04, measured/paper_cpu/tau.csv) came at 1.6-4.1 tau,
+# median 2.9 for E7 (1.2-1.7 tau for E1 / E2)
+FIRST_TARGET_RATIO = 3.0
 
 
 def shape_key(spec: RunSpec) -> tuple:
@@ -69,7 +74,8 @@ def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None)
         return t.max_steps
     if spec.task.label_noise > 0:  # noisy labels keep L_cand off the early stop's bound
         return t.max_steps
-    return min(t.max_steps, math.ceil(t.early_stop_tau_factor * tau))
+    clock = tau * FIRST_TARGET_RATIO if t.early_stop_first_target else tau
+    return min(t.max_steps, math.ceil(t.early_stop_tau_factor * clock))
 
 
 def n_evaluations(spec: RunSpec, steps: int, tau: float | None = None) -> float:

@@ -40,7 +40,13 @@ from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
 from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.provenance import now, start_event
-from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
+from mbc.core.runlog import (
+    finished,
+    logged_divergence,
+    logged_first_target_tau,
+    logged_tau,
+    read_log,
+)
 from mbc.core.spec import RunSpec, grid_mask
 from mbc.core.units import duration
 from mbc.training import tensorboard_log, train_log
@@ -106,6 +112,8 @@ class RunRecord:
         self.eval_set, self.snap_set = set(evals), set(snaps)
         self.step = self.last_resume = 0
         self.tau: int | None = None
+        # with train.early_stop_first_target: the first-target crossing (its own log event)
+        self.first_tau: int | None = None
         self.diverged: int | None = None  # the step at which the run stopped as diverged
         self.finished = False
         self.bound = bound(spec.train)
@@ -136,7 +144,7 @@ class RunRecord:
             write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
             return None
         write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
-        self.tau = logged_tau(rows)
+        self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
         self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
@@ -197,7 +205,7 @@ class RunRecord:
             row["train_loss"] = _mean_loss(self._losses, step)
             self._log(row)
             self._prev_row = row
-            self._progress.report(step, row, self.tau)
+            self._progress.report(step, row, self.tau, self.stop_clock())
             if step in self.snap_set:
                 path = self.paths.snapshots / f"step_{step:09d}.pt"
                 sha = torch_save_atomic(path, {k: v.cpu() for k, v in view.keep().items()})
@@ -211,12 +219,20 @@ class RunRecord:
                     {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
                 )
                 self.last_resume = step
-            if _converged(self.spec, self.tau, step, row):
+            if _converged(self.spec, self.stop_clock(), step, row):
                 self.say(f"{self.spec.run_id}: early stop at step {step} (tau={self.tau})")
                 return self._finish()
         if step >= t.max_steps:
             return self._finish()
         return False
+
+    def stop_clock(self) -> int | None:
+        """The step the early stop's factor counts from: tau, or with
+        train.early_stop_first_target the later of tau and the first-target crossing;
+        None until every crossing it waits for has been logged."""
+        if self.tau is None or not self.spec.train.early_stop_first_target:
+            return self.tau
+        return None if self.first_tau is None else max(self.tau, self.first_tau)
 
     def close(self) -> None:
         if self._tb is not None:
@@ -271,6 +287,14 @@ class RunRecord:
             if self.tau is not None:
                 _append(self._fh, {"event": "tau", "step": self.tau, "tau": self.tau})
                 self.say(f"{self.spec.run_id}: tau = {self.tau} (L_cand < {ev.threshold:g} log K)")
+        wait_first = self.spec.train.early_stop_first_target
+        if wait_first and self.first_tau is None and grid_mask(ev, row["step"]):
+            bound = ev.threshold * task.log_k
+            self.first_tau = first_crossing([row["step"]], [row["first_target_loss"]], bound)
+            if self.first_tau is not None:
+                event = {"event": "first_target_tau", "step": self.first_tau}
+                _append(self._fh, {**event, "first_target_tau": self.first_tau})
+                self.say(f"{self.spec.run_id}: first-target tau = {self.first_tau}")
 
 
 def _json_line(row: dict) -> str:
@@ -317,7 +341,8 @@ class Progress:
         self.t0 = self.last = time.perf_counter()
         self.step0 = step
 
-    def report(self, step: int, row: dict, tau: int | None) -> None:
+    def report(self, step: int, row: dict, tau: int | None, clock: int | None) -> None:
+        """clock: the step the early stop's factor counts from (`RunRecord.stop_clock`)."""
         now = time.perf_counter()
         if now - self.last < self.every_s or step == self.step0:
             return
@@ -325,8 +350,8 @@ class Progress:
         t, log_k = self.spec.train, self.spec.task.log_k
         rate = (step - self.step0) / max(now - self.t0, 1e-9)
         end, note = t.max_steps, ""
-        if tau is not None and t.early_stop_tau_factor > 0:
-            stop = math.ceil(t.early_stop_tau_factor * tau)
+        if clock is not None and t.early_stop_tau_factor > 0:
+            stop = math.ceil(t.early_stop_tau_factor * clock)
             until = f"L_cand < {t.early_stop_loss_fraction:g} log K"
             if step < stop < end:
                 end, note = stop, f" (early stop at step {stop:,} if {until})"
@@ -362,11 +387,13 @@ def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:
     return float(torch.stack(taken).double().mean()) if taken else math.nan
 
 
-def _converged(spec: RunSpec, tau: int | None, step: int, row: dict) -> bool:
+def _converged(spec: RunSpec, clock: int | None, step: int, row: dict) -> bool:
+    """The early stop: `clock` (`RunRecord.stop_clock`) known, factor x clock steps run,
+    and L_cand below its loss condition."""
     t = spec.train
-    if tau is None or t.early_stop_tau_factor <= 0:
+    if clock is None or t.early_stop_tau_factor <= 0:
         return False
-    return step >= t.early_stop_tau_factor * tau and row["candidate_loss"] < (
+    return step >= t.early_stop_tau_factor * clock and row["candidate_loss"] < (
         t.early_stop_loss_fraction * spec.task.log_k
     )
 
