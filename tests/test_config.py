@@ -243,7 +243,7 @@ def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
     ]
     for h in raw["hypotheses"].values():
         names += [t[k] for t in h["tests"] for k in ("statistic", "ours") if k in t]
-    names += [t["statistic"] for t in raw["robustness"]["tests"]]
+    names += [r["statistic"] for r in raw["scorecard"] if r["paper_reference"]["traced"] == "ours"]
     for name in names:
         shown = readable(name.replace("*", "d2000"), labels)
         assert shown != name.replace("*", "d2000"), name

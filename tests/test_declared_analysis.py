@@ -11,16 +11,18 @@ import copy
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 from test_statistics import BOOT, no_rows
 
 from mbc.analysis.fit_tables import fit_table
+from mbc.analysis.robustness import robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.config import ConfigError, load
 from mbc.diagnostics.summary import tau_table
-from mbc.paper.report import scorecard_table
+from mbc.paper.report import robustness_numbers, robustness_tex, scorecard_table
 
 ROOT = Path(__file__).resolve().parents[1]
 E16 = {
@@ -38,7 +40,7 @@ E16 = {
         },
     },
     "scorecard": [{
-        "claim": "deeper models wait less (E16)", "statistic": "n_layers_spearman",
+        "id": "D1", "claim": "deeper models wait less (E16)", "statistic": "n_layers_spearman",
         "paper_reference": {"sign": -1, "traced": "ours"}, "agree": {"sign": True},
     }],
 }  # fmt: skip
@@ -85,7 +87,16 @@ def test_e16_tau_vs_n_layers_needs_config_alone(raw):
     card = scorecard(cfg.scorecard.rows, stats).set_index("claim")
     ours = card.loc["deeper models wait less (E16)"]
     assert ours.reference_traced == "ours" and ours.agreement == "agree"
-    assert "ours" in scorecard_table(card.reset_index().tail(1))
+    # the PDF's scorecard table holds the paper's claims; ours are the robustness table's
+    assert "deeper models" not in scorecard_table(card.reset_index())
+    assert "plateau height equals log K" in scorecard_table(card.reset_index())
+    # a claim of our own also gets its verdict row and macro, beside E15's statements
+    claims = robustness_table(cfg.scorecard.ours, stats).drop_duplicates("id").set_index("id")
+    assert list(claims.index) == ["R1", "R2", "R3", "R4", "D1"]
+    assert claims.loc["D1", "verdict"] == "supported"
+    macros = robustness_numbers(claims.reset_index(), pd.DataFrame({"init_scale": []}), tau)
+    assert macros["VerdictDOne"] == "supported" and macros["NRobustnessTests"] == 5
+    assert "deeper models wait less" in robustness_tex(claims.reset_index())
 
 
 def test_a_fit_on_a_non_numeric_field_is_refused(raw):

@@ -14,8 +14,9 @@ from mbc.analysis.fit_tables import fit_table
 from mbc.analysis.fits import exponent_difference, fit_power_law
 from mbc.analysis.hypotheses import decide
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
+from mbc.analysis.scorecard import scorecard
 from mbc.core.config import ConfigError, load
-from mbc.core.sections import Bootstrap, Fit, FitDifference
+from mbc.core.sections import Bootstrap, Fit, FitDifference, Scorecard
 from mbc.core.spec import ModelSpec
 from mbc.diagnostics.summary import TAU_COLUMNS
 
@@ -194,21 +195,38 @@ def test_comparison_pairs_globs_by_what_they_match_and_robustness_verdicts():
     assert k.loc["d4000", "alternative_statistic"] == "fit:tau_vs_k_alt_init_at_d4000"
     miss = table[table.quantity == "missing"].iloc[0]
     assert math.isnan(miss.default) and miss.alternative == 1.02
-    tests = [
-        {"id": "R2", "statement": "K", "statistic": "fit:tau_vs_k_alt_init_at_*",
-         "direction": "within", "threshold": 0.15},
-        {"id": "R3", "statement": "h", "statistic": "h_alt", "direction": "within",
-         "center": 1.0, "threshold": 0.1},
-        {"id": "R9", "statement": "absent", "statistic": "nothing", "direction": "within",
-         "threshold": 0.1},
-    ]  # fmt: skip
-    verdicts = robustness_table(tests, stats)
+    claims = Scorecard.from_raw([
+        {"id": "R2", "claim": "K", "statistic": "fit:tau_vs_k_alt_init_at_*",
+         "paper_reference": {"value": 0.0, "traced": "ours"}, "agree": {"within": 0.15}},
+        {"id": "R3", "claim": "h", "statistic": "h_alt",
+         "paper_reference": {"value": 1.0, "traced": "ours"}, "agree": {"within": 0.1}},
+        {"id": "R9", "claim": "absent", "statistic": "nothing",
+         "paper_reference": {"value": 0.0, "traced": "ours"}, "agree": {"within": 0.1}},
+        {"id": "R5", "claim": "grows", "statistic": "h_alt",
+         "paper_reference": {"sign": -1, "traced": "ours"}, "agree": {"sign": True}},
+        {"claim": "a claim of the paper's", "statistic": "h_alt",
+         "paper_reference": {"value": 1.0, "traced": "author_run"}, "agree": {"abs": 0.1}},
+    ])  # fmt: skip
+    verdicts = robustness_table(claims.ours, stats)
+    assert list(verdicts.id.unique()) == ["R2", "R3", "R9", "R5"]  # the claims of our own only
+    assert verdicts[verdicts.id == "R5"].verdict.iloc[0] == "falsified"  # CI wholly > 0
     r2 = verdicts[verdicts.id == "R2"]
     assert r2.test_verdict.tolist() == ["supported", "falsified"]
     assert set(r2.verdict) == {"falsified"}  # any falsified test falsifies the statement
     assert verdicts[verdicts.id == "R3"].verdict.iloc[0] == "supported"
     assert verdicts[verdicts.id == "R9"].verdict.iloc[0] == "not enough data"
     assert "within 1 +/- 0.1" in verdicts[verdicts.id == "R3"].rule.iloc[0]
+    # the scorecard decides the same claims by the same rule, in its own words
+    card = scorecard(claims.rows, stats.assign(n=2)).set_index("claim")
+    assert card.loc["h", "agreement"] == "agree" and card.loc["h", "id"] == "R3"
+    assert card.loc["grows", "agreement"] == "disagree"
+    assert card.loc["absent", "agreement"] == "not measured"
+    k = card.loc["K"].set_index("statistic").agreement.to_dict()
+    assert k == {
+        "fit:tau_vs_k_alt_init_at_d2000": "agree",
+        "fit:tau_vs_k_alt_init_at_d4000": "disagree",
+    }
+    assert card.loc["a claim of the paper's", "id"] == ""
 
 
 def test_the_alternative_init_std_macro_reads_the_runs_under_another_init():
@@ -219,13 +237,12 @@ def test_the_alternative_init_std_macro_reads_the_runs_under_another_init():
     tau = pd.DataFrame({"experiment": ["E2", "E15", "E15_E1", "E15_E2"],
                         "init": ["transformer_lens", "transformer_lens", "normal", "normal"],
                         "init_std": [0.0707, 0.0354, 0.02, 0.02]})  # fmt: skip
-    empty = pd.DataFrame(columns=["name", "exponent", "ci_low", "ci_high", "r2", "value"])
     robust = pd.DataFrame(columns=["id", "verdict"])
     scale = pd.DataFrame({"init_scale": [0.5, 1.0]})
-    v = robustness_numbers(empty, empty, robust, scale, tau)
+    v = robustness_numbers(robust, scale, tau)
     assert v["AltInitStd"] == 0.02 and (v["InitSweepScaleMin"], v["InitSweepScaleMax"]) == (
         0.5,
         1.0,
     )
-    assert robustness_numbers(empty, empty, robust, scale, tau[tau.init != "normal"])[
+    assert robustness_numbers(robust, scale, tau[tau.init != "normal"])[
         "AltInitStd"] is None  # fmt: skip

@@ -40,11 +40,15 @@ from mbc.core.sections import (
     CollectiveDiagnostic,
     Fits,
     HessianDiagnostic,
+    Hypotheses,
     PlateauSensitivity,
+    Report,
+    Robustness,
     RoutingDiagnostic,
     Scorecard,
     Statistics,
     Summary,
+    thaw,
 )
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (
@@ -73,6 +77,7 @@ from mbc.paper.report import (
     robustness_numbers,
     robustness_tex,
     scorecard_table,
+    statistic_macros,
 )
 from mbc.training import packed_train, train_log
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
@@ -347,22 +352,24 @@ def make_statistics(
     print(df.to_string())
 
 
-def make_hypotheses(hypotheses: dict, statistics_path, out_path) -> None:
+def make_hypotheses(hypotheses: Hypotheses, statistics_path, out_path) -> None:
     table = evaluate_hypotheses(hypotheses, read_csv_checked(statistics_path, required=["name"]))
     write_csv_atomic(out_path, table)
     print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
 
 
 def make_robustness(
-    cfg: dict, boot: Bootstrap, diverged: str, tau_path, statistics_path, out: dict
-) -> None:
+    cfg: Robustness, claims: Scorecard, boot: Bootstrap, diverged: str, tau_path,
+    statistics_path, out: dict,
+) -> None:  # fmt: skip
     """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
-    comparison and the pre-registered robustness verdicts (cfg: config `robustness`)."""
+    comparison (config `robustness`) and the verdicts of the scorecard's claims of our own
+    (the pre-registered statements)."""
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg["sweep"], boot, diverged))
-    write_csv_atomic(out["init_comparison"], comparison_table(cfg["compare"], stats))
-    table = robustness_table(cfg["tests"], stats)
+    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg.sweep, boot, diverged))
+    write_csv_atomic(out["init_comparison"], comparison_table(thaw(cfg.compare), stats))
+    table = robustness_table(claims.ours, stats)
     write_csv_atomic(out["robustness"], table)
     print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
 
@@ -373,8 +380,11 @@ def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 
 
-def make_tex(preset: str, paths: dict, out: dict, labels: dict | None = None) -> None:
-    """The paper's generated inputs; `labels` (config) names the statistics readably."""
+def make_tex(
+    preset: str, paths: dict, out: dict, report: Report, labels: dict | None = None
+) -> None:
+    """The paper's generated inputs: tables, and numbers.tex from config `report.macros`
+    and the report's counts; `labels` (config) names the statistics readably."""
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     write_text_atomic(out["fits"], fits_table(t["fits"], labels))
     write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
@@ -382,10 +392,9 @@ def make_tex(preset: str, paths: dict, out: dict, labels: dict | None = None) ->
     write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
     write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
     write_text_atomic(out["robustness"], robustness_tex(t["robustness"], labels))
-    values = numbers(preset, t["tau"], t["fits"], t["statistics"], t["hypotheses"], t["scorecard"])
-    values.update(
-        robustness_numbers(t["fits"], t["statistics"], t["robustness"], t["init_scale"], t["tau"])
-    )
+    values = numbers(preset, t["tau"], t["hypotheses"], t["scorecard"])
+    values.update(statistic_macros(report.macros, t["statistics"]))
+    values.update(robustness_numbers(t["robustness"], t["init_scale"], t["tau"]))
     write_text_atomic(out["numbers"], numbers_file(values))
 
 

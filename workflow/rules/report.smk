@@ -61,7 +61,8 @@ rule hypotheses:
     conda:
         "../../envs/mbc.yaml"
     params:
-        hypotheses=CFG.raw["hypotheses"],
+        hypotheses=CFG.hypotheses,
+        config_id=section_id(CFG.hypotheses),
     script:
         "../scripts/hypotheses.py"
 
@@ -83,10 +84,11 @@ rule robustness:
     conda:
         "../../envs/mbc.yaml"
     params:
-        robustness=CFG.raw["robustness"],
+        robustness=CFG.robustness,
+        claims=CFG.scorecard,
         bootstrap=CFG.bootstrap,
         diverged=CFG.diverged,
-        config_id=section_id(CFG.bootstrap),
+        config_id=section_id(CFG.robustness, CFG.scorecard.ours, CFG.bootstrap),
     script:
         "../scripts/robustness.py"
 
@@ -155,7 +157,9 @@ rule tex:
         "../../envs/mbc.yaml"
     params:
         preset=CFG.preset,
+        report=CFG.report,
         labels=CFG.raw.get("labels", {}),
+        config_id=section_id(CFG.report),
     script:
         "../scripts/tex.py"
 

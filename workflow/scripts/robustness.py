@@ -4,6 +4,7 @@ from mbc.pipeline import make_robustness
 with logged(snakemake.log[0]):
     make_robustness(
         snakemake.params.robustness,
+        snakemake.params.claims,
         snakemake.params.bootstrap,
         snakemake.params.diverged,
         snakemake.input.tau,

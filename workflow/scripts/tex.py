@@ -6,5 +6,6 @@ with logged(snakemake.log[0]):
         snakemake.params.preset,
         dict(snakemake.input.items()),
         dict(snakemake.output.items()),
+        snakemake.params.report,
         snakemake.params.labels,
     )

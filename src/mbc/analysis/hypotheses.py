@@ -23,6 +23,8 @@ import math
 
 import pandas as pd
 
+from mbc.core.sections import Hypotheses, HypothesisTest
+
 COLUMNS = [
     "id", "mechanism", "prediction", "statistic", "value", "ci_low", "ci_high", "rule", "verdict",
 ]  # fmt: skip
@@ -59,7 +61,7 @@ def combine(verdicts: list[str]) -> str:
     return "inconclusive"
 
 
-def decide_pattern(pattern: str, t: dict, statistics: pd.DataFrame) -> list[tuple]:
+def decide_pattern(pattern: str, t: HypothesisTest, statistics: pd.DataFrame) -> list[tuple]:
     """(name, value, lo, hi, verdict) of every statistic matching `pattern` under test t
     (its direction, threshold and, for `within`, center); one "not enough data" row when
     none matches. The robustness statements (mbc.analysis.robustness) are decided the same way."""
@@ -69,42 +71,41 @@ def decide_pattern(pattern: str, t: dict, statistics: pd.DataFrame) -> list[tupl
     out = []
     for n in names:
         s = statistics.loc[statistics.name == n].iloc[0]
-        verdict = decide(s.value, s.ci_low, s.ci_high, t["direction"], t["threshold"],
-                         t.get("center", 0.0))  # fmt: skip
+        verdict = decide(s.value, s.ci_low, s.ci_high, t.direction, t.threshold, t.center)
         out.append((n, s.value, s.ci_low, s.ci_high, verdict))
     return out
 
 
-def rule_text(t: dict) -> str:
+def rule_text(t: HypothesisTest) -> str:
     """The decision rule of test t, as the tables print it."""
-    if t["direction"] == "within":
-        c, w = t.get("center", 0.0), t["threshold"]
+    if t.direction == "within":
+        c, w = t.center, t.threshold
         return f"supported if CI within {c:g} +/- {w:g}; falsified if CI wholly outside"
-    sign = ">" if t["direction"] == "greater" else "<"
-    return f"supported if CI {sign} {t['threshold']:g}; falsified if CI on the other side"
+    sign = ">" if t.direction == "greater" else "<"
+    return f"supported if CI {sign} {t.threshold:g}; falsified if CI on the other side"
 
 
 def _describe(parts: list[tuple]) -> str:
     return "; ".join(f"{n} = {v:.3g} [{lo:.3g}, {hi:.3g}]: {d}" for n, v, lo, hi, d in parts)
 
 
-def evaluate_hypotheses(hypotheses: dict, statistics: pd.DataFrame) -> pd.DataFrame:
+def evaluate_hypotheses(hypotheses: Hypotheses, statistics: pd.DataFrame) -> pd.DataFrame:
     """hypotheses.csv: one row per (hypothesis, matched statistic) plus the combined verdict
     and, beside it, the verdict of our uniform-definition statistics (`ours`)."""
     rows = []
-    for hid, h in hypotheses.items():
+    for h in hypotheses.items:
         parts, ours = [], []
-        dual = any("ours" in t and t["ours"] != t["statistic"] for t in h["tests"])
-        for t in h["tests"]:
-            parts += [(*p, t) for p in decide_pattern(t["statistic"], t, statistics)]
-            ours += decide_pattern(t.get("ours", t["statistic"]), t, statistics)
+        dual = any(t.ours is not None and t.ours != t.statistic for t in h.tests)
+        for t in h.tests:
+            parts += [(*p, t) for p in decide_pattern(t.statistic, t, statistics)]
+            ours += decide_pattern(t.ours or t.statistic, t, statistics)
         overall = combine([p[4] for p in parts])
         ours_verdict = combine([p[4] for p in ours])
         for n, value, lo, hi, v, t in parts:
             rows.append({
-                "id": hid, "mechanism": h["mechanism"], "prediction": h["prediction"],
+                "id": h.id, "mechanism": h.mechanism, "prediction": h.prediction,
                 "statistic": n, "value": value, "ci_low": lo, "ci_high": hi, "rule": rule_text(t),
-                "verdict": overall, "test_verdict": v, "why": t.get("why", ""),
+                "verdict": overall, "test_verdict": v, "why": t.why,
                 "ours_verdict": ours_verdict, "ours": _describe(ours),
                 "robust_to_definition": ours_verdict == overall, "dual": dual,
             })  # fmt: skip

@@ -7,14 +7,16 @@ Three tables, all declared under config `robustness:`:
   itself is a fit in fits.csv (Tobit when runs are censored).
 - init_comparison.csv: each configured statistic under the default init beside the same
   statistic under the alternative init (`*` globs pair by what they match: `_at_d2000`).
-- robustness.csv: the pre-registered statements, decided by the hypotheses' rule
-  (mbc.analysis.hypotheses.decide, with `within`), in their own table, never mixed into H1-H7.
+- robustness.csv: the pre-registered statements, the scorecard's claims of our own
+  (`traced: ours`, config `scorecard`), decided by the hypotheses' rule
+  (mbc.analysis.hypotheses.decide, `within`), in their own table, never mixed into H1-H7.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -22,7 +24,7 @@ import pandas as pd
 from mbc.analysis import diverged as div
 from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
 from mbc.analysis.stat_kinds import bootstrap
-from mbc.core.sections import Bootstrap
+from mbc.core.sections import Bootstrap, HypothesisTest, ScorecardRow
 
 INIT_SCALE_COLUMNS = [
     "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",
@@ -99,15 +101,27 @@ def comparison_table(compare: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
-def robustness_table(tests: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
-    """One row per (statement, matched statistic); `verdict` combines a statement's rows."""
+def statement_test(row: ScorecardRow) -> HypothesisTest:
+    """A claim of our own as a hypothesis test: `within` its reference +/- the rule's
+    width (the scorecard's `within`), or the sign's side of 0 (`sign`)."""
+    ref, rule = row.reference(), row.rule()
+    if "within" in rule:
+        return HypothesisTest(row.statistic, "within", rule["within"], center=ref["value"])
+    if rule.get("sign"):
+        return HypothesisTest(row.statistic, "greater" if ref["sign"] > 0 else "less", 0.0)
+    raise ValueError(f"{row.id}: a claim of our own is decided by `within` or `sign`")
+
+
+def robustness_table(rows: Sequence[ScorecardRow], stats: pd.DataFrame) -> pd.DataFrame:
+    """One row per (claim of our own, matched statistic); `verdict` combines a claim's rows."""
     out = []
-    for t in tests:
-        parts = decide_pattern(t["statistic"], t, stats)
+    for row in rows:
+        t = statement_test(row)
+        parts = decide_pattern(row.statistic, t, stats)
         overall = combine([p[4] for p in parts])
         for n, v, lo, hi, verdict in parts:
             out.append({
-                "id": t["id"], "statement": t["statement"], "statistic": n, "value": v,
+                "id": row.id, "statement": row.claim, "statistic": n, "value": v,
                 "ci_low": lo, "ci_high": hi, "rule": rule_text(t), "test_verdict": verdict,
                 "verdict": overall,
             })  # fmt: skip

@@ -14,6 +14,9 @@ Agreement rules (one per row):
                 (e.g. a Spearman rho): agree when the whole CI lies on that side of 0,
                 disagree when it lies wholly on the other, inconclusive when it straddles
                 0 or has no CI
+  within: t     the hypotheses' rule (mbc.analysis.hypotheses.decide): agree when the whole
+                CI lies inside reference +/- t, disagree when wholly outside, inconclusive
+                when it straddles an edge or has no CI
 
 Each row's `statistic` is computed the way the author computed the claim
 (docs/method.md#author-statistics; `why` says how); `ours` is our uniform candidate-tau
@@ -23,7 +26,8 @@ only says so (`robust_to_definition`).
 author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where
 the paper's wording and the author's numbers disagree. A claim of our own (a new
 experiment's, say) is `traced: ours`: its reference is the value or sign we predicted, and
-the same rules decide it.
+the same rules decide it. Such a claim has an `id`; robustness.csv lists E15's
+(mbc.analysis.robustness.robustness_table).
 """
 
 from __future__ import annotations
@@ -34,13 +38,16 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from mbc.analysis.hypotheses import decide
 from mbc.core.sections import ScorecardRow
 
 COLUMNS = [
     "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",
     "tolerance", "agreement", "ours_statistic", "ours_measured", "ours_ci_low", "ours_ci_high",
-    "ours_agreement", "robust_to_definition", "reference_traced", "why", "note",
+    "ours_agreement", "robust_to_definition", "reference_traced", "why", "note", "id",
 ]  # fmt: skip
+# the hypotheses' words for a claim of our own decided by `within`, as the scorecard says them
+WITHIN_AGREEMENT = {"supported": "agree", "falsified": "disagree", "inconclusive": "inconclusive"}
 
 
 def _finite(*vs) -> bool:
@@ -52,6 +59,9 @@ def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
     'not measured'."""
     if not _finite(measured):
         return "not measured"
+    if "within" in rule:
+        verdict = decide(measured, lo, hi, "within", rule["within"], ref["value"])
+        return WITHIN_AGREEMENT.get(verdict, "inconclusive")  # no CI: inconclusive
     if rule.get("sign"):
         if not _finite(lo, hi):
             return "inconclusive"
@@ -94,6 +104,8 @@ def _describe(ref: dict) -> str:
 
 
 def _tolerance(rule: dict) -> str:
+    if "within" in rule:
+        return f"whole CI within +/- {rule['within']:g}"
     if rule.get("sign"):
         return "whole CI on the sign's side of 0"
     if "abs" in rule:
@@ -141,6 +153,6 @@ def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.
                 "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
                 "robust_to_definition": agree == ours_agree,
                 "reference_traced": ref["traced"], "why": row.why,
-                "note": ref.get("note", ""),
+                "note": ref.get("note", ""), "id": row.id or "",
             })  # fmt: skip
     return pd.DataFrame(out, columns=COLUMNS)

@@ -409,6 +409,16 @@ def _check_references(cfg: dict, written=_dotted) -> None:
     sweep = (cfg.get("robustness") or {}).get("sweep")
     if sweep is not None and sweep not in cfg["experiments"]:
         raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")
+    ids = set()
+    for i, row in enumerate(cfg.get("scorecard", [])):
+        if row["paper_reference"]["traced"] != "ours":
+            continue
+        if not ({"within", "sign"} & set(row["agree"])):
+            msg = "a claim of our own is decided by `within` or `sign`"
+            raise ConfigError(f"scorecard[{i}].agree", row["agree"], msg)
+        if row["id"] in ids:
+            raise ConfigError(f"scorecard[{i}].id", row["id"], "used twice")
+        ids.add(row["id"])
     fit_names = {f["name"] for f in cfg.get("fits", [])}
     for i, diff in enumerate(cfg.get("fit_differences", [])):
         for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>

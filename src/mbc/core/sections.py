@@ -2,7 +2,7 @@
 them once, after the schema check): `bootstrap`; `diagnostics` (the definitions a run's
 summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
 `fit_differences` and `threshold_sensitivity`); `statistics`; `scorecard`;
-`plateau_sensitivity`. `mbc.pipeline` takes these, not the config's dicts.
+`plateau_sensitivity`; `robustness`; `report`; `hypotheses`. `mbc.pipeline` takes these, not the config's dicts.
 
 Nested mappings a section keeps as the user wrote them (a statistic's kind parameters, a
 `where`, a scorecard reference) are frozen as `Frozen` pairs: the sections are hashable,
@@ -308,7 +308,8 @@ class Statistics:
 @dataclass(frozen=True)
 class ScorecardRow:
     """One entry of config `scorecard`: a claim, the statistic that measures it (`ours`:
-    our own definition of it, compared too), the paper's reference and the agreement rule."""
+    our own definition of it, compared too), the paper's reference and the agreement rule.
+    A claim of our own (`traced: ours`) has an `id` (E15's R1-R4)."""
 
     claim: str
     statistic: str
@@ -316,6 +317,11 @@ class ScorecardRow:
     agree: Frozen
     why: str = ""
     ours: str | None = None
+    id: str | None = None
+
+    @property
+    def is_ours(self) -> bool:
+        return self.paper_reference.get("traced") == "ours"
 
     def reference(self) -> dict:
         return thaw(self.paper_reference)
@@ -339,8 +345,100 @@ class Scorecard:
                     agree=freeze(r["agree"]),
                     why=r.get("why", ""),
                     ours=r.get("ours"),
+                    id=r.get("id"),
                 )  # fmt: skip
                 for r in rows
+            )
+        )
+
+    @property
+    def ours(self) -> tuple[ScorecardRow, ...]:
+        """The claims of our own (`traced: ours`), in config order."""
+        return tuple(r for r in self.rows if r.is_ours)
+
+
+@dataclass(frozen=True)
+class HypothesisTest:
+    """One decision rule (docs/method.md#hypotheses): the statistic (`*` globs) whose CI is
+    held against `threshold` on the predicted side (`greater`, `less`), or inside
+    center +/- threshold (`within`, the claims of our own); `ours`: our uniform version,
+    decided by the same rule."""
+
+    statistic: str
+    direction: str
+    threshold: float
+    why: str = ""
+    ours: str | None = None
+    center: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """config `hypotheses.<id>`: a candidate mechanism, its prediction and its tests."""
+
+    id: str
+    mechanism: str
+    prediction: str
+    tests: tuple[HypothesisTest, ...]
+
+
+@dataclass(frozen=True)
+class Hypotheses:
+    """config `hypotheses` (H1-H7), in config order."""
+
+    items: tuple[Hypothesis, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Hypotheses:
+        return cls(
+            tuple(
+                Hypothesis(
+                    hid,
+                    h["mechanism"],
+                    h["prediction"],
+                    tuple(HypothesisTest(**t) for t in h["tests"]),
+                )  # fmt: skip
+                for hid, h in raw.items()
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """config `robustness` (E15's tables; its statements are scorecard claims of our
+    own): the init-scale sweep's experiment and the default-vs-alternative comparisons."""
+
+    sweep: str
+    compare: tuple[Frozen, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Robustness:
+        return cls(raw["sweep"], freeze(raw["compare"]))
+
+
+@dataclass(frozen=True)
+class Macro:
+    """One numbers.tex macro of config `report.macros`: a column of a statistics.csv row
+    (`*` in the name: its first match in natural order, `_d2000` before `_d10000`)."""
+
+    name: str
+    statistic: str
+    column: str = "value"
+
+
+@dataclass(frozen=True)
+class Report:
+    """config `report`: the macros the paper's prose reads from statistics.csv. Counts of
+    runs, rows and verdicts are the report's own (`mbc.paper.report.numbers`)."""
+
+    macros: tuple[Macro, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Report:
+        return cls(
+            tuple(
+                Macro(name, m) if isinstance(m, str) else Macro(name, **m)
+                for name, m in raw.get("macros", {}).items()
             )
         )
 
@@ -352,6 +450,7 @@ class TypedSections:
     raw: dict
     SECTIONS = (
         "bootstrap", "diagnostics", "fits", "statistics", "scorecard", "plateau_sensitivity",
+        "robustness", "report", "hypotheses",
     )  # fmt: skip
 
     @functools.cached_property
@@ -373,6 +472,18 @@ class TypedSections:
     @functools.cached_property
     def scorecard(self) -> Scorecard:
         return Scorecard.from_raw(self.raw["scorecard"])
+
+    @functools.cached_property
+    def robustness(self) -> Robustness:
+        return Robustness.from_raw(self.raw["robustness"])
+
+    @functools.cached_property
+    def hypotheses(self) -> Hypotheses:
+        return Hypotheses.from_raw(self.raw["hypotheses"])
+
+    @functools.cached_property
+    def report(self) -> Report:
+        return Report.from_raw(self.raw.get("report", {}))
 
     @functools.cached_property
     def plateau_sensitivity(self) -> PlateauSensitivity:

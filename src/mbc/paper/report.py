@@ -5,7 +5,9 @@ Every macro and table cell comes from a results table; the paper source types no
 
 from __future__ import annotations
 
+import fnmatch
 import re
+from collections.abc import Sequence
 from importlib import resources
 
 import pandas as pd
@@ -13,6 +15,7 @@ import yaml
 
 from mbc.analysis.diverged import diverged_ids
 from mbc.analysis.hypotheses import verdicts
+from mbc.core.sections import Macro
 from mbc.core.spec import ModelSpec
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 
@@ -32,53 +35,43 @@ def readable(name: str, labels: dict[str, str]) -> str:
     return f"R^2 of the fit: {label}" if prefix == "fit_r2" else label
 
 
-def _stat(stats: pd.DataFrame, name: str, col: str = "value"):
-    row = stats.loc[stats.name == name]
-    return None if row.empty or pd.isna(row[col].iloc[0]) else float(row[col].iloc[0])
+def _natural(name: str) -> list:
+    """Sort key: `_d2000` before `_d10000`."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
 
 
-def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFrame,
-            hyp: pd.DataFrame, card: pd.DataFrame) -> dict:  # fmt: skip
-    """The macro values the paper prose uses (None renders as n/a)."""
+def statistic_macros(macros: Sequence[Macro], stats: pd.DataFrame) -> dict:
+    """config `report.macros`: each macro's column of its statistics.csv row (None renders
+    as n/a: no such statistic, or no value). A `*` takes the first match in natural order."""
+    out = {}
+    for m in macros:
+        names = sorted((n for n in stats.name if fnmatch.fnmatchcase(n, m.statistic)), key=_natural)
+        value = stats.loc[stats.name == names[0], m.column].iloc[0] if names else None
+        if value is None or pd.isna(value):
+            out[m.name] = None
+        else:  # counts stay integers
+            out[m.name] = int(value) if m.column.startswith("n") else float(value)
+    return out
+
+
+def numbers(preset: str, tau: pd.DataFrame, hyp: pd.DataFrame, card: pd.DataFrame) -> dict:
+    """The report's own macros: counts of runs, scorecard rows (the paper's claims; the
+    claims of our own are counted in `robustness_numbers`) and verdicts (Verdict<id>)."""
     runs = tau.drop_duplicates("run_id")
-    fit = fits.set_index("name")
-
-    def f(name, col):
-        return (
-            None
-            if name not in fit.index or pd.isna(fit.loc[name, col])
-            else float(fit.loc[name, col])
-        )
-
-    at_d = sorted(
-        (int(m.group(1)), n) for n in fits.name if (m := re.fullmatch(r"tau_vs_k_at_d(\d+)", n))
-    )
-    v = verdicts(hyp)
+    paper = card[card.reference_traced != "ours"]
+    dual = paper.ours_statistic != paper.statistic
     out = {
         "Preset": preset,
         "NRuns": len(runs),
         "NRunsCensored": int(runs.censored.astype(bool).sum()),
         "NRunsDiverged": len(diverged_ids(runs)),  # left out as config `diverged` says
         "NExperiments": tau.experiment.nunique(),
-        "PlateauHeightOverLogKMean": _stat(stats, "plateau_height_over_log_k"),
-        "FitTauVsDExponent": f("tau_vs_d", "exponent"),
-        "FitTauVsDCILow": f("tau_vs_d", "ci_low"),
-        "FitTauVsDCIHigh": f("tau_vs_d", "ci_high"),
-        "FitTauVsDRsq": f("tau_vs_d", "r2"),
-        "FitTauVsDN": None if "tau_vs_d" not in fit.index else int(fit.loc["tau_vs_d", "n"]),
-        "FitTauVsKAtSmallestDExponent": f(at_d[0][1], "exponent") if at_d else None,
-        "LeadFractionMean": _stat(stats, "lead_fraction_mean"),
-        "LeadFractionFirstMean": _stat(stats, "lead_fraction_first_mean"),
-        "AnisotropyMedian": _stat(stats, "anisotropy_plateau_median"),
-        "AnisotropyMedianPower": _stat(stats, "anisotropy_plateau_median_power"),
-        "NScorecardAgree": int((card.agreement == "agree").sum()),
-        "NScorecardAgreeOurs": int((card.ours_agreement == "agree").sum()),
-        "NScorecardDual": int((card.ours_statistic != card.statistic).sum()),
-        "NScorecardRobust": int(
-            (card.robust_to_definition.astype(bool) & (card.ours_statistic != card.statistic)).sum()
-        ),
-        "NScorecardRows": len(card),
-        "NScorecardUntraced": int((card.reference_traced == "paper_text").sum()),
+        "NScorecardAgree": int((paper.agreement == "agree").sum()),
+        "NScorecardAgreeOurs": int((paper.ours_agreement == "agree").sum()),
+        "NScorecardDual": int(dual.sum()),
+        "NScorecardRobust": int((paper.robust_to_definition.astype(bool) & dual).sum()),
+        "NScorecardRows": len(paper),
+        "NScorecardUntraced": int((paper.reference_traced == "paper_text").sum()),
         "NVerdictsDual": int(hyp.groupby("id").dual.any().sum()),
         "NVerdictsRobust": int(
             hyp[hyp.groupby("id").dual.transform("any")]
@@ -87,39 +80,21 @@ def numbers(preset: str, tau: pd.DataFrame, fits: pd.DataFrame, stats: pd.DataFr
             .sum()
         ),
     }
-    for i in range(1, 8):  # H1 -> VerdictHOne
-        out[macro_name("Verdict", f"H{i}")] = v.get(f"H{i}")
+    for hid, verdict in verdicts(hyp).items():  # H1 -> VerdictHOne
+        out[macro_name("Verdict", hid)] = verdict
     return out
 
 
-def robustness_numbers(
-    fits: pd.DataFrame, stats: pd.DataFrame, robust: pd.DataFrame, init_scale: pd.DataFrame,
-    tau: pd.DataFrame,
-) -> dict:  # fmt: skip
-    """E15's macros: the sweep's range, the init-scale exponent, the D-law under the
-    alternative init, the verdict of each pre-registered statement (R1 -> VerdictROne)."""
-    fit = fits.set_index("name")
+def robustness_numbers(robust: pd.DataFrame, init_scale: pd.DataFrame, tau: pd.DataFrame) -> dict:
+    """E15's own macros: the sweep's range, the alternative init's std, and the verdict of
+    each claim of our own (R1 -> VerdictROne); its statistics are config `report.macros`."""
     # the std of the runs under another init than the default (E15's alternative init)
     alt = tau.loc[tau["init"] != ModelSpec().init, "init_std"].unique()
-
-    def f(name, col):
-        ok = name in fit.index and not pd.isna(fit.loc[name, col])
-        return float(fit.loc[name, col]) if ok else None
-
     out = {
         "InitSweepScaleMin": float(init_scale.init_scale.min()) if len(init_scale) else None,
         "InitSweepScaleMax": float(init_scale.init_scale.max()) if len(init_scale) else None,
         "AltInitStd": float(alt[0]) if len(alt) == 1 else None,
     }
-    for name, macro, value in (("tau_vs_init_std", "FitTauVsInitStd", "Exponent"),
-                               ("tau_vs_d_alt_init", "FitTauVsDAltInit", "Exponent"),
-                               ("d_exponent_init_shift", "DExponentInitShift", "")):  # fmt: skip
-        out[f"{macro}{value}"] = f(name, "exponent")
-        out[f"{macro}CILow"] = f(name, "ci_low")
-        out[f"{macro}CIHigh"] = f(name, "ci_high")
-    out["FitTauVsInitStdRsq"] = f("tau_vs_init_std", "r2")
-    out["PlateauHeightAltInit"] = _stat(stats, "plateau_height_over_log_k_alt_init")
-    out["PlateauHeightInitSweep"] = _stat(stats, "plateau_height_over_log_k_init_sweep")
     first = robust.drop_duplicates("id")
     for rid, verdict in zip(first.id, first.verdict, strict=True):
         out[macro_name("Verdict", rid)] = verdict  # R1 -> VerdictROne
@@ -203,6 +178,8 @@ def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
 
 
 def scorecard_table(card: pd.DataFrame) -> str:
+    """The paper's claims; the claims of our own are the robustness table (`robustness_tex`)."""
+    card = card[card.reference_traced != "ours"]
     card = card.assign(
         source=card["reference_traced"].map(
             {"author_run": "run", "paper_text": "text", "ours": "ours"}
