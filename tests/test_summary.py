@@ -1,12 +1,10 @@
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from helpers import tiny_spec
 
 from mbc.core.sections import Lead, PlateauSensitivity, Summary
@@ -233,13 +231,11 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
     from mbc.training.train import train_run
 
     spec = tiny_spec()
-    diag = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    diag = Summary.from_raw(diag["diagnostics"])
     train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"),
               say=lambda s: None)  # fmt: skip
-    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
     (tmp_path / "train_log.csv").unlink()  # an old run: metrics.csv only
-    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["lead_log_measured"] is False and s["lead_fraction_log"] is None
