@@ -13,6 +13,7 @@ from mbc.core import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main
 from mbc.planning.timing import measure_steps_per_s
 
+# the live config: these tests plan the smoke and paper presets the workflow runs
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
 

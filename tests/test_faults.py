@@ -121,6 +121,7 @@ def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, 
     import mbc.planning.banner
     from mbc.core import config as mbc_config
 
+    # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},
@@ -153,6 +154,7 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     import mbc.planning.banner
     from mbc.core import config as mbc_config
 
+    # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},

@@ -81,6 +81,6 @@ def test_a_run_that_failed_in_its_pack_is_failed_not_interrupted(tmp_path):
 
 def test_status_cli_names_a_bad_preset_in_one_line():
     with pytest.raises(SystemExit) as exc:
-        main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])
+        main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])  # the CLI's default base
     msg = str(exc.value)
     assert msg.startswith("mbc.status: config key 'preset' = 'nope'") and "\n" not in msg
