@@ -50,8 +50,10 @@ def test_plateau_height_window_ends_at_the_first_sign_of_transition():
     steps = np.arange(16) * 10
     assert plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9,
                           z_onset=100) == lk  # fmt: skip
+    # ended by the loss onset (130) alone: the window [26, 130) holds the bump, a time
+    # mean over steps 30..120 (trapezoid): 60 steps at 1.0, 10 rising to 1.4, 20 at 1.4
     with_bump = plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9)
-    assert with_bump > lk
+    assert with_bump / lk == pytest.approx((60 * 1.0 + 10 * 1.2 + 20 * 1.4) / 90)
     s = summarize_run(tiny_spec(k=5), metrics(lc, dz), DIAG)
     assert s["height_over_log_k"] == 1.0
     assert s["delta_z_onset"] == 100 and s["loss_onset"] == 130
@@ -94,7 +96,9 @@ def test_plateau_sensitivity_moves_only_the_window_end():
     assert h > 1.0
     # the loss onset (L_cand < 0.9 log K) is at 130: the whole bump enters
     assert t.loc["loss onset only", "window_stop"] == 130
-    assert t.loc["loss onset only", "height_over_log_k"] > h
+    assert t.loc["loss onset only", "height_over_log_k"] == pytest.approx(
+        (60 * 1.0 + 10 * 1.2 + 20 * 1.4) / 90
+    )
     # the primary row reproduces the run summary exactly
     assert list(t.index[t.primary]) == ["delta_z > 0.1"]
     s = summarize_run(tiny_spec(k=5), m[m.run_id == "a"].drop(columns="run_id"), DIAG)
