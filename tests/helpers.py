@@ -1,4 +1,4 @@
-"""Shared test helpers: tiny configs; the Slurm tests' "required in CI" checks."""
+"""Shared test helpers: a tiny run, the fixture config; the Slurm tests' "required in CI" checks."""
 
 import os
 import shutil
@@ -7,10 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
 from mbc.core.runlog import read_log
 from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def fixture_config() -> dict:
+    """tests/fixtures/analysis.yaml (diagnostics, statistics, a scorecard row), a fresh copy:
+    what the analysis tests pin, so an edit of the live config.yaml never changes them."""
+    return yaml.safe_load((FIXTURES / "analysis.yaml").read_text())
 
 
 def tiny_spec(**task) -> RunSpec:

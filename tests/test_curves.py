@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _cfg(outdir) -> mbc_config.Config:
+    # the live smoke preset: the `smoke` fixture ran it (its outputs are drawn here)
     raw = yaml.safe_load((ROOT / "config.yaml").read_text())
     return mbc_config.load(raw, {"preset": "smoke", "outdir": str(outdir)})
 

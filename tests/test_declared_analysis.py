@@ -58,6 +58,7 @@ def with_e16(raw: dict) -> dict:
 
 @pytest.fixture(scope="module")
 def raw():
+    # the live config on purpose: E16 must need nothing beyond it but its own entries
     return yaml.safe_load((ROOT / "config.yaml").read_text())
 
 

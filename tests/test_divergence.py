@@ -12,8 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
-from helpers import tiny_spec
+from helpers import fixture_config, tiny_spec
 from test_figures import NAMES, _all_tables, _render_all, _run, _write
 from test_statistics import BOOT, no_rows, tau_rows
 
@@ -34,8 +33,7 @@ from mbc.training.train import train_run
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
-ROOT = Path(__file__).resolve().parents[1]
-DIAG = Summary.from_raw(yaml.safe_load((ROOT / "config.yaml").read_text())["diagnostics"])
+DIAG = Summary.from_raw(fixture_config()["diagnostics"])
 
 
 def _no_nan(token):
@@ -151,7 +149,7 @@ def _e6(with_diverged: bool) -> pd.DataFrame:
 
 
 def test_a_diverged_run_is_left_out_and_does_not_flip_the_lr_row():
-    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    raw = fixture_config()
     row = [r for r in Scorecard.from_raw(raw["scorecard"]).rows if r.ours == "lr_tau_ratio"]
     declared = Statistics.from_raw(raw["statistics"])
     out = {}

@@ -13,6 +13,7 @@ from mbc.core import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main
 from mbc.planning.timing import measure_steps_per_s
 
+# the live config: these tests plan the smoke and paper presets the workflow runs
 CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
 
@@ -176,7 +177,10 @@ def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys)
         tmp_path / "tau.csv", index=False
     )
     again = estimate("smoke", CONFIG, str(tmp_path), tau_coef=1.0, rates_path=str(rates))
-    assert math.isfinite(again["packed"]["wall_s"]) and again["packed"]["wall_s"] > 0
+    row = again["table"].set_index("run_id").loc[censored]
+    assert row.expected_steps == 300 and pd.isna(row.tau)  # censored: its budget, no tau
+    assert math.isfinite(again["packed"]["wall_s"])
+    assert again["packed"]["wall_s"] > p["wall_s"]  # its 300 steps count: more than 3 tau
 
 
 def test_estimate_on_cuda_without_cuda_is_one_line():

@@ -81,9 +81,11 @@ def test_inspection_commands_and_a_second_invocation_repair_nothing(smoke, tmp_p
     metrics = out / "runs" / run / "metrics.csv"
     _cut_rows(metrics, 2)
     cut = metrics.read_bytes()
-    # --list-changes only reports (it repaired before)
+    # --list-changes only reports (it repaired before): the cut table, and that it changed nothing
     res = snakemake("--list-changes", "code", *smoke_args(out))
-    assert "would be" in res.stderr or "dry run: nothing changed" in res.stderr, res.stderr[-2000:]
+    said = res.stderr
+    assert f"mbc: repair: {metrics}: differs from the checksum" in said, said[-2000:]
+    assert "(dry run: nothing changed)" in said, said[-2000:]
     assert metrics.read_bytes() == cut
     # another invocation holds the outdir (as a running `snakemake` does)
     lock = out / ".mbc" / "outdir.lock"
@@ -121,6 +123,7 @@ def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, 
     import mbc.planning.banner
     from mbc.core import config as mbc_config
 
+    # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},
@@ -153,6 +156,7 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     import mbc.planning.banner
     from mbc.core import config as mbc_config
 
+    # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(Path(__file__).resolve().parents[1] / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},

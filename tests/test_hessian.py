@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import yaml
+from helpers import fixture_config
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mbc.core.sections import Diagnostics
@@ -266,9 +265,8 @@ def test_hessian_estimates_power_rule_is_the_authors():
 
 
 def hessian_config():
-    """config.yaml's `diagnostics.hessian`, typed as `config.load` builds it."""
-    raw = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    return Diagnostics.from_raw(raw["diagnostics"]).hessian
+    """The fixture config's `diagnostics.hessian`, typed as `config.load` builds it."""
+    return Diagnostics.from_raw(fixture_config()["diagnostics"]).hessian
 
 
 def test_checkpoint_row_is_a_row_of_hessian_csv():

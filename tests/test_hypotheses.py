@@ -12,6 +12,7 @@ from mbc.analysis.stats import COLUMNS as STATISTICS_COLUMNS
 from mbc.core.sections import Hypotheses, Scorecard
 
 ROOT = Path(__file__).resolve().parents[1]
+# the live config on purpose: its own decision rules and scorecard rows are under test
 CFG = yaml.safe_load((ROOT / "config.yaml").read_text())
 CARD = Scorecard.from_raw(CFG["scorecard"]).rows  # as config.load types it
 

@@ -14,7 +14,7 @@ from mbc.training.data import build_dataset
 from mbc.training.train import train_run
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "config.yaml")
+CONFIG = str(ROOT / "config.yaml")  # the live config: measured/ must match its run ids
 
 
 def test_committed_reports_have_the_configs_run_ids_or_say_stale():

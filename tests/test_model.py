@@ -96,10 +96,20 @@ def test_init_is_seeded_not_global():
     assert torch.equal(pa, pb) and not torch.equal(pa, pc)
 
 
-def test_linear_baseline_shapes():
+def test_linear_baseline_is_w2_w1_of_one_hot_b_and_z():
     task = TaskSpec(k=4, n_groups=10)
     m = LinearBaseline(ModelSpec(linear_hidden=16), task)
-    assert m(build_dataset(task, 0).tokens[:3]).shape == (3, 5, VOCAB)
+    x = build_dataset(task, 0).tokens[:3]
+    out = m(x)
+    assert out.shape == (3, 5, VOCAB)
+    # [BOS] B(6) [SEP] z(2) [SEP] A(4) [EOS]: B at 1-6 and z at 8-9 are all it reads
+    one_hot = torch.nn.functional.one_hot(x[:, [1, 2, 3, 4, 5, 6, 8, 9]], VOCAB).flatten(1)
+    with torch.no_grad():
+        want = m.w2(m.w1(one_hot.float())).view(3, 5, VOCAB)
+    torch.testing.assert_close(out, want)
+    y = x.clone()
+    y[:, 11:] = x[0, 11:]  # the targets play no part
+    assert torch.equal(m(y), out)
 
 
 def _weights_and_biases(model):

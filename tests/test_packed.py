@@ -104,7 +104,7 @@ def test_bf16_pack_takes_the_autocast_step_of_each_run():
 def test_packed_rejects_different_shapes():
     a = tiny_spec()
     b = dataclasses.replace(a, model=dataclasses.replace(a.model, d_model=16))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="pack_key"):
         PackedRuns([a, b], [build_dataset(s.task, 0) for s in (a, b)], CPU)
 
 

@@ -62,6 +62,7 @@ def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     over = {"preset": "smoke", "outdir": str(out), "only": ["E1"],
             "defaults": {"train": {"max_steps": 1500, "early_stop_tau_factor": 0},
                          "eval": {"resume_every": 100}}}  # fmt: skip
+    # the live config: the run id must be the one the Snakemake run below trains
     cfg = load(yaml.safe_load((ROOT / "config.yaml").read_text()), over)
     run_id = cfg.run_ids("E1")[0]
     spec = cfg.specs[run_id]

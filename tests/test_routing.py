@@ -68,5 +68,13 @@ def test_attention_to_z_is_a_fraction_of_the_first_prediction_query():
     model, batch = _setup()
     with torch.no_grad():
         a = attention_to_z(model, batch)
-    assert a.shape == (model.spec.n_layers, model.spec.n_heads)
-    assert ((a >= 0) & (a <= 1)).all() and (a > 0).any()
+        assert a.shape == (model.spec.n_layers, model.spec.n_heads)
+        assert ((a >= 0) & (a <= 1)).all() and (a > 0).any()
+        # q = k = 0: every head attends uniformly over the query's causal prefix, so the
+        # first-prediction query (position 10) puts 2 / 11 on the two z positions (8, 9)
+        for block in model.blocks:
+            block.attn.qkv.weight.zero_()
+            block.attn.qkv.bias.zero_()
+        uniform = attention_to_z(model, batch)
+    assert (model.task.first_pred_pos, model.task.z_positions) == (10, (8, 9))
+    torch.testing.assert_close(uniform, torch.full_like(uniform, 2 / 11))

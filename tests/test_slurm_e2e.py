@@ -218,6 +218,7 @@ class Preemption:
 
     def __init__(self, cluster, root: Path):
         self.cluster = cluster
+        # the live config: the run id must be the one the Snakemake runs train
         cfg = mbc.core.config.load(
             yaml.safe_load((REPO / "config.yaml").read_text()),
             {"preset": "smoke", **PREEMPT_OVERRIDES},

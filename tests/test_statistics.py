@@ -1,10 +1,9 @@
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-import yaml
+from helpers import fixture_config
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.analysis.stat_kinds import KINDS, select
@@ -16,7 +15,6 @@ from mbc.diagnostics.routing import ABLATION_COLUMNS
 from mbc.diagnostics.summary import TAU_COLUMNS
 
 BOOT = Bootstrap(n_boot=200, ci=0.95, seed=0)
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def tau_rows(**cols) -> pd.DataFrame:
@@ -31,13 +29,13 @@ def tau_rows(**cols) -> pd.DataFrame:
 
 
 def declared(name: str, **change) -> Statistic:
-    """The live config's statistic `name`, with `change` (its kind and parameters)."""
-    st = yaml.safe_load((ROOT / "config.yaml").read_text())["statistics"][name] | change
+    """The fixture config's statistic `name`, with `change` (its kind and parameters)."""
+    st = fixture_config()["statistics"][name] | change
     return Statistic(name, st["kind"], freeze(st))
 
 
 def one(name: str, tau: pd.DataFrame, diverged=frozenset(), tables=None, **change) -> dict:
-    """The row of statistic `name` (as declared in config.yaml, with `change`) over `tau`."""
+    """The row of statistic `name` (as the fixture config declares it, with `change`) over `tau`."""
     empty = dict(zip(("collective", "routing_ablation", "hessian"), no_rows()[1:], strict=True))
     tables = {"tau": tau, **empty, **(tables or {})}
     return statistic(declared(name, **change), tables, BOOT, set(diverged))
@@ -220,7 +218,7 @@ def no_rows() -> tuple[pd.DataFrame, ...]:
 
 def test_statistics_without_data_are_nan_rows_not_dropped():
     empty = pd.DataFrame(columns=TAU_COLUMNS)
-    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    raw = fixture_config()
     s = compute_statistics(empty, *no_rows(), BOOT, Statistics.from_raw(raw["statistics"]))
     assert list(s.name) == list(raw["statistics"])  # every declared one, in its order
     assert s.loc[s.name == "direction_ratio", "value"].isna().all()

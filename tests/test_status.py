@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import math
 import os
 import time
 from pathlib import Path
@@ -9,6 +10,7 @@ from helpers import tiny_spec
 
 from mbc.core import config as mbc_config
 from mbc.core.packing import make_packs
+from mbc.core.runlog import read_log
 from mbc.status import main, status
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
@@ -47,7 +49,9 @@ def test_status_reads_each_state_from_disk(tmp_path):
     t = status(cfg, stale_s=60).set_index("run_id")
     assert t.loc[a, "state"] == "done" and t.loc[a, "tau"] == 30
     assert t.loc[b, "state"] == "interrupted" and t.loc[b, "step"] == 40
-    assert 0 < t.loc[b, "lcand_over_log_k"] < 3
+    evals = [r for r in read_log(runs / b / "state" / "log.jsonl") if "event" not in r]
+    assert evals[-1]["step"] == 40  # the last evaluation logged: its L_cand / log K
+    assert t.loc[b, "lcand_over_log_k"] == evals[-1]["candidate_loss"] / math.log(sb.task.k)
     (tmp_path / "logs" / "train").mkdir(parents=True)
     (tmp_path / "logs" / "train" / f"{b}.log").write_text("Traceback (most recent call last):\n")
     assert status(cfg, stale_s=60).set_index("run_id").loc[b, "state"] == "failed"
@@ -81,6 +85,6 @@ def test_a_run_that_failed_in_its_pack_is_failed_not_interrupted(tmp_path):
 
 def test_status_cli_names_a_bad_preset_in_one_line():
     with pytest.raises(SystemExit) as exc:
-        main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])
+        main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])  # the CLI's default base
     msg = str(exc.value)
     assert msg.startswith("mbc.status: config key 'preset' = 'nope'") and "\n" not in msg

@@ -1,12 +1,10 @@
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-import yaml
 from helpers import tiny_spec
 
 from mbc.core.sections import Lead, PlateauSensitivity, Summary
@@ -52,8 +50,10 @@ def test_plateau_height_window_ends_at_the_first_sign_of_transition():
     steps = np.arange(16) * 10
     assert plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9,
                           z_onset=100) == lk  # fmt: skip
+    # ended by the loss onset (130) alone: the window [26, 130) holds the bump, a time
+    # mean over steps 30..120 (trapezoid): 60 steps at 1.0, 10 rising to 1.4, 20 at 1.4
     with_bump = plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9)
-    assert with_bump > lk
+    assert with_bump / lk == pytest.approx((60 * 1.0 + 10 * 1.2 + 20 * 1.4) / 90)
     s = summarize_run(tiny_spec(k=5), metrics(lc, dz), DIAG)
     assert s["height_over_log_k"] == 1.0
     assert s["delta_z_onset"] == 100 and s["loss_onset"] == 130
@@ -96,7 +96,9 @@ def test_plateau_sensitivity_moves_only_the_window_end():
     assert h > 1.0
     # the loss onset (L_cand < 0.9 log K) is at 130: the whole bump enters
     assert t.loc["loss onset only", "window_stop"] == 130
-    assert t.loc["loss onset only", "height_over_log_k"] > h
+    assert t.loc["loss onset only", "height_over_log_k"] == pytest.approx(
+        (60 * 1.0 + 10 * 1.2 + 20 * 1.4) / 90
+    )
     # the primary row reproduces the run summary exactly
     assert list(t.index[t.primary]) == ["delta_z > 0.1"]
     s = summarize_run(tiny_spec(k=5), m[m.run_id == "a"].drop(columns="run_id"), DIAG)
@@ -233,13 +235,11 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
     from mbc.training.train import train_run
 
     spec = tiny_spec()
-    diag = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
-    diag = Summary.from_raw(diag["diagnostics"])
     train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"),
               say=lambda s: None)  # fmt: skip
-    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
     (tmp_path / "train_log.csv").unlink()  # an old run: metrics.csv only
-    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", diag)
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["lead_log_measured"] is False and s["lead_fraction_log"] is None
