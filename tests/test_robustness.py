@@ -26,6 +26,7 @@ BOOT = Bootstrap(n_boot=400, ci=0.95, seed=7)
 
 @pytest.fixture(scope="module")
 def raw():
+    # the live config: these tests check its presets and E15 experiments themselves
     return yaml.safe_load((ROOT / "config.yaml").read_text())
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from helpers import tiny_spec
+from helpers import fixture_config, tiny_spec
 
 from mbc.training.data import build_dataset
 from mbc.training.metrics import training_loss
@@ -332,15 +332,11 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
     """With log-spaced early evaluations (rounded onto the grid) and snapshots, every
     first-crossing statistic equals the one read from an evaluation at every grid step,
     and lies on the grid; without the grid a log-spaced step can report it earlier."""
-    from pathlib import Path
-
-    import yaml
 
     from mbc.core.sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
-    raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
-    diag = Summary.from_raw(raw["diagnostics"])
+    diag = Summary.from_raw(fixture_config()["diagnostics"])
     base = _with_train(tiny_spec(), max_steps=160)
     grid = _with_eval(base, every=40, dense_every=5, n_log=12, checkpoint_every=40,
                       checkpoint_n_log=6, resume_every=40)  # fmt: skip
@@ -415,9 +411,6 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     also run factor x its first-target crossing (logged as its own event, read back on
     resume); without it the same run stops at factor x tau, so the option is what moved it.
     The first-target tau of the run's metrics is the logged crossing, not censored."""
-    from pathlib import Path
-
-    import yaml
 
     from mbc.core.runlog import logged_first_target_tau, logged_tau, read_log
     from mbc.core.sections import Summary
@@ -437,8 +430,7 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     assert int(plain["step"].max()) < first <= int(late["step"].max())
     assert int(late["step"].max()) == first  # factor 1, loss bound met: stops at the crossing
     assert logged_first_target_tau(read_log(tmp_path / "plain" / "state" / "log.jsonl")) is None
-    raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())
-    diag = Summary.from_raw(raw["diagnostics"])
+    diag = Summary.from_raw(fixture_config()["diagnostics"])
     summary = summarize_run(waits, late, diag)
     assert summary["first_target_tau"] == first and not summary["first_target_censored"]
 
