@@ -114,10 +114,12 @@ def schema() -> dict:
     """The config schema, read once per process (every run's sections are checked against
     it: re-reading it per run made loading the paper preset take seconds). Not mutated."""
     from mbc.analysis.stat_kinds import statistics_schema  # the kinds own their parameters
+    from mbc.paper.figure_tables import figures_schema  # the figures own their roles
 
     full = yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
     full["properties"]["statistics"] = statistics_schema()
     full["definitions"]["fit"]["properties"]["x"] = {"enum": NUMERIC_COLUMNS}
+    full["properties"]["figures"] = figures_schema()
     return full
 
 
@@ -390,9 +392,9 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
 
 
 def _check_references(cfg: dict, written=_dotted) -> None:
-    """Diagnostics, fits, statistics and the sensitivity tables may only name declared
-    experiments (an error names the key where the user wrote it: `written`); the plateau
-    band must contain 1 (height = log K)."""
+    """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
+    declared experiments, and figures declared fits (an error names the key where the user
+    wrote it: `written`); the plateau band must contain 1 (height = log K)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
@@ -414,6 +416,15 @@ def _check_references(cfg: dict, written=_dotted) -> None:
         for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
             if name not in fit_names and name.split("_at_")[0] not in fit_names:
                 raise ConfigError(f"fit_differences[{i}].of", name, "no fit of that name")
+    for fig, entry in (cfg.get("figures") or {}).items():
+        for role, exps in (entry.get("experiments") or {}).items():
+            if unknown := [e for e in exps if e not in cfg["experiments"]]:
+                key = written(("figures", fig, "experiments", role))
+                raise ConfigError(key, unknown[0], "unknown experiment")
+        for role, fit in (entry.get("fits") or {}).items():
+            if fit not in fit_names:
+                key = written(("figures", fig, "fits", role))
+                raise ConfigError(key, fit, "no fit of that name")
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:

@@ -2,7 +2,8 @@
 them once, after the schema check): `bootstrap`; `diagnostics` (the definitions a run's
 summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
 `fit_differences` and `threshold_sensitivity`); `statistics`; `scorecard`;
-`plateau_sensitivity`. `mbc.pipeline` takes these, not the config's dicts.
+`plateau_sensitivity`; `figures`. `mbc.pipeline` and `mbc.paper.figures` take these, not
+the config's dicts.
 
 Nested mappings a section keeps as the user wrote them (a statistic's kind parameters, a
 `where`, a scorecard reference) are frozen as `Frozen` pairs: the sections are hashable,
@@ -345,6 +346,48 @@ class Scorecard:
         )
 
 
+@dataclass(frozen=True)
+class FigureEntry:
+    """One figure's entry of config `figures`: the experiments it draws, by the role it
+    draws them in (role -> experiment ids), and the fits whose lines it draws (role -> a
+    `fits` name). The roles are the figure's (mbc.paper.figure_tables.FIGURE_ROLES)."""
+
+    name: str
+    experiments: Frozen = Frozen()
+    fits: Frozen = Frozen()
+
+    def experiments_of(self, role: str) -> list[str]:
+        return list(self._role("experiments", role))
+
+    def fit_of(self, role: str) -> str:
+        return self._role("fits", role)
+
+    def _role(self, kind: str, role: str) -> Any:
+        value = getattr(self, kind).get(role)
+        if value is None:  # the schema requires every role: only a hand-built entry lacks one
+            raise KeyError(f"figure {self.name!r} has no {kind} role {role!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Figures:
+    """config `figures`: one entry per figure that has roles; any other figure's is empty."""
+
+    entries: tuple[FigureEntry, ...]
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Figures:
+        return cls(
+            tuple(
+                FigureEntry(name, freeze(e.get("experiments") or {}), freeze(e.get("fits") or {}))
+                for name, e in d.items()
+            )
+        )
+
+    def __getitem__(self, name: str) -> FigureEntry:
+        return next((e for e in self.entries if e.name == name), FigureEntry(name))
+
+
 class TypedSections:
     """The typed sections of `mbc.core.config.Config`, built from its `raw` on first use
     (`load` builds them all, so a missing key stops the workflow at start-up)."""
@@ -352,6 +395,7 @@ class TypedSections:
     raw: dict
     SECTIONS = (
         "bootstrap", "diagnostics", "fits", "statistics", "scorecard", "plateau_sensitivity",
+        "figures",
     )  # fmt: skip
 
     @functools.cached_property
@@ -377,6 +421,10 @@ class TypedSections:
     @functools.cached_property
     def plateau_sensitivity(self) -> PlateauSensitivity:
         return PlateauSensitivity.from_raw(self.raw["plateau_sensitivity"])
+
+    @functools.cached_property
+    def figures(self) -> Figures:
+        return Figures.from_raw(self.raw["figures"])
 
     @property
     def diverged(self) -> str:
