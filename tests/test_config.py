@@ -330,3 +330,63 @@ def test_the_fixture_config_passes_the_config_schema():
     validator = jsonschema.Draft202012Validator(schema())
     errors = [e for e in validator.iter_errors(fixture_config()) if e.absolute_path]
     assert [f"{list(e.absolute_path)}: {e.message}" for e in errors] == []
+
+
+FIGURE_ERRORS = [
+    # (path under presets.smoke, value, the whole one-line message)
+    (
+        ("figures", "tau_vs_dd"),
+        {"experiments": {"runs": ["E1"]}},
+        "config key 'figures.tau_vs_dd' = {'experiments': {'runs': ['E1']}}: unknown key",
+    ),
+    (
+        ("figures", "noise", "experiments", "lr"),
+        ["E6", "E99"],
+        "config key 'presets.smoke.figures.noise.experiments.lr' = 'E99': unknown experiment",
+    ),
+    (
+        ("figures", "noise", "fits", "lr"),
+        "tau_vs_lrr",
+        "config key 'presets.smoke.figures.noise.fits.lr' = 'tau_vs_lrr': no fit of that name",
+    ),
+    (
+        ("figures", "noise", "experiments", "learning_rate"),
+        ["E6"],
+        "config key 'figures.noise.experiments.learning_rate' = ['E6']: unknown key",
+    ),
+    (
+        ("figures", "routing", "experiments", "onsets"),
+        [],
+        "config key 'figures.routing.experiments.onsets' = []: [] should be non-empty",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "path,value,said", FIGURE_ERRORS, ids=[".".join(p) for p, _, _ in FIGURE_ERRORS]
+)
+def test_a_bad_figures_entry_is_one_line_naming_the_key(raw, path, value, said):
+    """config `figures`: a figure name, role, experiment or fit the config does not know is
+    refused at load, in one line naming the key (the schema knows each figure's roles)."""
+    with pytest.raises(ConfigError) as exc:
+        load(with_(raw, path, value), {"preset": "smoke"})
+    assert str(exc.value).startswith(said), str(exc.value)
+
+
+def test_every_figure_role_is_required(raw):
+    cfg = copy.deepcopy(raw)
+    del cfg["figures"]["init_scale"]["fits"]["sweep"]
+    with pytest.raises(ConfigError, match=r"'figures.init_scale.fits' .*'sweep' is a required"):
+        load(cfg)
+    del cfg["figures"]["init_scale"]
+    with pytest.raises(ConfigError, match=r"'figures' .*'init_scale' is a required"):
+        load(cfg)
+
+
+def test_figures_entries_are_typed_and_a_figure_without_roles_draws_its_tables(raw):
+    figs = load(raw, {"preset": "smoke"}).figures
+    assert figs["tau_vs_d"].experiments_of("d_fixed") == ["E2"]
+    assert figs["noise"].fit_of("batch_steps") == "tau_vs_batch_steps"
+    assert figs["collective"].experiments == figs["collective"].fits == ()
+    with pytest.raises(KeyError, match="no experiments role 'sweep'"):
+        figs["tau_vs_d"].experiments_of("sweep")

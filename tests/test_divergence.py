@@ -21,8 +21,9 @@ from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import write_json_atomic
 from mbc.core.config import Run
+from mbc.core.report_sections import Scorecard
 from mbc.core.runlog import finished, logged_divergence, read_log
-from mbc.core.sections import Fit, Scorecard, Statistics, Summary
+from mbc.core.sections import Fit, Statistics, Summary
 from mbc.paper import figures
 from mbc.pipeline import make_tau_table, summarize
 from mbc.status import run_state

@@ -1,8 +1,10 @@
 """Figures layer: every figure renders from tidy tables, including empty tables, missing
-experiments and censored runs, and fitted lines come from the `fits` table (never fitted)."""
+experiments and censored runs; fitted lines come from the `fits` table (never fitted), and
+the experiments and fits a figure draws from its config `figures` entry."""
 
 from __future__ import annotations
 
+import ast
 import math
 import re
 from pathlib import Path
@@ -14,8 +16,15 @@ from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.core.artifacts import write_csv_atomic
+from mbc.core.config import load, read_yaml
+from mbc.core.report_sections import Figures
 from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
 from mbc.paper import figures
+from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES
+
+ROOT = Path(__file__).resolve().parents[1]
+# config.yaml's entries: each figure draws the paper's experiments and fits
+ENTRIES = Figures.from_raw(read_yaml(ROOT / "config.yaml")["figures"])
 
 NAMES = [
     "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
@@ -259,9 +268,10 @@ def _write(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, str]:
 
 
 def _render_all(
-    table_paths: dict[str, str], out: Path, names: list[str] = NAMES
+    table_paths: dict[str, str], out: Path, names: list[str] = NAMES, entries: Figures = ENTRIES
 ) -> dict[str, list[str]]:
-    """Render every figure; return each figure's legend and panel texts."""
+    """Render every figure (drawing what `entries` name); return each figure's legend and
+    panel texts."""
     texts: dict[str, list[str]] = {}
     original = figures.common._save
 
@@ -275,7 +285,9 @@ def _render_all(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures.common, "_save", capture)
         for name in names:
-            figures.render(name, table_paths, out / f"{name}.pdf", out / f"{name}.png")
+            figures.render(
+                name, table_paths, out / f"{name}.pdf", out / f"{name}.png", entries[name]
+            )
     return texts
 
 
@@ -301,6 +313,16 @@ def test_registry_names_and_tables():
     for name, fn in figures.FIGURES.items():
         assert fn.__name__ == f"fig_{name}"
         assert figures.TABLES_NEEDED[name]
+
+
+def test_every_figure_declares_its_roles_and_config_yaml_fills_them():
+    assert list(FIGURE_ROLES) == list(FIGURE_TABLES) == NAMES
+    with_roles = [n for n in NAMES if FIGURE_ROLES[n]]
+    assert [e.name for e in ENTRIES.entries] == with_roles
+    for e in ENTRIES.entries:
+        assert {k: [r for r, _ in getattr(e, k)] for k in FIGURE_ROLES[e.name]} == {
+            k: list(roles) for k, roles in FIGURE_ROLES[e.name].items()
+        }
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -359,6 +381,69 @@ def test_figures_code_fits_nothing():
         assert banned not in src, banned
 
 
+def test_figures_code_names_no_experiment_and_no_fit():
+    """What a figure draws is its config `figures` entry: no string in the figures' code
+    (docstrings and figure names aside) names an experiment (E<n>) or a fit (<y>_vs_<x>)."""
+    named = []
+    for path in sorted(Path(figures.__file__).parent.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {
+            id(n.body[0].value)
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef)
+            and n.body and isinstance(n.body[0], ast.Expr)
+        }  # fmt: skip
+        for node in ast.walk(tree):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if not isinstance(text, str) or id(node) in docs or text in FIGURE_TABLES:
+                continue
+            if re.search(r"\bE\d+|_vs_", text):
+                named.append(f"{path.name}:{node.lineno}: {text!r}")
+    assert not named, named
+
+
+def _with_e16() -> dict[str, pd.DataFrame]:
+    """The synthetic tables plus E16: label noise 0.3 at a fixed D = 40,000 (K = 5, 10)."""
+    tables = _all_tables()
+    e16 = [_run("E16", f"e16_k{k}", k=k, d=40000, label_noise=0.3, tau=int(0.05 * 4e4**1.2))
+           for k in (5, 10)]  # fmt: skip
+    tables["tau"] = pd.concat([tables["tau"], pd.DataFrame(e16, columns=TAU_COLS)])
+    return tables
+
+
+def test_a_figure_draws_the_experiments_and_fits_its_config_entry_names(tmp_path):
+    """A config whose `figures` entries add an experiment (E16) to a role and name another
+    fit: the figures draw E16's runs and that fit's line. config.yaml's entries, on the same
+    tables, draw neither."""
+    raw = read_yaml(ROOT / "config.yaml")
+    raw["experiments"]["E16"] = {"question": "label noise at a fixed D",
+                                 "grid": {"d": [40000], "task.k": [5, 10],
+                                          "task.label_noise": [0.3]}}  # fmt: skip
+    raw["figures"]["appendix_label_noise"]["experiments"]["runs"] = ["E12", "E16"]
+    raw["figures"]["tau_vs_d"]["experiments"]["d_fixed"] = ["E2", "E16"]
+    raw["figures"]["tau_vs_d"]["fits"]["line"] = "tau_vs_d_alt_init"
+    entries = load(raw, {"preset": "smoke"}).figures
+    paths = _write(_with_e16(), tmp_path / "tables")
+    names = ["appendix_label_noise", "tau_vs_d"]
+    new = _render_all(paths, tmp_path / "new", names, entries)
+    old = _render_all(paths, tmp_path / "old", names)
+
+    # label noise: E16's p = 0.3 is a tick of both panels, its runs in the legend
+    assert "E12/E16 runs" in new["appendix_label_noise"]
+    assert "0.3" in new["appendix_label_noise:all"]
+    assert "E12 runs" in old["appendix_label_noise"]
+    assert "0.3" not in old["appendix_label_noise:all"]
+    # tau vs D: E16's D = 40,000 in the fixed-D series and the inset; the line is the
+    # fit the entry names (tau_vs_d_alt_init's slope), not tau_vs_d
+    legend = " | ".join(new["tau_vs_d"])
+    assert "E2/E16 (fixed D)" in legend and "D=40000" in new["tau_vs_d:all"]
+    assert f"fit: slope {ODD['tau_vs_d_alt_init']:.3f}" in legend
+    assert f"slope {ODD['tau_vs_d']:.3f}" not in legend
+    legend = " | ".join(old["tau_vs_d"])
+    assert "E2 (fixed D)" in legend and "D=40000" not in old["tau_vs_d:all"]
+    assert f"fit: slope {ODD['tau_vs_d']:.3f}" in legend
+
+
 def test_empty_tables_and_missing_experiments(tmp_path):
     """tau has only E1 (E2, E6, E7, E11-E14 missing); every other table is empty, 0-byte or
     header-only: every figure renders, with "no data" panels where nothing is left."""
@@ -376,15 +461,21 @@ def test_empty_tables_and_missing_experiments(tmp_path):
 
     # An empty tau table too (0-byte file).
     paths = _write({"tau": pd.DataFrame(), "fits": pd.DataFrame()}, tmp_path / "none")
-    figures.render("tau_vs_d", paths, tmp_path / "none.pdf", tmp_path / "none.png")
+    figures.render(
+        "tau_vs_d", paths, tmp_path / "none.pdf", tmp_path / "none.png", ENTRIES["tau_vs_d"]
+    )
     assert (tmp_path / "none.pdf").read_bytes()[:4] == b"%PDF"
 
 
 def test_render_rejects_unknown_or_unwired(tmp_path):
+    a, b = tmp_path / "a.pdf", tmp_path / "a.png"
     with pytest.raises(KeyError, match="unknown figure"):
-        figures.render("nope", {}, tmp_path / "a.pdf", tmp_path / "a.png")
+        figures.render("nope", {}, a, b, ENTRIES["nope"])
     with pytest.raises(KeyError, match="needs tables"):
-        figures.render("tau_vs_d", {"tau": "x.csv"}, tmp_path / "a.pdf", tmp_path / "a.png")
+        figures.render("tau_vs_d", {"tau": "x.csv"}, a, b, ENTRIES["tau_vs_d"])
+    paths = _write({"tau": pd.DataFrame(), "fits": pd.DataFrame()}, tmp_path / "t")
+    with pytest.raises(ValueError, match="config entry of 'noise'"):
+        figures.render("tau_vs_d", paths, a, b, ENTRIES["noise"])
 
 
 TEXT_WIDTH_IN = (210 - 2 * 25) / 25.4  # paper/main.tex: A4, 25 mm margins

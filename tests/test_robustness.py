@@ -16,7 +16,8 @@ from mbc.analysis.hypotheses import decide
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.core.config import ConfigError, load
-from mbc.core.sections import Bootstrap, Fit, FitDifference, Scorecard
+from mbc.core.report_sections import Scorecard
+from mbc.core.sections import Bootstrap, Fit, FitDifference
 from mbc.core.spec import ModelSpec
 from mbc.diagnostics.summary import TAU_COLUMNS
 

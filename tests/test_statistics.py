@@ -8,7 +8,8 @@ from helpers import fixture_config
 from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.analysis.stat_kinds import KINDS, select
 from mbc.analysis.stats import compute_statistics, statistic
-from mbc.core.sections import Bootstrap, Statistic, Statistics, freeze
+from mbc.core.frozen import freeze
+from mbc.core.sections import Bootstrap, Statistic, Statistics
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
 from mbc.diagnostics.hessian import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS

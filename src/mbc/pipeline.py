@@ -33,22 +33,19 @@ from mbc.core.artifacts import (
     write_text_atomic,
 )
 from mbc.core.config import Run
+from mbc.core.frozen import thaw
 from mbc.core.layout import Layout, RunPaths
+from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.sections import (
     Bootstrap,
     CollectiveDiagnostic,
     Fits,
     HessianDiagnostic,
-    Hypotheses,
     PlateauSensitivity,
-    Report,
-    Robustness,
     RoutingDiagnostic,
-    Scorecard,
     Statistics,
     Summary,
-    thaw,
 )
 from mbc.core.spec import RunSpec, TaskSpec, grid_rows
 from mbc.diagnostics.collective import (

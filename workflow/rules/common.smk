@@ -11,7 +11,7 @@ import mbc.core.config
 import mbc.core.integrity
 import mbc.core.layout
 import mbc.core.packing
-import mbc.core.sections
+import mbc.core.frozen
 import mbc.core.spec
 import mbc.training.tensorboard_log
 
@@ -86,7 +86,7 @@ def all_run_ids():
 # A rule hands its script the typed config sections it reads (mbc.core.sections) and,
 # beside them, their content id: Snakemake's rerun record keeps builtin params only, so
 # the id is what reruns a job when one of its sections changes.
-section_id = mbc.core.sections.content_id
+section_id = mbc.core.frozen.content_id
 DIAG = CFG.diagnostics
 
 

@@ -129,6 +129,9 @@ rule figure:
         figure="|".join(FIGURES),
     conda:
         "../../envs/mbc.yaml"
+    params:
+        entry=lambda wc: CFG.figures[wc.figure],
+        config_id=lambda wc: section_id(CFG.figures[wc.figure]),
     script:
         "../scripts/figure.py"
 

@@ -7,4 +7,5 @@ with logged(snakemake.log[0]):
         dict(snakemake.input.items()),
         snakemake.output.pdf,
         snakemake.output.png,
+        snakemake.params.entry,  # its config `figures` entry: the experiments and fits it draws
     )

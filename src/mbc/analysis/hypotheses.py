@@ -23,7 +23,7 @@ import math
 
 import pandas as pd
 
-from mbc.core.sections import Hypotheses, HypothesisTest
+from mbc.core.report_sections import Hypotheses, HypothesisTest
 
 COLUMNS = [
     "id", "mechanism", "prediction", "statistic", "value", "ci_low", "ci_high", "rule", "verdict",

@@ -24,7 +24,8 @@ import pandas as pd
 from mbc.analysis import diverged as div
 from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
 from mbc.analysis.stat_kinds import bootstrap
-from mbc.core.sections import Bootstrap, HypothesisTest, ScorecardRow
+from mbc.core.report_sections import HypothesisTest, ScorecardRow
+from mbc.core.sections import Bootstrap
 
 INIT_SCALE_COLUMNS = [
     "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from mbc.analysis.hypotheses import decide
-from mbc.core.sections import ScorecardRow
+from mbc.core.report_sections import ScorecardRow
 
 COLUMNS = [
     "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",

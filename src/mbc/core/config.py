@@ -21,8 +21,10 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mbc.core.config_references import ConfigError, check_references, dotted
+from mbc.core.frozen import thaw
 from mbc.core.layout import Layout
-from mbc.core.sections import TypedSections, thaw
+from mbc.core.sections import TypedSections
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -35,14 +37,6 @@ from mbc.core.spec import (
 from mbc.core.spec_checks import first_problem
 
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
-
-
-class ConfigError(ValueError):
-    """A bad config value; the message names the key and the value."""
-
-    def __init__(self, key: str, value: Any, why: str):
-        self.key, self.value = key, value
-        super().__init__(f"config key '{key}' = {value!r}: {why}")
 
 
 class ConfigFileError(ValueError):
@@ -114,10 +108,12 @@ def schema() -> dict:
     """The config schema, read once per process (every run's sections are checked against
     it: re-reading it per run made loading the paper preset take seconds). Not mutated."""
     from mbc.analysis.stat_kinds import statistics_schema  # the kinds own their parameters
+    from mbc.paper.figure_tables import figures_schema  # the figures own their roles
 
     full = yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
     full["properties"]["statistics"] = statistics_schema()
     full["definitions"]["fit"]["properties"]["x"] = {"enum": NUMERIC_COLUMNS}
+    full["properties"]["figures"] = figures_schema()
     return full
 
 
@@ -198,10 +194,6 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
     return merged
 
 
-def _dotted(path: tuple) -> str:
-    return ".".join(str(p) for p in path)
-
-
 def _holds(node: Any, path: tuple) -> bool:
     """Whether the nested dict `node` has a value at `path`."""
     for part in path:
@@ -211,13 +203,13 @@ def _holds(node: Any, path: tuple) -> bool:
     return True
 
 
-def _origin(key: str, origins: dict[str, str], written=_dotted) -> str:
+def _origin(key: str, origins: dict[str, str], written=dotted) -> str:
     """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
     set/grid/variants entry that assigned it, else its `defaults` entry."""
     return origins.get(key) or written(("defaults", *key.split(".", 1)))
 
 
-def _check_sections(sections: dict, origins: dict[str, str], written=_dotted) -> None:
+def _check_sections(sections: dict, origins: dict[str, str], written=dotted) -> None:
     """Types and enums of one assembled run (grid values bypass the top-level schema)."""
     errors = list(_validators()[1].iter_errors(sections))
     if errors:
@@ -244,7 +236,7 @@ def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
 
 
 def expand_experiment(
-    name: str, exp: dict, defaults: dict, seeds: list[int], written=_dotted
+    name: str, exp: dict, defaults: dict, seeds: list[int], written=dotted
 ) -> list[Run]:
     """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs.
 
@@ -296,7 +288,7 @@ def expand_experiment(
     return runs
 
 
-def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=_dotted) -> None:
+def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=dotted) -> None:
     """The semantic checks the schema cannot express (`mbc.core.spec_checks`); names the
     offending key where the user wrote it (`origins`: run key -> config path of the
     experiment entry that set it; any other key came from `defaults`, as `written` places it)."""
@@ -325,10 +317,10 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         """Where the user wrote the value at `path`: on the command line (`--config`,
         which wins), in the preset, else at its own place in config.yaml."""
         if given_as and _holds(overrides or {}, path):
-            return f"{given_as} {_dotted(path)}"
+            return f"{given_as} {dotted(path)}"
         if _holds(preset_raw, path):
-            return f"presets.{cfg['preset']}.{_dotted(path)}"
-        return _dotted(path)
+            return f"presets.{cfg['preset']}.{dotted(path)}"
+        return dotted(path)
 
     # the defaults themselves, even where every experiment overrides a value
     expand_experiment("defaults", {}, cfg["defaults"], [0], written)
@@ -337,7 +329,7 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         exp = resolve_like(name, experiments)
         runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
     _check_same_id_same_spec(runs)
-    _check_references(cfg, written)
+    check_references(cfg, written)
     out = Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
     if (missing := out.missing_section_key()) is not None:
         # the schema lets a section leave a key out; the analysis needs every key
@@ -387,50 +379,6 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
                 f"same run as in experiment {first.experiment} but different {', '.join(diff)}"
                 " (implementation settings must agree for a shared run)",
             )
-
-
-def _check_references(cfg: dict, written=_dotted) -> None:
-    """Diagnostics, fits, statistics and the sensitivity tables may only name declared
-    experiments (an error names the key where the user wrote it: `written`); the plateau
-    band must contain 1 (height = log K)."""
-    for name, diag in cfg.get("diagnostics", {}).items():
-        src = diag.get("source")
-        if src is not None and src not in cfg["experiments"]:
-            raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
-    for i, fit in enumerate(cfg.get("fits", [])):
-        for exp in fit.get("experiments", []):
-            if exp not in cfg["experiments"]:
-                raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
-    for name, st in (cfg.get("statistics") or {}).items():
-        for exp in st.get("experiments", []):
-            if exp not in cfg["experiments"]:
-                key = written(("statistics", name, "experiments"))
-                raise ConfigError(key, exp, "unknown experiment")
-    sweep = (cfg.get("robustness") or {}).get("sweep")
-    if sweep is not None and sweep not in cfg["experiments"]:
-        raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")
-    ids = set()
-    for i, row in enumerate(cfg.get("scorecard", [])):
-        if row["paper_reference"]["traced"] != "ours":
-            continue
-        if not ({"within", "sign"} & set(row["agree"])):
-            msg = "a claim of our own is decided by `within` or `sign`"
-            raise ConfigError(f"scorecard[{i}].agree", row["agree"], msg)
-        if row["id"] in ids:
-            raise ConfigError(f"scorecard[{i}].id", row["id"], "used twice")
-        ids.add(row["id"])
-    fit_names = {f["name"] for f in cfg.get("fits", [])}
-    for i, diff in enumerate(cfg.get("fit_differences", [])):
-        for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
-            if name not in fit_names and name.split("_at_")[0] not in fit_names:
-                raise ConfigError(f"fit_differences[{i}].of", name, "no fit of that name")
-    for section in ("threshold_sensitivity", "plateau_sensitivity"):
-        for exp in cfg.get(section, {}).get("experiments", []):
-            if exp not in cfg["experiments"]:
-                raise ConfigError(written((section, "experiments")), exp, "unknown experiment")
-    band = cfg.get("plateau_sensitivity", {}).get("band")
-    if band is not None and not band[0] < 1 < band[1]:
-        raise ConfigError(written(("plateau_sensitivity", "band")), band, "need low < 1 < high")
 
 
 def read_yaml(path: str | Path) -> dict:

@@ -1,56 +1,25 @@
 """config.yaml's analysis sections as frozen, typed values (`mbc.core.config.load` builds
 them once, after the schema check): `bootstrap`; `diagnostics` (the definitions a run's
 summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
-`fit_differences` and `threshold_sensitivity`); `statistics`; `scorecard`;
-`plateau_sensitivity`; `robustness`; `report`; `hypotheses`. `mbc.pipeline` takes these, not the config's dicts.
-
-Nested mappings a section keeps as the user wrote them (a statistic's kind parameters, a
-`where`, a scorecard reference) are frozen as `Frozen` pairs: the sections are hashable,
-picklable (Snakemake pickles a rule's params into its script) and cannot be changed by
-the code that reads them; `thaw` gives back exactly the dicts and lists of config.yaml.
-Numbers are kept as written (an int stays an int): they reach the tables' cells.
+`fit_differences` and `threshold_sensitivity`); `statistics`; `plateau_sensitivity`; and,
+from `mbc.core.report_sections`, `scorecard`, `hypotheses`, `robustness`, `report` and
+`figures`. `mbc.pipeline` and `mbc.paper.figures` take these, not the config's dicts.
+Mappings kept as written are `mbc.core.frozen.Frozen`.
 """
 
 from __future__ import annotations
 
 import functools
-import hashlib
 from dataclasses import dataclass
-from typing import Any
 
-
-class Frozen(tuple):
-    """A mapping frozen as its (key, value) pairs, in the order written."""
-
-    __slots__ = ()
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return next((v for k, v in self if k == key), default)
-
-
-def freeze(value: Any) -> Any:
-    """dicts -> Frozen, lists -> tuples, recursively; scalars as they are."""
-    if isinstance(value, dict):
-        return Frozen((k, freeze(v)) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return tuple(freeze(v) for v in value)
-    return value
-
-
-def thaw(value: Any) -> Any:
-    """The inverse of `freeze`: thaw(freeze(x)) == x for a YAML value x."""
-    if isinstance(value, Frozen):
-        return {k: thaw(v) for k, v in value}
-    if isinstance(value, tuple):
-        return [thaw(v) for v in value]
-    return value
-
-
-def content_id(*sections: Any) -> str:
-    """An id of the sections' content. Snakemake's rerun record keeps a rule's builtin
-    params only (a dataclass it skips), so a rule passes this id beside the sections it
-    hands its script: a changed section reruns the job."""
-    return hashlib.sha256(repr(sections).encode()).hexdigest()[:16]
+from mbc.core.frozen import Frozen, freeze, thaw
+from mbc.core.report_sections import (
+    Figures,
+    Hypotheses,
+    Report,
+    Robustness,
+    Scorecard,
+)
 
 
 @dataclass(frozen=True)
@@ -305,144 +274,6 @@ class Statistics:
         return cls(tuple(Statistic(n, st["kind"], freeze(st)) for n, st in d.items()))
 
 
-@dataclass(frozen=True)
-class ScorecardRow:
-    """One entry of config `scorecard`: a claim, the statistic that measures it (`ours`:
-    our own definition of it, compared too), the paper's reference and the agreement rule.
-    A claim of our own (`traced: ours`) has an `id` (E15's R1-R4)."""
-
-    claim: str
-    statistic: str
-    paper_reference: Frozen
-    agree: Frozen
-    why: str = ""
-    ours: str | None = None
-    id: str | None = None
-
-    @property
-    def is_ours(self) -> bool:
-        return self.paper_reference.get("traced") == "ours"
-
-    def reference(self) -> dict:
-        return thaw(self.paper_reference)
-
-    def rule(self) -> dict:
-        return thaw(self.agree)
-
-
-@dataclass(frozen=True)
-class Scorecard:
-    rows: tuple[ScorecardRow, ...]
-
-    @classmethod
-    def from_raw(cls, rows: list[dict]) -> Scorecard:
-        return cls(
-            tuple(
-                ScorecardRow(
-                    claim=r["claim"],
-                    statistic=r["statistic"],
-                    paper_reference=freeze(r["paper_reference"]),
-                    agree=freeze(r["agree"]),
-                    why=r.get("why", ""),
-                    ours=r.get("ours"),
-                    id=r.get("id"),
-                )  # fmt: skip
-                for r in rows
-            )
-        )
-
-    @property
-    def ours(self) -> tuple[ScorecardRow, ...]:
-        """The claims of our own (`traced: ours`), in config order."""
-        return tuple(r for r in self.rows if r.is_ours)
-
-
-@dataclass(frozen=True)
-class HypothesisTest:
-    """One decision rule (docs/method.md#hypotheses): the statistic (`*` globs) whose CI is
-    held against `threshold` on the predicted side (`greater`, `less`), or inside
-    center +/- threshold (`within`, the claims of our own); `ours`: our uniform version,
-    decided by the same rule."""
-
-    statistic: str
-    direction: str
-    threshold: float
-    why: str = ""
-    ours: str | None = None
-    center: float = 0.0
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """config `hypotheses.<id>`: a candidate mechanism, its prediction and its tests."""
-
-    id: str
-    mechanism: str
-    prediction: str
-    tests: tuple[HypothesisTest, ...]
-
-
-@dataclass(frozen=True)
-class Hypotheses:
-    """config `hypotheses` (H1-H7), in config order."""
-
-    items: tuple[Hypothesis, ...]
-
-    @classmethod
-    def from_raw(cls, raw: dict) -> Hypotheses:
-        return cls(
-            tuple(
-                Hypothesis(
-                    hid,
-                    h["mechanism"],
-                    h["prediction"],
-                    tuple(HypothesisTest(**t) for t in h["tests"]),
-                )  # fmt: skip
-                for hid, h in raw.items()
-            )
-        )
-
-
-@dataclass(frozen=True)
-class Robustness:
-    """config `robustness` (E15's tables; its statements are scorecard claims of our
-    own): the init-scale sweep's experiment and the default-vs-alternative comparisons."""
-
-    sweep: str
-    compare: tuple[Frozen, ...]
-
-    @classmethod
-    def from_raw(cls, raw: dict) -> Robustness:
-        return cls(raw["sweep"], freeze(raw["compare"]))
-
-
-@dataclass(frozen=True)
-class Macro:
-    """One numbers.tex macro of config `report.macros`: a column of a statistics.csv row
-    (`*` in the name: its first match in natural order, `_d2000` before `_d10000`)."""
-
-    name: str
-    statistic: str
-    column: str = "value"
-
-
-@dataclass(frozen=True)
-class Report:
-    """config `report`: the macros the paper's prose reads from statistics.csv. Counts of
-    runs, rows and verdicts are the report's own (`mbc.paper.report.numbers`)."""
-
-    macros: tuple[Macro, ...]
-
-    @classmethod
-    def from_raw(cls, raw: dict) -> Report:
-        return cls(
-            tuple(
-                Macro(name, m) if isinstance(m, str) else Macro(name, **m)
-                for name, m in raw.get("macros", {}).items()
-            )
-        )
-
-
 class TypedSections:
     """The typed sections of `mbc.core.config.Config`, built from its `raw` on first use
     (`load` builds them all, so a missing key stops the workflow at start-up)."""
@@ -450,7 +281,7 @@ class TypedSections:
     raw: dict
     SECTIONS = (
         "bootstrap", "diagnostics", "fits", "statistics", "scorecard", "plateau_sensitivity",
-        "robustness", "report", "hypotheses",
+        "robustness", "report", "hypotheses", "figures",
     )  # fmt: skip
 
     @functools.cached_property
@@ -488,6 +319,10 @@ class TypedSections:
     @functools.cached_property
     def plateau_sensitivity(self) -> PlateauSensitivity:
         return PlateauSensitivity.from_raw(self.raw["plateau_sensitivity"])
+
+    @functools.cached_property
+    def figures(self) -> Figures:
+        return Figures.from_raw(self.raw["figures"])
 
     @property
     def diverged(self) -> str:

@@ -1,7 +1,7 @@
 """Which tables each paper figure reads, in the paper's order (Snakemake's and the
-report's): all the workflow needs to know of the figures, their names and inputs, without
-importing matplotlib at every job's start-up. `mbc.paper.figures` registers one drawing
-function per entry and refuses one that reads other tables."""
+report's), and the roles of its entry in config `figures`: all the workflow needs to know
+of the figures, without importing matplotlib at every job's start-up. `mbc.paper.figures`
+registers one drawing function per entry and refuses one that reads other tables."""
 
 FIGURE_TABLES: dict[str, list[str]] = {
     "loss_curves": ["metrics", "tau"],
@@ -18,3 +18,52 @@ FIGURE_TABLES: dict[str, list[str]] = {
     "appendix_threshold": ["threshold_sensitivity"],
     "appendix_plateau": ["plateau_sensitivity"],
 }
+
+# A figure's entry in config `figures`: `experiments` maps each role below to the experiments
+# it draws in that role, `fits` each role to the `fits` entry whose line it draws there (a
+# `by` fit: one line per value). The schema requires every role (mbc.core.config.schema).
+# A figure without roles draws tables whose runs other sections choose (`diagnostics`,
+# `threshold_sensitivity`, `plateau_sensitivity`).
+FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
+    "loss_curves": {"experiments": ("runs",)},
+    # main panel: both roles against D; inset: tau vs K at each D of `d_fixed` (a `by: d` fit)
+    "tau_vs_d": {"experiments": ("n_groups_fixed", "d_fixed"), "fits": ("line", "inset")},
+    # (a) tau vs lr; (b, c) tau vs batch size in steps and in examples (`by: k` fits)
+    "noise": {"experiments": ("lr", "batch_size"), "fits": ("lr", "batch_steps", "batch_examples")},
+    "collective": {},
+    "routing": {"experiments": ("onsets",)},
+    "hessian": {"fits": ("anisotropy", "anisotropy_power")},
+    # the linear runs, and the transformer runs preferred as their match (same K and D)
+    "appendix_linear": {"experiments": ("linear", "transformer")},
+    "appendix_direction": {"experiments": ("runs",)},
+    "appendix_label_noise": {"experiments": ("runs",)},
+    "appendix_sharing": {"experiments": ("runs",), "fits": ("line",)},
+    # (a) tau vs init std; (b) tau vs D under the default and the alternative init
+    "init_scale": {
+        "experiments": ("sweep", "default_init", "alternative_init"),
+        "fits": ("sweep", "default_init", "alternative_init"),
+    },
+    "appendix_threshold": {},
+    "appendix_plateau": {},
+}
+
+
+def figures_schema() -> dict:
+    """The JSON schema of config `figures`: an entry per figure that has roles, with exactly
+    its roles (the definitions `figure_experiments` and `figure_fits` say what a role holds);
+    a figure without roles may be left out. `mbc.core.config.schema` reads it."""
+
+    def closed(props: dict) -> dict:  # exactly these keys
+        return {"type": "object", "additionalProperties": False, "required": list(props),
+                "properties": props}  # fmt: skip
+
+    entries = {
+        name: closed(
+            {
+                kind: closed({r: {"$ref": f"#/definitions/figure_{kind}"} for r in names})
+                for kind, names in roles.items()
+            }  # fmt: skip
+        )
+        for name, roles in FIGURE_ROLES.items()
+    }
+    return {**closed(entries), "required": [n for n, roles in FIGURE_ROLES.items() if roles]}

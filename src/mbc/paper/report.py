@@ -15,7 +15,7 @@ import yaml
 
 from mbc.analysis.diverged import diverged_ids
 from mbc.analysis.hypotheses import verdicts
-from mbc.core.sections import Macro
+from mbc.core.report_sections import Macro
 from mbc.core.spec import ModelSpec
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 

@@ -12,10 +12,13 @@ Robustness contract (each figure):
   budget, with the legend entry ``censored (tau > budget)``;
 - NaN values are skipped (and log axes skip non-positive values).
 
-`FIGURES` maps a figure name to its function ``fig_<name>(tables, out_pdf, out_png)``;
+`FIGURES` maps a figure name to its function ``fig_<name>(tables, out_pdf, out_png, entry)``;
 `TABLES_NEEDED` says which tables each one reads: `mbc.paper.figure_tables`' declaration,
 which the Snakefile reads (without matplotlib) to declare them as inputs;
 `render` reads the CSVs and draws one figure. PDF and PNG (150 dpi) are written atomically.
+`entry` is the figure's config `figures` entry (`mbc.core.report_sections.FigureEntry`): which
+experiments it draws in each of its roles and which `fits` rows its lines are; no figure
+names an experiment or a fit itself.
 
 Modules: `common` (registry, style, saving, table and drawing helpers), `main_text` (plateau
 and waiting time, E15), `diagnostics` (E8-E10) and `appendix`.

@@ -1,6 +1,6 @@
 """Appendix figures (the section "Supplementary experiments"): the linear network (E13),
 the task direction (E14), label noise (E12), sharing (E11), the threshold (E4) and the
-plateau window."""
+plateau window. Which experiments and fits each draws is its config `figures` entry."""
 
 from __future__ import annotations
 
@@ -13,29 +13,33 @@ from matplotlib.lines import Line2D
 
 from mbc.paper.figures.common import (  # isort: skip
     _FIT_NUMERIC, CENSORED_LABEL, ONE_COL, TWO_COL, _as_bool, _colors, _finite, _fit_line, _fit_row,
-    _fmt, _hollow, _legend, _metrics_rows, _no_data, _note, _numeric, _one_seed_per, _register,
-    _run_curves, _tau_axes, _tau_budget_arrays, _tau_marker_handle, _tau_points, _tau_rows,
-    _text_col, _threshold_lines,
+    _fmt, _hollow, _legend, _metrics_rows, _names, _no_data, _note, _numeric, _one_seed_per,
+    _register, _run_curves, _tau_axes, _tau_budget_arrays, _tau_marker_handle, _tau_points,
+    _tau_rows, _text_col, _threshold_lines,
 )  # fmt: skip
+from mbc.core.report_sections import FigureEntry
 from mbc.core.spec import REVERSE_DIRECTIONS
 
 
 @_register("appendix_linear", ["metrics", "tau"])
-def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
-    """E13: L_cand / log K of the linear network vs the matching transformer runs (same K, D)."""
+def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
+    """L_cand / log K of the linear network (the `linear` experiments, E13) vs the matching
+    transformer runs (same K, D; one of the `transformer` experiments, E1, first)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    linear = _names(entry.experiments_of("linear"))
     all_tau = _tau_rows(tables["tau"])
     m = _metrics_rows(tables["metrics"])
-    lin = all_tau[all_tau["experiment"] == "E13"]
+    lin = all_tau[all_tau["experiment"].isin(entry.experiments_of("linear"))]
     if (lin["model"] != "").any():
         lin = lin[lin["model"] == "linear"]
     lin = _one_seed_per(lin[lin["run_id"].isin(set(m["run_id"]))], "k")
     if lin.empty:
-        _no_data(ax, "no E13 runs with metrics")
+        _no_data(ax, f"no {linear} runs with metrics")
         return fig
     trans = all_tau[(all_tau["model"] == "transformer") & all_tau["run_id"].isin(set(m["run_id"]))]
-    # Prefer the E1 run with the same K and D, else any transformer run with that K and D.
-    trans = trans.assign(_pref=(trans["experiment"] != "E1").astype(int))
+    # Prefer a `transformer` run with the same K and D, else any transformer run with them.
+    preferred = trans["experiment"].isin(entry.experiments_of("transformer"))
+    trans = trans.assign(_pref=(~preferred).astype(int))
     kcol = _colors(lin["k"])
     any_cens, n_matched = False, 0
     for _, row in lin.iterrows():
@@ -58,7 +62,7 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
     ax.set_xlabel("step")
     ax.set_ylabel(r"$L_\mathrm{cand}$ / log K")
     extra = [
-        Line2D([], [], color="0.3", ls="--", label="linear (E13)"),
+        Line2D([], [], color="0.3", ls="--", label=f"linear ({linear})"),
         Line2D([], [], color="0.3", ls="-", label="transformer"),
         _tau_marker_handle(),
     ]
@@ -67,20 +71,21 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame]) -> Figure:
 
 
 def _one_experiment(
-    tables: dict[str, pd.DataFrame], experiment: str
+    tables: dict[str, pd.DataFrame], experiments: list[str]
 ) -> tuple[Figure, Axes, pd.DataFrame]:
-    """A one-column figure and `experiment`'s tau rows ("no data" drawn when it has none)."""
+    """A one-column figure and `experiments`' tau rows ("no data" drawn when none)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
-    rows = _tau_rows(tables["tau"], [experiment])
+    rows = _tau_rows(tables["tau"], experiments)
     if rows.empty:
-        _no_data(ax, f"no {experiment} runs")
+        _no_data(ax, f"no {_names(experiments)} runs")
     return fig, ax, rows
 
 
 @_register("appendix_direction", ["tau"])
-def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
-    """E14: tau of (B,z)->A vs A->B per K; bars = mean over uncensored seeds, seeds as points."""
-    fig, ax, e14 = _one_experiment(tables, "E14")
+def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
+    """tau of (B,z)->A vs A->B per K of the `runs` experiments (E14); bars = mean over
+    uncensored seeds, seeds as points."""
+    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"))
     if e14.empty:
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
@@ -132,19 +137,22 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame]) -> Figure:
 
 
 @_register("appendix_label_noise", ["tau"])
-def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
-    """E12: tau vs label-noise probability, and the final candidate accuracy."""
+def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
+    """tau vs label-noise probability of the `runs` experiments (E12), and the final
+    candidate accuracy."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 2.5))
     a.set_title("(a) waiting time", loc="left")
     b.set_title("(b) final candidate accuracy", loc="left")
-    e12 = _tau_rows(tables["tau"], ["E12"])
+    names = _names(entry.experiments_of("runs"))
+    e12 = _tau_rows(tables["tau"], entry.experiments_of("runs"))
     if e12.empty:
-        _no_data(a, "no E12 runs")
-        _no_data(b, "no E12 runs")
+        _no_data(a, f"no {names} runs")
+        _no_data(b, f"no {names} runs")
         return fig
     _, nc = _tau_points(
-        a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label="E12 runs", positive=False
-    )
+        a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label=f"{names} runs",
+        positive=False,
+    )  # fmt: skip
     ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
     for axis in (a, b):
         axis.set_xticks(ps, [f"{v:g}" for v in ps])
@@ -168,9 +176,10 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame]) -> Figure:
 
 
 @_register("appendix_sharing", ["tau", "fits"])
-def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
-    """E11: tau vs sharing factor n_groups / G (log-log), fitted line from `fits`."""
-    fig, ax, e11 = _one_experiment(tables, "E11")
+def fig_appendix_sharing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
+    """tau vs sharing factor n_groups / G (log-log) of the `runs` experiments (E11), with
+    the `line` fit."""
+    fig, ax, e11 = _one_experiment(tables, entry.experiments_of("runs"))
     if e11.empty:
         return fig
     any_cens = False
@@ -179,14 +188,14 @@ def fig_appendix_sharing(tables: dict[str, pd.DataFrame]) -> Figure:
             ax, *_tau_budget_arrays(g, "sharing_factor"), color=f"C{i % 8}", label=kind or "runs"
         )
         any_cens |= nc > 0
-    _fit_line(ax, _fit_row(tables["fits"], "tau_vs_sharing"), e11["sharing_factor"])
+    _fit_line(ax, _fit_row(tables["fits"], entry.fit_of("line")), e11["sharing_factor"])
     _tau_axes(ax, "sharing factor (groups per selector set)")
     _legend(ax, censored=any_cens, loc="best", fontsize=6.5)
     return fig
 
 
 @_register("appendix_threshold", ["threshold_sensitivity"])
-def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
+def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """E4: exponent of tau vs D (with CI) as a function of the threshold (fraction of log K)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 2.5))
     t = _numeric(tables["threshold_sensitivity"], ("threshold", *_FIT_NUMERIC))
@@ -237,7 +246,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame]) -> Figure:
 
 
 @_register("appendix_plateau", ["plateau_sensitivity"])
-def fig_appendix_plateau(tables: dict[str, pd.DataFrame]) -> Figure:
+def fig_appendix_plateau(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Plateau height / log K of each E1/E2 run under each window end, with the band."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
     t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low",

@@ -19,6 +19,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
 from mbc.core.artifacts import read_csv_checked, write_bytes_atomic
+from mbc.core.report_sections import FigureEntry
 from mbc.paper.figure_tables import FIGURE_TABLES
 
 STYLE = Path(__file__).parent / "mbc.mplstyle"
@@ -30,7 +31,7 @@ DIVERGED_STYLE = dict(marker="x", color="C3", zorder=4)
 ONE_COL = 3.4  # inches: one-column figure width
 TWO_COL = 7.0  # inches: figures with two or three side-by-side panels
 
-FigureFn = Callable[[Mapping[str, pd.DataFrame], Path, Path], None]
+FigureFn = Callable[[Mapping[str, pd.DataFrame], Path, Path, FigureEntry], None]
 FIGURES: dict[str, FigureFn] = {}
 TABLES_NEEDED: dict[str, list[str]] = {}
 
@@ -53,8 +54,9 @@ _FIT_NUMERIC = (
 
 
 def _register(name: str, needs: Iterable[str]) -> Callable:
-    """Turn a drawing function ``draw(tables) -> Figure`` into ``fig_<name>`` and register it.
-    `needs` must be what `mbc.paper.figure_tables` declares (what the rule gives it)."""
+    """Turn a drawing function ``draw(tables, entry) -> Figure`` into ``fig_<name>`` and
+    register it. `needs` must be what `mbc.paper.figure_tables` declares (what the rule gives
+    it); `entry` is the figure's config `figures` entry (its experiments and fits, by role)."""
     needs = list(needs)
     if FIGURE_TABLES.get(name) != needs:
         raise RuntimeError(
@@ -62,14 +64,17 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
             f"{FIGURE_TABLES.get(name)}"
         )
 
-    def deco(draw: Callable[[dict[str, pd.DataFrame]], Figure]) -> FigureFn:
-        def fig_fn(tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path) -> None:
-            full = {t: tables.get(t, pd.DataFrame()) for t in needs}
-            full = {t: (pd.DataFrame() if df is None else df) for t, df in full.items()}
+    def deco(draw: Callable[[dict[str, pd.DataFrame], FigureEntry], Figure]) -> FigureFn:
+        def fig_fn(
+            tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path, entry: FigureEntry
+        ) -> None:
+            if entry.name != name:
+                raise ValueError(f"figure {name!r} given the config entry of {entry.name!r}")
+            full = {t: pd.DataFrame() if tables.get(t) is None else tables[t] for t in needs}
             before = set(plt.get_fignums())
             try:
                 with plt.style.context(STYLE):
-                    fig = draw(full)
+                    fig = draw(full, entry)
                     _unlog_empty_axes(fig)
                     _tidy_log_axes(fig)
                     _save(fig, Path(out_pdf), Path(out_png))
@@ -121,15 +126,16 @@ def render(
     table_paths: Mapping[str, str | Path],
     out_pdf: str | Path,
     out_png: str | Path,
+    entry: FigureEntry,
 ) -> None:
-    """Read the CSV tables figure `name` needs and draw it to `out_pdf` and `out_png`."""
+    """Draw figure `name` from the CSV tables it needs, as its config `figures` entry says."""
     if name not in FIGURES:
         raise KeyError(f"unknown figure {name!r}; known: {sorted(FIGURES)}")
     missing = [t for t in TABLES_NEEDED[name] if t not in table_paths]
     if missing:
         raise KeyError(f"figure {name!r} needs tables {missing} (got {sorted(table_paths)})")
     tables = {t: read_csv_checked(table_paths[t]) for t in TABLES_NEEDED[name]}
-    FIGURES[name](tables, Path(out_pdf), Path(out_png))
+    FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
 
 
 # --------------------------------------------------------------------------- table helpers
@@ -193,6 +199,11 @@ def _fit_row(fits: pd.DataFrame, name: str) -> pd.Series | None:
     return None if rows.empty else rows.iloc[0]
 
 
+def _names(experiments: Iterable[str]) -> str:
+    """A role's experiments in a label: E1/E2."""
+    return "/".join(experiments)
+
+
 def _fmt(v: float) -> str:
     """A number for a label: integers without a decimal point, others in %g."""
     if v is None or not np.isfinite(v):
@@ -212,17 +223,8 @@ def _finite(*arrays: np.ndarray) -> np.ndarray:
 
 def _no_data(ax: Axes, what: str) -> None:
     """Mark a panel that has nothing to show (empty table or missing experiment)."""
-    ax.text(
-        0.5,
-        0.5,
-        f"no data\n({what})",
-        transform=ax.transAxes,
-        ha="center",
-        va="center",
-        color="0.4",
-        fontsize=8,
-        style="italic",
-    )
+    ax.text(0.5, 0.5, f"no data\n({what})", transform=ax.transAxes, ha="center", va="center",
+            color="0.4", fontsize=8, style="italic")  # fmt: skip
     ax.set_xticks([])
     ax.set_yticks([])
 

@@ -1,5 +1,6 @@
 """Main-text figures of the post-hoc diagnostics (config `diagnostics`), along training in
-units of tau: the collective transition (E8), selector routing (E9) and the Hessian (E10)."""
+units of tau: the collective transition (E8), selector routing (E9) and the Hessian (E10).
+The onsets and fits they draw are their config `figures` entries."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from matplotlib.lines import Line2D
 
 from mbc.paper.figures.common import (  # isort: skip
     TWO_COL, _as_bool, _censored_runs_entry, _colors, _finite, _fit_line, _fit_row, _fmt, _hollow,
-    _legend, _no_data, _numeric, _register, _tau_rows, _text_col,
+    _legend, _names, _no_data, _numeric, _register, _tau_rows, _text_col,
 )  # fmt: skip
+from mbc.core.report_sections import FigureEntry
 
 
 def _tau_fraction(df: pd.DataFrame) -> np.ndarray:
@@ -47,7 +49,7 @@ def _runs_by_k(df: pd.DataFrame) -> Iterator[tuple[pd.DataFrame, float, tuple | 
 
 
 @_register("collective", ["collective", "collective_summary"])
-def fig_collective(tables: dict[str, pd.DataFrame]) -> Figure:
+def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Collective transition (E8): fraction of accurate groups and mean accuracy vs step / tau;
     histograms of per-group accuracy at 0.25, 0.5, 0.75 and 1.0 tau."""
     fractions = (0.25, 0.5, 0.75, 1.0)
@@ -163,13 +165,14 @@ def _heatmap(ax: Axes, df: pd.DataFrame, value: str, *, signed: bool, label: str
 
 
 @_register("routing", ["routing_attention", "routing_ablation", "tau"])
-def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
+def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Selector routing (E9): attention to z and zero-ablation effect per head at tau; lead of
-    the delta_z onset over the loss onset per run."""
+    the delta_z onset over the loss onset per run of the `onsets` experiments (E1)."""
+    onsets = _names(entry.experiments_of("onsets"))
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(TWO_COL, 2.5))
     a.set_title("(a) attention to z, mid", loc="left")
     b.set_title("(b) zero-ablation $\\Delta$loss, mid", loc="left")
-    c.set_title("(c) onsets (E1)", loc="left")
+    c.set_title(f"(c) onsets ({onsets})", loc="left")
     cols = ("k", "tau", "step", "layer", "head")
     att = _numeric(tables["routing_attention"], (*cols, "attn_to_z"))
     att = att[_text_col(att, "phase") == "mid"].dropna(subset=["layer", "head"])
@@ -187,9 +190,9 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
     else:
         _heatmap(b, abl, "delta_loss", signed=True, label="$\\Delta$ loss (nats)")
 
-    tau = _tau_rows(tables["tau"], ["E1"]).drop_duplicates("run_id")
+    tau = _tau_rows(tables["tau"], entry.experiments_of("onsets")).drop_duplicates("run_id")
     if tau.empty:
-        _no_data(c, "no E1 runs")
+        _no_data(c, f"no {onsets} runs")
         return fig
     lo, dz, budget = (tau[col].to_numpy(float) for col in ("loss_onset", "delta_z_onset", "steps"))
     both = _finite(lo, dz)
@@ -234,8 +237,9 @@ def fig_routing(tables: dict[str, pd.DataFrame]) -> Figure:
 
 
 @_register("hessian", ["hessian", "fits"])
-def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
-    """Hessian extremes along training (E10); anisotropy vs K at the plateau phase."""
+def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
+    """Hessian extremes along training (E10); anisotropy vs K at the plateau phase, with the
+    `anisotropy` (Lanczos) and `anisotropy_power` (power iteration) fits."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.2))
     a.set_title(r"(a) $\lambda_\max$ and $|\lambda_\min|$ along training", loc="left")
     b.set_title("(b) anisotropy on the plateau", loc="left")
@@ -322,7 +326,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
     )
     if (~conv).any():
         _hollow(b, p["k"][~conv], p["anisotropy"][~conv], "C0", s=16, label="not converged")
-    _fit_line(b, _fit_row(tables["fits"], "anisotropy_vs_k"), p["k"])
+    _fit_line(b, _fit_row(tables["fits"], entry.fit_of("anisotropy")), p["k"])
     # the author's estimator on the same checkpoints: power iteration
     pw = p[_finite(p["anisotropy_power"]) & (p["anisotropy_power"] > 0)]
     if not pw.empty:
@@ -330,7 +334,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame]) -> Figure:
                   label="power iteration (author's)", zorder=3)  # fmt: skip
         _fit_line(
             b,
-            _fit_row(tables["fits"], "anisotropy_power_vs_k"),
+            _fit_row(tables["fits"], entry.fit_of("anisotropy_power")),
             pw["k"],
             color="C1",
             prefix="power fit",

@@ -1,0 +1,73 @@
+"""The config's checks across sections (`mbc.core.config.load` runs them after the schema):
+what a section names must be declared elsewhere. And `ConfigError`, the one error every
+config check raises, naming the key where the user wrote it and its value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad config value; the message names the key and the value."""
+
+    def __init__(self, key: str, value: Any, why: str):
+        self.key, self.value = key, value
+        super().__init__(f"config key '{key}' = {value!r}: {why}")
+
+
+def dotted(path: tuple) -> str:
+    """A config path as the user writes it: `diagnostics.hessian.source`."""
+    return ".".join(str(p) for p in path)
+
+
+def check_references(cfg: dict, written=dotted) -> None:
+    """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
+    declared experiments, and figures declared fits (an error names the key where the user
+    wrote it: `written`); the plateau band must contain 1 (height = log K)."""
+    for name, diag in cfg.get("diagnostics", {}).items():
+        src = diag.get("source")
+        if src is not None and src not in cfg["experiments"]:
+            raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
+    for i, fit in enumerate(cfg.get("fits", [])):
+        for exp in fit.get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
+    for name, st in (cfg.get("statistics") or {}).items():
+        for exp in st.get("experiments", []):
+            if exp not in cfg["experiments"]:
+                key = written(("statistics", name, "experiments"))
+                raise ConfigError(key, exp, "unknown experiment")
+    sweep = (cfg.get("robustness") or {}).get("sweep")
+    if sweep is not None and sweep not in cfg["experiments"]:
+        raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")
+    ids = set()
+    for i, row in enumerate(cfg.get("scorecard", [])):
+        if row["paper_reference"]["traced"] != "ours":
+            continue
+        if not ({"within", "sign"} & set(row["agree"])):
+            msg = "a claim of our own is decided by `within` or `sign`"
+            raise ConfigError(f"scorecard[{i}].agree", row["agree"], msg)
+        if row["id"] in ids:
+            raise ConfigError(f"scorecard[{i}].id", row["id"], "used twice")
+        ids.add(row["id"])
+    fit_names = {f["name"] for f in cfg.get("fits", [])}
+    for i, diff in enumerate(cfg.get("fit_differences", [])):
+        for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
+            if name not in fit_names and name.split("_at_")[0] not in fit_names:
+                raise ConfigError(f"fit_differences[{i}].of", name, "no fit of that name")
+    for fig, entry in (cfg.get("figures") or {}).items():
+        for role, exps in (entry.get("experiments") or {}).items():
+            if unknown := [e for e in exps if e not in cfg["experiments"]]:
+                key = written(("figures", fig, "experiments", role))
+                raise ConfigError(key, unknown[0], "unknown experiment")
+        for role, fit in (entry.get("fits") or {}).items():
+            if fit not in fit_names:
+                key = written(("figures", fig, "fits", role))
+                raise ConfigError(key, fit, "no fit of that name")
+    for section in ("threshold_sensitivity", "plateau_sensitivity"):
+        for exp in cfg.get(section, {}).get("experiments", []):
+            if exp not in cfg["experiments"]:
+                raise ConfigError(written((section, "experiments")), exp, "unknown experiment")
+    band = cfg.get("plateau_sensitivity", {}).get("band")
+    if band is not None and not band[0] < 1 < band[1]:
+        raise ConfigError(written(("plateau_sensitivity", "band")), band, "need low < 1 < high")

@@ -1,0 +1,192 @@
+"""config.yaml's sections that the verdicts and the report read, as frozen, typed values
+(`mbc.core.sections.TypedSections` builds them): `scorecard` (the paper's claims and our
+own), `hypotheses` (H1-H7), `robustness` (E15's tables), `report` (numbers.tex's macros)
+and `figures` (each figure's experiments and fits by role).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mbc.core.frozen import Frozen, freeze, thaw
+
+
+@dataclass(frozen=True)
+class ScorecardRow:
+    """One entry of config `scorecard`: a claim, the statistic that measures it (`ours`:
+    our own definition of it, compared too), the paper's reference and the agreement rule.
+    A claim of our own (`traced: ours`) has an `id` (E15's R1-R4)."""
+
+    claim: str
+    statistic: str
+    paper_reference: Frozen
+    agree: Frozen
+    why: str = ""
+    ours: str | None = None
+    id: str | None = None
+
+    @property
+    def is_ours(self) -> bool:
+        return self.paper_reference.get("traced") == "ours"
+
+    def reference(self) -> dict:
+        return thaw(self.paper_reference)
+
+    def rule(self) -> dict:
+        return thaw(self.agree)
+
+
+@dataclass(frozen=True)
+class Scorecard:
+    rows: tuple[ScorecardRow, ...]
+
+    @classmethod
+    def from_raw(cls, rows: list[dict]) -> Scorecard:
+        return cls(
+            tuple(
+                ScorecardRow(
+                    claim=r["claim"],
+                    statistic=r["statistic"],
+                    paper_reference=freeze(r["paper_reference"]),
+                    agree=freeze(r["agree"]),
+                    why=r.get("why", ""),
+                    ours=r.get("ours"),
+                    id=r.get("id"),
+                )  # fmt: skip
+                for r in rows
+            )
+        )
+
+    @property
+    def ours(self) -> tuple[ScorecardRow, ...]:
+        """The claims of our own (`traced: ours`), in config order."""
+        return tuple(r for r in self.rows if r.is_ours)
+
+
+@dataclass(frozen=True)
+class HypothesisTest:
+    """One decision rule (docs/method.md#hypotheses): the statistic (`*` globs) whose CI is
+    held against `threshold` on the predicted side (`greater`, `less`), or inside
+    center +/- threshold (`within`, the claims of our own); `ours`: our uniform version,
+    decided by the same rule."""
+
+    statistic: str
+    direction: str
+    threshold: float
+    why: str = ""
+    ours: str | None = None
+    center: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """config `hypotheses.<id>`: a candidate mechanism, its prediction and its tests."""
+
+    id: str
+    mechanism: str
+    prediction: str
+    tests: tuple[HypothesisTest, ...]
+
+
+@dataclass(frozen=True)
+class Hypotheses:
+    """config `hypotheses` (H1-H7), in config order."""
+
+    items: tuple[Hypothesis, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Hypotheses:
+        return cls(
+            tuple(
+                Hypothesis(
+                    hid,
+                    h["mechanism"],
+                    h["prediction"],
+                    tuple(HypothesisTest(**t) for t in h["tests"]),
+                )  # fmt: skip
+                for hid, h in raw.items()
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Robustness:
+    """config `robustness` (E15's tables; its statements are scorecard claims of our
+    own): the init-scale sweep's experiment and the default-vs-alternative comparisons."""
+
+    sweep: str
+    compare: tuple[Frozen, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Robustness:
+        return cls(raw["sweep"], freeze(raw["compare"]))
+
+
+@dataclass(frozen=True)
+class Macro:
+    """One numbers.tex macro of config `report.macros`: a column of a statistics.csv row
+    (`*` in the name: its first match in natural order, `_d2000` before `_d10000`)."""
+
+    name: str
+    statistic: str
+    column: str = "value"
+
+
+@dataclass(frozen=True)
+class Report:
+    """config `report`: the macros the paper's prose reads from statistics.csv. Counts of
+    runs, rows and verdicts are the report's own (`mbc.paper.report.numbers`)."""
+
+    macros: tuple[Macro, ...]
+
+    @classmethod
+    def from_raw(cls, raw: dict) -> Report:
+        return cls(
+            tuple(
+                Macro(name, m) if isinstance(m, str) else Macro(name, **m)
+                for name, m in raw.get("macros", {}).items()
+            )
+        )
+
+
+@dataclass(frozen=True)
+class FigureEntry:
+    """One figure's entry of config `figures`: the experiments it draws, by the role it
+    draws them in (role -> experiment ids), and the fits whose lines it draws (role -> a
+    `fits` name). The roles are the figure's (mbc.paper.figure_tables.FIGURE_ROLES)."""
+
+    name: str
+    experiments: Frozen = Frozen()
+    fits: Frozen = Frozen()
+
+    def experiments_of(self, role: str) -> list[str]:
+        return list(self._role("experiments", role))
+
+    def fit_of(self, role: str) -> str:
+        return self._role("fits", role)
+
+    def _role(self, kind: str, role: str) -> Any:
+        value = getattr(self, kind).get(role)
+        if value is None:  # the schema requires every role: only a hand-built entry lacks one
+            raise KeyError(f"figure {self.name!r} has no {kind} role {role!r}")
+        return value
+
+
+@dataclass(frozen=True)
+class Figures:
+    """config `figures`: one entry per figure that has roles; any other figure's is empty."""
+
+    entries: tuple[FigureEntry, ...]
+
+    @classmethod
+    def from_raw(cls, d: dict) -> Figures:
+        return cls(
+            tuple(
+                FigureEntry(name, freeze(e.get("experiments") or {}), freeze(e.get("fits") or {}))
+                for name, e in d.items()
+            )
+        )
+
+    def __getitem__(self, name: str) -> FigureEntry:
+        return next((e for e in self.entries if e.name == name), FigureEntry(name))
