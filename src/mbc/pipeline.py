@@ -377,11 +377,10 @@ def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 
 
-def make_tex(
-    preset: str, paths: dict, out: dict, report: Report, labels: dict | None = None
-) -> None:
+def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
     """The paper's generated inputs: tables, and numbers.tex from config `report.macros`
-    and the report's counts; `labels` (config) names the statistics readably."""
+    and the report's counts; config `labels` (`report.labels`) names the statistics."""
+    labels = report.label_map()
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     write_text_atomic(out["fits"], fits_table(t["fits"], labels))
     write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))

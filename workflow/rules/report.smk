@@ -161,7 +161,6 @@ rule tex:
     params:
         preset=CFG.preset,
         report=CFG.report,
-        labels=CFG.raw.get("labels", {}),
         config_id=section_id(CFG.report),
     script:
         "../scripts/tex.py"

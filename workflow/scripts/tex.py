@@ -7,5 +7,4 @@ with logged(snakemake.log[0]):
         dict(snakemake.input.items()),
         dict(snakemake.output.items()),
         snakemake.params.report,
-        snakemake.params.labels,
     )

@@ -135,19 +135,24 @@ class Macro:
 
 @dataclass(frozen=True)
 class Report:
-    """config `report`: the macros the paper's prose reads from statistics.csv. Counts of
-    runs, rows and verdicts are the report's own (`mbc.paper.report.numbers`)."""
+    """What the report prints from config: `report.macros`, the macros the paper's prose
+    reads from statistics.csv (counts of runs, rows and verdicts are the report's own,
+    `mbc.paper.report.numbers`), and `labels`, what its tables call a statistic or a fit."""
 
     macros: tuple[Macro, ...]
+    labels: Frozen = Frozen()
 
     @classmethod
-    def from_raw(cls, raw: dict) -> Report:
-        return cls(
-            tuple(
-                Macro(name, m) if isinstance(m, str) else Macro(name, **m)
-                for name, m in raw.get("macros", {}).items()
-            )
+    def from_raw(cls, raw: dict, labels: dict | None = None) -> Report:
+        macros = tuple(
+            Macro(name, m) if isinstance(m, str) else Macro(name, **m)
+            for name, m in raw.get("macros", {}).items()
         )
+        return cls(macros, freeze(labels or {}))
+
+    def label_map(self) -> dict[str, str]:
+        """The labels as config.yaml's mapping (`mbc.paper.report.readable` reads it)."""
+        return thaw(self.labels)
 
 
 @dataclass(frozen=True)

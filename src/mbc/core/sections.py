@@ -314,7 +314,7 @@ class TypedSections:
 
     @functools.cached_property
     def report(self) -> Report:
-        return Report.from_raw(self.raw.get("report", {}))
+        return Report.from_raw(self.raw.get("report", {}), self.raw.get("labels", {}))
 
     @functools.cached_property
     def plateau_sensitivity(self) -> PlateauSensitivity:
