@@ -101,7 +101,7 @@ def make_pack(r: int, device, compile_: bool = False, datasets=None) -> PackedRu
 
 
 def packed_gemms(spec: ModelSpec, r: int, batch: int, t: int, n_targets: int) -> list[tuple]:
-    """(kind, R, M, K, N) of every matmul of one packed step (`stacked_forward`, pruned last
+    """(kind, R, M, K, N) of every matmul of one packed step (`mbc.training.forward.forward`, pruned last
     block), in the layouts the packed step issues: forward `baddbmm(b, x, W^T)`, input
     gradient `bmm(dy, W)`, weight gradient `bmm(dy^T, x)`; attention's batched matmuls over
     R * batch * heads."""
@@ -134,7 +134,7 @@ def packed_gemm_pass(spec: ModelSpec, r: int, batch: int, t: int, n_targets: int
             ops.append(lambda x=x, w=w, b=b: torch.baddbmm(b, x, w.transpose(1, 2)))
             ops.append(lambda dy=dy, w=w: torch.bmm(dy, w))
             ops.append(lambda dy=dy, x=x: torch.bmm(dy.transpose(1, 2), x))
-        else:  # attention: scores laid out keys-first (mbc.training.model.attend)
+        else:  # attention: scores laid out keys-first (mbc.training.forward.attend)
             ops += batched_matmul_ops(rr, m, k, n, device, bf)
     return in_turn(ops)
 

@@ -23,7 +23,7 @@ from torch import nn
 
 from mbc.core.spec import TaskSpec
 from mbc.training.data import Dataset
-from mbc.training.model import Transformer, attend, use_sdpa
+from mbc.training.model import Transformer
 
 
 @dataclass(frozen=True)
@@ -187,69 +187,12 @@ def metrics_from_logprobs(
     return out
 
 
-def _attend_candidates(
-    q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, k_pre: torch.Tensor,
-    v_pre: torch.Tensor, k: int,
-) -> torch.Tensor:  # fmt: skip
-    """Causal attention of the K candidates' answer positions of each context over the
-    context's shared prefix and their own earlier answer positions.
-
-    q, k_own, v_own: (n, h, K * t, dh), candidate-major (candidate c holds rows c*t ..
-    c*t + t-1); k_pre, v_pre: (n, h, s, dh) the prefix. The prefix keys are used once per
-    context (the K candidates are rows of one matrix product), never copied per
-    candidate; the own-key part is a (t x t) causal block per candidate. One softmax
-    over [prefix keys, own keys]. Returns (n, h, K * t, dh).
-    """
-    n, h, kt, dh = q.shape
-    t = kt // k
-    scale = 1.0 / math.sqrt(dh)
-    s_pre = (q @ k_pre.transpose(-2, -1)) * scale  # (n, h, K t, s)
-    q5, k5, v5 = (x.view(n, h, k, t, dh) for x in (q, k_own, v_own))
-    s_own = (q5 @ k5.transpose(-2, -1)) * scale  # (n, h, K, t, t)
-    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
-    s_own = s_own.masked_fill(~causal, float("-inf"))
-    s_pre5 = s_pre.view(n, h, k, t, -1)
-    m = torch.maximum(s_pre5.amax(-1, keepdim=True), s_own.amax(-1, keepdim=True))
-    e_pre, e_own = (s_pre5 - m).exp(), (s_own - m).exp()
-    z = e_pre.sum(-1, keepdim=True) + e_own.sum(-1, keepdim=True)
-    out = (e_pre.view(n, h, kt, -1) @ v_pre).view(n, h, k, t, dh) + e_own @ v5
-    return (out / z).view(n, h, kt, dh)
-
-
 def _candidate_logprobs(model: Transformer, ctx: torch.Tensor, answers: torch.Tensor):
-    """Teacher-forced log-probs of every candidate answer behind one shared prefix, with the
-    model's own blocks (projections, W_O, MLP) and `attend` for the prefix.
-
-    ctx: (n, p + 1) the shared tokens up to the first target-predicting position;
-    answers: (n, K, n_t) candidate target tokens. Returns (n, K, n_t) log-probabilities.
-    Equivalent to running each full sequence ctx ++ answer through the model. The answer
-    positions of a context's K candidates form one stream (n, K * (n_t - 1), d), so every
-    linear layer runs on them in one product and the prefix is never repeated.
-    """
-    n, k, n_t = answers.shape
-    p = ctx.shape[1] - 1
-    t = n_t - 1
-    d = model.spec.d_model
-    sdpa = use_sdpa(ctx.device)
-    # prefix once per context
-    xp = model.tok_emb(ctx) + model.pos_emb.weight[: p + 1]
-    # answer inputs (all but the last target token), candidate-major within a context
-    xa = (model.tok_emb(answers[:, :, :-1]) + model.pos_emb.weight[p + 1 : p + n_t]).view(
-        n, k * t, d
-    )
-    for block in model.blocks:
-        a = block.attn
-        qp, kp, vp = a.project(block.ln1(xp))
-        qa, ka, va = a.project(block.ln1(xa))
-        xp = xp + a.output(attend(qp, kp, vp, 0, sdpa)[0])
-        xp = xp + block.feed_forward(xp)
-        xa = xa + a.output(_attend_candidates(qa, ka, va, kp, vp, k))
-        xa = xa + block.feed_forward(xa)
-    # predictions: position p (shared) then the answer positions p+1 .. p+n_t-1
-    first = model.unembed(model.ln_f(xp[:, p]))  # (n, vocab)
-    rest = model.unembed(model.ln_f(xa)).view(n, k, t, -1)
-    logits = torch.cat([first.unsqueeze(1).expand(n, k, -1).unsqueeze(2), rest], dim=2)
-    logp = F.log_softmax(logits.float(), dim=-1)
+    """Teacher-forced log-probs of every candidate answer behind one shared prefix: the
+    model's forward with `answers` (`mbc.training.forward`), equivalent to running each
+    full sequence ctx ++ answer through it. ctx: (n, p + 1) the shared tokens up to the
+    first target-predicting position; answers: (n, K, n_t). Returns (n, K, n_t)."""
+    logp = F.log_softmax(model(ctx, answers=answers).float(), dim=-1)
     return logp.gather(-1, answers.unsqueeze(-1)).squeeze(-1)
 
 

@@ -3,22 +3,20 @@ baseline.
 
 Both map full sequences (N, T) to logits at the target-predicting positions only,
 (N, n_targets, vocab): the loss never looks at other positions, so we never unembed them.
-The transformer has one forward, used by training, evaluation and every diagnostic; its
-hook points (TransformerLens' names: `blocks.<i>.attn.hook_z`, `...hook_pattern`) serve the
-routing head's attention read-out and ablations. Attention is SDPA on CUDA and, on the CPU,
-an explicit formula laid out for this sequence length (`attend`).
+The transformer's modules hold its weights (and their names: the state dict); its forward
+is `mbc.training.forward`'s, the one forward of training, packed training, evaluation and
+every diagnostic. Its hook points (TransformerLens' names: `blocks.<i>.attn.hook_z`,
+`...hook_pattern`) serve the routing head's attention read-out and ablations.
 """
 
 from __future__ import annotations
-
-import math
-from collections.abc import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from mbc.core.spec import A_LEN, B_LEN, VOCAB, ModelSpec, TaskSpec
+from mbc.training.forward import Hooks, forward
 
 
 def init_weights(model: nn.Module, std: float) -> None:
@@ -37,84 +35,19 @@ def init_weights(model: nn.Module, std: float) -> None:
             nn.init.zeros_(m.bias)
 
 
-def use_sdpa(device: torch.device) -> bool:
-    """SDPA's fused kernels win on CUDA; on CPU at T = 15 the plain formula is faster."""
-    return device.type == "cuda"
-
-
-def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int, sdpa: bool,
-    want_pattern: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
-    """Causal attention of queries at positions offset.. over keys at 0..: (z, pattern).
-
-    q (n, h, tq, dh), k and v (n, h, tk, dh); z (n, h, tq, dh); the pattern (n, h, tq, tk) is
-    returned only when asked for (SDPA never forms it).
-    """
-    tq, tk = q.shape[-2], k.shape[-2]
-    if sdpa and not want_pattern:
-        if offset == 0 and tq == tk:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True), None
-        keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(offset)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep), None
-    keep = torch.ones(tq, tk, dtype=torch.bool, device=q.device).tril(offset)
-    # Scores laid out keys-first, (.., tk, tq), so the softmax runs over dim -2: at T = 15
-    # torch's CPU softmax over the last dim is ~2.5x slower than over an inner one, and
-    # the transposes are free strides in the matmuls (attention 5.6 -> 3.0 ms fwd+bwd).
-    att_t = (k @ q.transpose(-2, -1)) * (1.0 / math.sqrt(q.shape[-1]))
-    att_t = att_t.masked_fill(~keep.T, float("-inf")).softmax(dim=-2)
-    pattern = att_t.transpose(-2, -1)
-    return pattern @ v, (pattern if want_pattern else None)
-
-
-Hooks = Mapping[str, Callable[[torch.Tensor], "torch.Tensor | None"]]
-
-
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention with TransformerLens' hook points `hook_pattern` (read the
-    attention pattern) and `hook_z` (read or replace the per-head outputs before W_O)."""
+    """Multi-head causal attention's weights: W_Q, W_K, W_V fused (`qkv`) and W_O (`out`).
+    The forward is `mbc.training.forward`'s, hook points `hook_pattern` and `hook_z`."""
 
     def __init__(self, spec: ModelSpec):
         super().__init__()
-        self.n_heads, self.d_head = spec.n_heads, spec.d_head
         self.qkv = nn.Linear(spec.d_model, 3 * spec.d_model)
         self.out = nn.Linear(spec.d_model, spec.d_model)
 
-    def heads(self, y: torch.Tensor) -> torch.Tensor:
-        n, t, d = y.shape
-        return y.view(n, t, self.n_heads, self.d_head).transpose(1, 2)
-
-    def project(self, y: torch.Tensor, first: int = 0):
-        """q (queries at positions first..), k, v (all positions) per head from the normed
-        residual y (n, t, d). first > 0 skips the query rows nobody reads."""
-        d = y.shape[-1]
-        if first == 0:
-            return tuple(self.heads(u) for u in self.qkv(y).split(d, dim=2))
-        w, b = self.qkv.weight, self.qkv.bias
-        q = self.heads(F.linear(y[:, first:], w[:d], b[:d]))
-        k, v = (self.heads(u) for u in F.linear(y, w[d:], b[d:]).split(d, dim=2))
-        return q, k, v
-
-    def output(self, z: torch.Tensor) -> torch.Tensor:
-        """W_O applied to the per-head outputs z (n, h, t, d_head): (n, t, d)."""
-        n, h, t, dh = z.shape
-        return self.out(z.transpose(1, 2).reshape(n, t, h * dh))
-
-    def forward(
-        self, y: torch.Tensor, first: int = 0, hooks: Hooks | None = None, name: str = ""
-    ) -> torch.Tensor:
-        q, k, v = self.project(y, first)
-        on_pattern = hooks.get(f"{name}hook_pattern") if hooks else None
-        z, pattern = attend(q, k, v, first, use_sdpa(y.device), on_pattern is not None)
-        if on_pattern is not None:
-            on_pattern(pattern)
-        on_z = hooks.get(f"{name}hook_z") if hooks else None
-        if on_z is not None and (changed := on_z(z)) is not None:
-            z = changed
-        return self.output(z)
-
 
 class Block(nn.Module):
+    """A pre-LayerNorm block's weights (its forward: `mbc.training.forward`)."""
+
     def __init__(self, spec: ModelSpec):
         super().__init__()
         self.ln1 = nn.LayerNorm(spec.d_model)
@@ -123,15 +56,6 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(
             nn.Linear(spec.d_model, spec.d_mlp), nn.GELU(), nn.Linear(spec.d_mlp, spec.d_model)
         )
-
-    def feed_forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.mlp(self.ln2(x))
-
-    def forward(self, x, first: int = 0, hooks: Hooks | None = None, name: str = ""):
-        """The block on residual x (n, t, d); first > 0 returns positions first.. only."""
-        a = self.attn(self.ln1(x), first, hooks, f"{name}attn.")
-        x = (x[:, first:] if first else x) + a
-        return x + self.feed_forward(x)
 
 
 class Transformer(nn.Module):
@@ -150,11 +74,20 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(spec.d_model)
         self.unembed = nn.Linear(spec.d_model, VOCAB)
         init_weights(self, spec.weight_std)
+        # (name, owning module, attribute) of every parameter: the forward's weights by
+        # name, read afresh at each call (an optimiser or load_state_dict updates in place)
+        self._weights = [
+            (f"{mn}.{pn}" if mn else pn, m, pn)
+            for mn, m in self.named_modules()
+            for pn, _ in m.named_parameters(recurse=False)
+        ]
 
     def forward(
-        self, tokens: torch.Tensor, *, hooks: Hooks | None = None, all_positions: bool = False
-    ) -> torch.Tensor:
-        """tokens (n, T) -> logits (n, n_targets, vocab) at the target-predicting positions.
+        self, tokens: torch.Tensor, *, hooks: Hooks | None = None, all_positions: bool = False,
+        answers: torch.Tensor | None = None,
+    ) -> torch.Tensor:  # fmt: skip
+        """tokens (n, T) -> logits (n, n_targets, vocab) at the target-predicting positions:
+        `mbc.training.forward.forward` over this run's weights (the same forward as a pack's).
 
         Only those positions reach the loss, so the last block runs queries, W_O and the MLP
         there alone (keys and values everywhere): 14% fewer FLOPs per step at the paper's
@@ -162,17 +95,11 @@ class Transformer(nn.Module):
         hooks: {"blocks.<i>.attn.hook_z" or "...hook_pattern": fn}; fn(z) may return a
         replacement z (n, heads, t_q, d_head) for the queries' positions, fn(pattern) reads
         (n, heads, t_q, t_k). Without hooks nothing is looked up.
+        answers: the shared-prefix evaluation (`mbc.training.forward.forward`).
         """
-        x_in = tokens[:, :-1]
-        t = x_in.shape[1]
-        x = self.tok_emb(x_in) + self.pos_emb.weight[:t]
-        p = 0 if all_positions else self.task.first_pred_pos
-        last = len(self.blocks) - 1
-        for i, block in enumerate(self.blocks):
-            x = block(x, p if i == last else 0, hooks, f"blocks.{i}.")
-        if not self.blocks:
-            x = x[:, p:]
-        return self.unembed(self.ln_f(x))
+        first = 0 if all_positions else self.task.first_pred_pos
+        w = {name: getattr(m, attr) for name, m, attr in self._weights}
+        return forward(w, tokens, self.spec, first, hooks=hooks, answers=answers)
 
 
 class LinearBaseline(nn.Module):

@@ -4,9 +4,8 @@ A paper-size step (batch 128 x 15 positions, d_model 128) is far too small to fi
 one run is bound by kernel-launch latency, not FLOPs. Packing R runs turns every
 matmul into one `torch.baddbmm` over R stacked weight matrices (and attention into one
 call over R * batch sequences), so a step of R runs costs about the launches of one.
-`PackedTransformer.forward` is a batched view of `mbc.training.model.Transformer.forward`: the same
-steps (the last block at the target positions only, `mbc.training.model.attend`) over R stacked
-weight sets.
+`PackedTransformer.forward` and `mbc.training.model.Transformer.forward` are one forward,
+`mbc.training.forward.forward`, over R stacked weight sets or one run's.
 
 Each run keeps its own everything: initial weights (drawn exactly as `mbc.training.train` draws
 them, from the run's STREAM_INIT), dataset and batch order (`BatchOrder` of its own seed
@@ -40,11 +39,11 @@ from torch import nn
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
+from mbc.training.forward import forward
 from mbc.training.metrics import metrics_from_logprobs
-from mbc.training.model import Transformer, build_model, use_sdpa
+from mbc.training.model import Transformer, build_model
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.schedule import BatchOrder, learning_rate
-from mbc.training.stacked import stacked_forward
 from mbc.training.train import make_optimizer
 
 
@@ -131,7 +130,7 @@ class PackedTransformer(nn.Module):
                 f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
             )
         w = self.weights(runs) | (low or {})
-        return stacked_forward(w, tokens, self.spec, self.task, use_sdpa(tokens.device))
+        return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
     @torch.no_grad()
     def evaluate(self, runs: list[int], batches: list, max_seqs: int = 1 << 15) -> list[dict]:
