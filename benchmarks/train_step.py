@@ -613,6 +613,7 @@ def main(argv: list[str] | None = None) -> dict:
         if ratio is not None:
             v["evals_per_step"], v["schedule_source"] = ratio, source
             v["fraction_schedule"] = v["eval_s"] * ratio / v["step_s"]
+            v["fraction_schedule_best"] = v["eval_s"] * ratio / res["best"]["run_step_s"]
     res["eval"] = ev
     numerics["eval_max_abs_diff"] = max(eval_diffs, default=0.0)
     numerics["ok"] = all(numerics[k]["max_rel_diff"] < t for k, t in compared.items()) and (
@@ -847,6 +848,11 @@ def report_cpu(res: dict) -> None:
         print(
             f"eval share K={k} at 50-step resolution under the best step: "
             f"{v['fraction_every_50_best']:.1%}"
+            + (
+                f"; under eval.dense_every (the runs' own schedule): {v['fraction_schedule_best']:.1%}"
+                if "fraction_schedule_best" in v
+                else ""
+            )
         )
 
 
