@@ -213,9 +213,10 @@ def test_a_log_at_its_budget_without_done_is_finished(tmp_path):
 
 
 def test_batched_evaluation_equals_each_runs_own():
-    """PackedTransformer.evaluate (one forward for many runs, every candidate in full)
-    against `evaluate_shared_prefix` of each run's own model, z-shuffle included."""
-    from mbc.training.metrics import evaluate_shared_prefix
+    """PackedTransformer.evaluate (one forward for many runs; `fast`: the K candidates
+    behind one run of their shared prefix, `plain`: every candidate in full) against each
+    run's own model's evaluation by the same engine, z-shuffle included; chunked."""
+    from mbc.training.metrics import evaluate, evaluate_shared_prefix
     from mbc.training.packed import PackedRuns
     from mbc.training.train import eval_batch
 
@@ -225,14 +226,15 @@ def test_batched_evaluation_equals_each_runs_own():
     for _ in range(30):
         pack.step()
     batches = [eval_batch(s, ds, CPU) for s, ds in zip(specs, datasets, strict=True)]
-    got = pack.model.evaluate([2, 0], [batches[2], batches[0]], max_seqs=50)  # chunked
-    for r, m in zip([2, 0], got, strict=True):
-        model, _ = pack.export_run(r)
-        ref = evaluate_shared_prefix(model, batches[r])
-        assert m.keys() == ref.keys()
-        for key in ref:
-            assert m[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-6), key
-    assert got[0]["candidate_loss"] != got[1]["candidate_loss"]
+    for engine in ("fast", "plain"):
+        got = pack.model.evaluate([2, 0], [batches[2], batches[0]], max_seqs=50, engine=engine)
+        for r, m in zip([2, 0], got, strict=True):
+            model, _ = pack.export_run(r)
+            ref = (evaluate_shared_prefix if engine == "fast" else evaluate)(model, batches[r])
+            assert m.keys() == ref.keys()
+            for key in ref:
+                assert m[key] == pytest.approx(ref[key], rel=1e-5, abs=1e-6), (engine, key)
+        assert got[0]["candidate_loss"] != got[1]["candidate_loss"]
 
 
 def test_packed_runs_with_batched_evaluation_write_what_unpacked_runs_write(tmp_path, monkeypatch):
@@ -245,7 +247,7 @@ def test_packed_runs_with_batched_evaluation_write_what_unpacked_runs_write(tmp_
     monkeypatch.setattr(
         PackedTransformer,
         "evaluate",
-        lambda self, runs, b: widths.append(len(runs)) or batched(self, runs, b),
+        lambda self, runs, b, **kw: widths.append(len(runs)) or batched(self, runs, b, **kw),
     )
     specs = mixed_specs()[:4] + [dataclasses.replace(tiny_spec(k=5), seed=2)]
     datasets = [build_dataset(s.task, s.seed) for s in specs]

@@ -133,32 +133,45 @@ class PackedTransformer(nn.Module):
         return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
     @torch.no_grad()
-    def evaluate(self, runs: list[int], batches: list, max_seqs: int = 1 << 15) -> list[dict]:
+    def evaluate(
+        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
+    ) -> list[dict]:
         """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
-        one shape), in one batched forward per chunk: every candidate sequence in full, as
-        `mbc.training.metrics.evaluate` (equal to float32 rounding). For GPUs, where R
-        evaluations one after another are bound by kernel launches."""
+        one shape), in one batched forward per chunk of at most `max_seqs` sequences over
+        all runs: with train.engine `fast` each context's K candidates share one run of their
+        common prefix (the forward's `answers`, as `evaluate_shared_prefix`), with `plain`
+        every candidate runs in full (as `evaluate`); equal to float32 rounding. For GPUs,
+        where R evaluations one after another are bound by kernel launches."""
         idx = torch.as_tensor(runs, device=batches[0].candidates.device)
         task = batches[0].task
-        n, k = batches[0].n_contexts, task.k
+        n, k, n_t, p = batches[0].n_contexts, task.k, task.n_targets, task.first_pred_pos
+        w = self.weights(idx)
 
-        def logprobs(seqs: torch.Tensor) -> torch.Tensor:  # (S, m, T) -> (S, m, n_t)
-            chunk = max(1, max_seqs // len(runs))
+        def logprobs(seqs: torch.Tensor, per_seq: int) -> torch.Tensor:
+            """seqs (R, m, ...) -> target log-probs (R, m, ..., n_t), chunked along m."""
+            chunk = max(1, max_seqs // (len(runs) * per_seq))
             out = []
             for i in range(0, seqs.shape[1], chunk):
                 s = seqs[:, i : i + chunk]
-                logp = F.log_softmax(self.forward(s, idx).float(), dim=-1)
-                out.append(logp.gather(-1, s[:, :, -task.n_targets :].unsqueeze(-1)).squeeze(-1))
+                if per_seq == 1:  # whole sequences
+                    logits, targets = forward(w, s, self.spec, p), s[..., -n_t:]
+                else:  # (R, c, K, T): prefix once, the K answers behind it
+                    targets = s[..., -n_t:]
+                    logits = forward(w, s[:, :, 0, : p + 1], self.spec, p, answers=targets)
+                logp = F.log_softmax(logits.float(), dim=-1)
+                out.append(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
             return torch.cat(out, dim=1)
 
-        lp = logprobs(torch.stack([b.candidates for b in batches]))
+        cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)
+        if engine == "fast":
+            lp = logprobs(cands.view(len(runs), n, k, -1), k)  # (R, n, K, n_t)
+        else:
+            lp = logprobs(cands, 1).view(len(runs), n, k, -1)
         shuffled = None
         if batches[0].shuffled is not None:
-            shuffled = logprobs(torch.stack([b.shuffled for b in batches]))
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]), 1)
         return [
-            metrics_from_logprobs(
-                lp[j].view(n, k, -1), None if shuffled is None else shuffled[j], b
-            )
+            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
             for j, b in enumerate(batches)
         ]
 

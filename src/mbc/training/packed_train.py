@@ -88,7 +88,8 @@ def evaluate_together(pack: PackedRuns, views: list[PackView], due: list[int]) -
     for members in groups.values():
         if len(members) < 2:
             continue  # one run: its own evaluation
-        got = pack.model.evaluate(members, [views[j].batch for j in members])
+        engine = pack.specs[members[0]].train.engine  # an implementation field: one per pack
+        got = pack.model.evaluate(members, [views[j].batch for j in members], engine=engine)
         for j, m in zip(members, got, strict=True):
             views[j].batched = (pack.step_count, m)
 
