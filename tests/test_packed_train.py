@@ -190,6 +190,10 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     lines = repair(scan([files], []), [files], [])
     assert not manifest.exists(), lines
     assert any("its pack trains" in line for line in lines), lines
+    # only missing, nothing bad: the old state (its log) is kept as `replaced`, not corrupt
+    assert any("snapshot missing (a diagnostic reads this run" in line for line in lines)
+    assert not (run_dir / "state").exists() and len(list(run_dir.glob("state.replaced-*"))) == 1
+    assert not list(run_dir.glob("state.corrupt-*"))
 
 
 def test_a_log_at_its_budget_without_done_is_finished(tmp_path):

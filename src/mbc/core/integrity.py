@@ -12,7 +12,9 @@ sidecar, a snapshot listed in checkpoints.csv that is missing (or, with `verify=
 sha256 differs from the index) in a run that a diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`,
 nothing is lost), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
-snapshot is bad (the run is retrained: the same seed gives the same bits on a CPU). The
+snapshot is bad or missing (the run is retrained: the same seed gives the same bits on a
+CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
+its snapshots were only missing, as for a run trained on a lent device). The
 next DAG then rebuilds exactly the broken chain and every table depending on it. A packed
 run (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its
 pack runs again.
@@ -92,7 +94,9 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
     for rel, digest in rows:
         snap = f.run_dir / rel
         if not snap.is_file():
-            return Finding(f.run_id, 1, snap, "snapshot missing", False, retrain=True)
+            # e.g. a run trained on a lent device, whose snapshots stayed there
+            why = "snapshot missing (a diagnostic reads this run: it is retrained to write them)"
+            return Finding(f.run_id, 1, snap, why, False, retrain=True)
         if verify and sha256_file(snap) != digest:
             return Finding(f.run_id, 1, snap, "snapshot checksum mismatch", True, retrain=True)
     return None
@@ -240,9 +244,11 @@ def repair(
             lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")
             doomed.add(f.pack)
         if fd.retrain and (state := RunPaths(f.run_dir).state).exists():
-            lines.append(f"{state}: moved aside to state.corrupt-{stamp} (the run is retrained)")
+            # kept, log included: `replaced` when nothing in it was bad (snapshots missing)
+            aside = f"state.{'corrupt' if fd.corrupt else 'replaced'}-{stamp}"
+            lines.append(f"{state}: moved aside to {aside} (the run is retrained)")
             if not dry_run:
-                state.rename(state.with_name(f"state.corrupt-{stamp}"))
+                state.rename(state.with_name(aside))
     if len(findings) > shown:
         lines.append(f"... and {len(findings) - shown} more run(s) without outputs")
     if findings:
