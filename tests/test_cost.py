@@ -4,6 +4,7 @@ against cases whose answers are known."""
 import dataclasses
 import math
 
+import pytest
 from helpers import tiny_spec
 
 from mbc.core.units import duration, size
@@ -15,6 +16,7 @@ from mbc.planning.cost import (
     tau_law,
     wall_seconds,
 )
+from mbc.training.schedule import eval_schedule
 
 
 def _specs():
@@ -67,8 +69,13 @@ def test_expected_steps_measured_law_and_whole_budgets():
 def test_seconds_and_wall_time():
     spec = _specs()["small"]
     e = expected({"r": spec}, {"r": {"tau": None, "steps": 60}}, None)["r"]
-    # evaluation counted in training-step equivalents on top of the 60 steps
-    assert run_seconds(spec, e, 10.0) > 6.0
+    # evaluation counted in training-step equivalents on top of the 60 steps: 7 evaluations
+    # (steps 0, 1, 3, 10, 20, 40, 60 of the schedule), each 36 contexts x (K + 1) = 144
+    # sequences forward, a third of a training step per 16 sequences: 7 x 3 = 21 steps
+    assert [s for s in eval_schedule(spec.eval, spec.train.max_steps)[0] if s <= 60] == [
+        0, 1, 3, 10, 20, 40, 60,
+    ]  # fmt: skip
+    assert run_seconds(spec, e, 10.0) == pytest.approx((60 + 21) / 10.0)
     assert wall_seconds([3.0, 3.0, 3.0, 3.0], 2) == 6.0
     assert wall_seconds([10.0, 1.0, 1.0], 2) == 10.0  # never less than the longest run
     assert wall_seconds([], 4) == 0.0
