@@ -36,15 +36,19 @@ def finished(rows: list[dict]) -> bool:
     return bool(rows) and rows[-1].get("event") == "done"
 
 
+def _logged_crossing(rows: list[dict], event: str) -> int | None:
+    return next((r[event] for r in rows if r.get("event") == event), None)
+
+
 def logged_tau(rows: list[dict]) -> int | None:
     """tau as the training job logged it (its `tau` event), None before the crossing."""
-    return next((r["tau"] for r in rows if r.get("event") == "tau"), None)
+    return _logged_crossing(rows, "tau")
 
 
 def logged_first_target_tau(rows: list[dict]) -> int | None:
     """The first-target crossing as the training job logged it (its `first_target_tau`
     event, logged only by runs whose early stop waits for it), None before it."""
-    return next((r["first_target_tau"] for r in rows if r.get("event") == "first_target_tau"), None)
+    return _logged_crossing(rows, "first_target_tau")
 
 
 def logged_divergence(rows: list[dict]) -> int | None:

@@ -150,9 +150,8 @@ class RunRecord:
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
         self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
-        _append(
-            self._fh, start_event(self.step, self.device)
-        )  # the code and machine (mbc.measured)
+        # the code and the machine (mbc.measured)
+        _append(self._fh, start_event(self.step, self.device))
         return state
 
     def start(self, view: RunView) -> None:
@@ -279,22 +278,25 @@ class RunRecord:
         _append(self._fh, row)
         if self._tb is not None:
             self._tb.add(row)
-        ev, task = self.spec.eval, self.spec.task
-        if self.tau is None and grid_mask(ev, row["step"]):
-            # rows come in step order and no earlier grid row crossed (tau is None)
-            bound = ev.threshold * task.log_k
-            self.tau = first_crossing([row["step"]], [row["candidate_loss"]], bound)
-            if self.tau is not None:
-                _append(self._fh, {"event": "tau", "step": self.tau, "tau": self.tau})
-                self.say(f"{self.spec.run_id}: tau = {self.tau} (L_cand < {ev.threshold:g} log K)")
-        wait_first = self.spec.train.early_stop_first_target
-        if wait_first and self.first_tau is None and grid_mask(ev, row["step"]):
-            bound = ev.threshold * task.log_k
-            self.first_tau = first_crossing([row["step"]], [row["first_target_loss"]], bound)
-            if self.first_tau is not None:
-                event = {"event": "first_target_tau", "step": self.first_tau}
-                _append(self._fh, {**event, "first_target_tau": self.first_tau})
-                self.say(f"{self.spec.run_id}: first-target tau = {self.first_tau}")
+        # rows come in step order: a crossing not yet logged is this row's, if it crosses
+        if self.tau is None:
+            self.tau = self._crossing(row, "candidate_loss", "tau", "tau", "L_cand")
+        if self.spec.train.early_stop_first_target and self.first_tau is None:
+            self.first_tau = self._crossing(
+                row, "first_target_loss", "first_target_tau", "first-target tau", "L1"
+            )
+
+    def _crossing(self, row: dict, column: str, event: str, name: str, loss: str) -> int | None:
+        """The step of row if it is on the evaluation grid and its `column` is below
+        eval.threshold log K (logged as the `event` event, said as `name`), else None."""
+        ev = self.spec.eval
+        if not grid_mask(ev, row["step"]):
+            return None
+        step = first_crossing([row["step"]], [row[column]], ev.threshold * self.spec.task.log_k)
+        if step is not None:
+            _append(self._fh, {"event": event, "step": step, event: step})
+            self.say(f"{self.spec.run_id}: {name} = {step} ({loss} < {ev.threshold:g} log K)")
+        return step
 
 
 def _json_line(row: dict) -> str:
