@@ -192,8 +192,13 @@ def _candidate_logprobs(model: Transformer, ctx: torch.Tensor, answers: torch.Te
     model's forward with `answers` (`mbc.training.forward`), equivalent to running each
     full sequence ctx ++ answer through it. ctx: (n, p + 1) the shared tokens up to the
     first target-predicting position; answers: (n, K, n_t). Returns (n, K, n_t)."""
-    logp = F.log_softmax(model(ctx, answers=answers).float(), dim=-1)
-    return logp.gather(-1, answers.unsqueeze(-1)).squeeze(-1)
+    return token_logprobs(model(ctx, answers=answers), answers)
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """Log-probabilities (float32) of `tokens` (...) under `logits` (..., vocab)."""
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def z_shuffle_gaps(

@@ -40,7 +40,7 @@ from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
 from mbc.training.forward import forward
-from mbc.training.metrics import metrics_from_logprobs
+from mbc.training.metrics import metrics_from_logprobs, token_logprobs
 from mbc.training.model import Transformer, build_model
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.schedule import BatchOrder, learning_rate
@@ -158,8 +158,7 @@ class PackedTransformer(nn.Module):
                 else:  # (R, c, K, T): prefix once, the K answers behind it
                     targets = s[..., -n_t:]
                     logits = forward(w, s[:, :, 0, : p + 1], self.spec, p, answers=targets)
-                logp = F.log_softmax(logits.float(), dim=-1)
-                out.append(logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+                out.append(token_logprobs(logits, targets))
             return torch.cat(out, dim=1)
 
         cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)

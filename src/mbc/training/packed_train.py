@@ -83,12 +83,11 @@ def evaluate_together(pack: PackedRuns, views: list[PackView], due: list[int]) -
     batched forward (`PackedTransformer.evaluate`); each view then returns its metrics."""
     groups: dict[tuple, list[int]] = {}
     for j in due:
-        b = views[j].batch
-        groups.setdefault((b.task.k, b.n_contexts, b.shuffled is None), []).append(j)
-    for members in groups.values():
+        b, engine = views[j].batch, pack.specs[views[j].r].train.engine  # not in pack_key
+        groups.setdefault((b.task.k, b.n_contexts, b.shuffled is None, engine), []).append(j)
+    for (*_, engine), members in groups.items():
         if len(members) < 2:
             continue  # one run: its own evaluation
-        engine = pack.specs[members[0]].train.engine  # an implementation field: one per pack
         got = pack.model.evaluate(members, [views[j].batch for j in members], engine=engine)
         for j, m in zip(members, got, strict=True):
             views[j].batched = (pack.step_count, m)
