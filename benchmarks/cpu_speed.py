@@ -101,8 +101,8 @@ def make_pack(r: int, device, compile_: bool = False, datasets=None) -> PackedRu
 
 
 def packed_gemms(spec: ModelSpec, r: int, batch: int, t: int, n_targets: int) -> list[tuple]:
-    """(kind, R, M, K, N) of every matmul of one packed step (`mbc.training.forward.forward`, pruned last
-    block), in the layouts the packed step issues: forward `baddbmm(b, x, W^T)`, input
+    """(kind, R, M, K, N) of every matmul of one packed step (`mbc.training.forward.forward`,
+    pruned last block), in the layouts the packed step issues: forward `baddbmm(b, x, W^T)`, input
     gradient `bmm(dy, W)`, weight gradient `bmm(dy^T, x)`; attention's batched matmuls over
     R * batch * heads."""
     d, f, layers = spec.d_model, spec.d_mlp, spec.n_layers

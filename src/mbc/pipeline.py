@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +36,7 @@ from mbc.core.artifacts import (
 from mbc.core.config import Run
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout, RunPaths
-from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard
+from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.sections import (
     Bootstrap,
@@ -356,17 +357,17 @@ def make_hypotheses(hypotheses: Hypotheses, statistics_path, out_path) -> None:
 
 
 def make_robustness(
-    cfg: Robustness, claims: Scorecard, boot: Bootstrap, diverged: str, tau_path,
+    cfg: Robustness, claims: Sequence[ScorecardRow], boot: Bootstrap, diverged: str, tau_path,
     statistics_path, out: dict,
 ) -> None:  # fmt: skip
     """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
     comparison (config `robustness`) and the verdicts of the scorecard's claims of our own
-    (the pre-registered statements)."""
+    (`claims`: the pre-registered statements, `Scorecard.ours`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
     write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg.sweep, boot, diverged))
     write_csv_atomic(out["init_comparison"], comparison_table(thaw(cfg.compare), stats))
-    table = robustness_table(claims.ours, stats)
+    table = robustness_table(claims, stats)
     write_csv_atomic(out["robustness"], table)
     print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
 

@@ -85,7 +85,7 @@ rule robustness:
         "../../envs/mbc.yaml"
     params:
         robustness=CFG.robustness,
-        claims=CFG.scorecard,
+        claims=CFG.scorecard.ours,
         bootstrap=CFG.bootstrap,
         diverged=CFG.diverged,
         config_id=section_id(CFG.robustness, CFG.scorecard.ours, CFG.bootstrap),

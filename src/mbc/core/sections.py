@@ -13,13 +13,7 @@ import functools
 from dataclasses import dataclass
 
 from mbc.core.frozen import Frozen, freeze, thaw
-from mbc.core.report_sections import (
-    Figures,
-    Hypotheses,
-    Report,
-    Robustness,
-    Scorecard,
-)
+from mbc.core.report_sections import Figures, Hypotheses, Report, Robustness, Scorecard
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,9 @@ def readable(name: str, labels: dict[str, str]) -> str:
     return f"R^2 of the fit: {label}" if prefix == "fit_r2" else label
 
 
+COUNT_COLUMNS = {"n", "n_censored", "n_diverged"}  # statistics.csv's integer columns
+
+
 def _natural(name: str) -> list:
     """Sort key: `_d2000` before `_d10000`."""
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", name)]
@@ -50,7 +53,7 @@ def statistic_macros(macros: Sequence[Macro], stats: pd.DataFrame) -> dict:
         if value is None or pd.isna(value):
             out[m.name] = None
         else:  # counts stay integers
-            out[m.name] = int(value) if m.column.startswith("n") else float(value)
+            out[m.name] = int(value) if m.column in COUNT_COLUMNS else float(value)
     return out
 
 

@@ -6,9 +6,9 @@ and `mbc.estimate` pass what they measured and print what this returns.
 Expected steps of a run: its measured steps if it finished; else, once tau is known
 (measured, or from the law tau = c D^1.2 with c the median of tau / D^1.2 over the measured
 transformer taus), early_stop_tau_factor x tau, capped by the budget; a run whose early
-stop waits for the first-target crossing counts from FIRST_TARGET_RATIO x tau. Linear-baseline runs
-(never transition) and label-noise runs (never meet the early stop's loss bound) cost
-their whole budget.
+stop waits for the first-target crossing counts from FIRST_TARGET_RATIO x tau.
+Linear-baseline runs (never transition) and label-noise runs (never meet the early stop's
+loss bound) cost their whole budget.
 """
 
 from __future__ import annotations
