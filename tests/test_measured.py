@@ -97,3 +97,24 @@ def test_a_launchers_commit_wins_over_a_copied_git(monkeypatch):
     monkeypatch.delenv("MBC_CODE_COMMIT")
     assert code_version()["commit"] != "f94c3b6"
     code_version.cache_clear()
+
+
+def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_them(tmp_path):
+    """A run resumed on another device: each start trains from its step to the next start's
+    (steps past the resume point that a kill lost count nowhere); a run two experiments list
+    counts in both; a log with no start counts as "not logged"."""
+    from mbc.measured import steps_by_experiment
+
+    _log(tmp_path / "runs" / "a" / "state" / "log.jsonl", [
+        {"event": "start", "step": 0, "device": "cpu"},
+        {"event": "start", "step": 2500, "device": "cuda (NVIDIA H200)"},
+        {"event": "start", "step": 5000, "device": "cpu"},
+        {"event": "done", "step": 6250},
+    ])  # fmt: skip
+    _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [{"event": "done", "step": 800}])
+    tau = pd.DataFrame({"run_id": ["a", "b", "a"], "experiment": ["E1", "E1", "E15_E1"],
+                        "steps": [6250, 800, 6250]})  # fmt: skip
+    assert steps_by_experiment(tmp_path, tau) == [
+        "steps E1: 7,050 in 2 run(s) (cpu 3,750; cuda (NVIDIA H200) 2,500; not logged 800)",
+        "steps E15_E1: 6,250 in 1 run(s) (cpu 3,750; cuda (NVIDIA H200) 2,500)",
+    ]

@@ -5,9 +5,10 @@
 copies the small tables of a finished outdir and its PDF into `measured/<preset>/` and
 writes `PROVENANCE` from what the runs' logs recorded at every start of their training
 (`mbc.core.provenance`): the commits, the start and end times, the wall time, the total
-training steps, the CPU, the threads, and whether any run was resumed. Nothing there is
-typed by hand, and nothing there is edited afterwards: a change of defaults that moves the
-run ids either re-measures or adds a `STALE` file naming the change (`check`).
+training steps (and each experiment's, by device), the CPU, the threads, and whether any
+run was resumed. Nothing there is typed by hand, and nothing there is edited afterwards: a
+change of defaults that moves the run ids either re-measures or adds a `STALE` file naming
+the change (`check`).
 """
 
 from __future__ import annotations
@@ -82,6 +83,35 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
     return lines
 
 
+def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
+    """The steps a run kept, by the device that trained them: each start trains from its
+    step to the next start's (the resume point it resumed from: steps trained past it and
+    lost to a kill count nowhere) or, for the last, to the run's final step."""
+    starts = [x for x in rows if x.get("event") == "start"]
+    if not starts:
+        return Counter({"not logged": final_step})
+    ends = [x["step"] for x in starts[1:]] + [final_step]
+    out = Counter()
+    for x, end in zip(starts, ends, strict=True):
+        out[str(x.get("device", "not logged"))] += end - x["step"]
+    return out
+
+
+def steps_by_experiment(outdir: Path, tau: pd.DataFrame) -> list[str]:
+    """PROVENANCE's lines of training steps per experiment, by device (what the README's
+    presets table quotes as each part's cost). A run that two experiments list counts in
+    both."""
+    by_run = {}
+    for r, steps in tau.drop_duplicates("run_id").set_index("run_id")["steps"].items():
+        by_run[r] = _steps_by_device(read_log(Layout(str(outdir)).run(r).log), int(steps))
+    lines = []
+    for exp, runs in tau.groupby("experiment", sort=False)["run_id"]:
+        total = sum((by_run[r] for r in runs.unique()), Counter())
+        devices = "; ".join(f"{d} {n:,}" for d, n in total.most_common())
+        lines.append(f"steps {exp}: {total.total():,} in {runs.nunique()} run(s) ({devices})")
+    return lines
+
+
 def collect(preset: str, config_path: str, dest: str, overrides: dict | None = None) -> Path:
     """Copy the preset's tables and PDF into dest/<preset>/ and write PROVENANCE."""
     cfg = mbc_config.load(
@@ -104,6 +134,7 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines = [f"preset: {preset}", f"outdir: {out}"]
     lines += provenance(out, run_ids)
     lines.append(f"total training steps: {steps:,}")
+    lines += steps_by_experiment(out, tau)
     lines.append(
         f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at "
         + _commit(code_version())
