@@ -354,6 +354,24 @@ FIGURE_ERRORS = [
         ["E6"],
         "config key 'figures.noise.experiments.learning_rate' = ['E6']: unknown key",
     ),
+    (  # the inset draws one line per D: a fit without `by` has no `_at_d` rows
+        ("figures", "tau_vs_d", "fits", "inset"),
+        "tau_vs_d",
+        "config key 'presets.smoke.figures.tau_vs_d.fits.inset' = 'tau_vs_d': this role "
+        "draws a fit with `by: d`",
+    ),
+    (  # a by-K fit's rows are named tau_vs_batch_steps_at_k20: no row is the lr line's
+        ("figures", "noise", "fits", "lr"),
+        "tau_vs_batch_steps",
+        "config key 'presets.smoke.figures.noise.fits.lr' = 'tau_vs_batch_steps': this role "
+        "draws one line: a fit without `by` (it has `by: k`)",
+    ),
+    (
+        ("figures", "noise", "fits", "batch_steps"),
+        "tau_vs_k",
+        "config key 'presets.smoke.figures.noise.fits.batch_steps' = 'tau_vs_k': this role "
+        "draws a fit with `by: k` (it has `by: d`)",
+    ),
     (
         ("figures", "routing", "experiments", "onsets"),
         [],

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mbc.paper.figure_tables import FIT_ROLES_BY  # the figures own their roles
+
 
 class ConfigError(ValueError):
     """A bad config value; the message names the key and the value."""
@@ -22,7 +24,8 @@ def dotted(path: tuple) -> str:
 
 def check_references(cfg: dict, written=dotted) -> None:
     """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
-    declared experiments, and figures declared fits (an error names the key where the user
+    declared experiments, and figures declared fits (with a `by` where the role draws one
+    line per value, none elsewhere; an error names the key where the user
     wrote it: `written`); the plateau band must contain 1 (height = log K)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
@@ -51,6 +54,7 @@ def check_references(cfg: dict, written=dotted) -> None:
             raise ConfigError(f"scorecard[{i}].id", row["id"], "used twice")
         ids.add(row["id"])
     fit_names = {f["name"] for f in cfg.get("fits", [])}
+    fit_by = {f["name"]: f.get("by") for f in cfg.get("fits", [])}
     for i, diff in enumerate(cfg.get("fit_differences", [])):
         for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
             if name not in fit_names and name.split("_at_")[0] not in fit_names:
@@ -61,9 +65,17 @@ def check_references(cfg: dict, written=dotted) -> None:
                 key = written(("figures", fig, "experiments", role))
                 raise ConfigError(key, unknown[0], "unknown experiment")
         for role, fit in (entry.get("fits") or {}).items():
+            key = written(("figures", fig, "fits", role))
             if fit not in fit_names:
-                key = written(("figures", fig, "fits", role))
                 raise ConfigError(key, fit, "no fit of that name")
+            need, has = FIT_ROLES_BY.get((fig, role)), fit_by.get(fit)
+            if need != has:  # the figure reads <name>_at_<by><value> rows, or one line
+                why = (
+                    f"this role draws a fit with `by: {need}`"
+                    if need
+                    else "this role draws one line: a fit without `by`"
+                )
+                raise ConfigError(key, fit, why + (f" (it has `by: {has}`)" if has else ""))
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:

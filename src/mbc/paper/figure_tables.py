@@ -47,6 +47,14 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "appendix_plateau": {},
 }
 
+# The fit roles that draw one line per value of a `by` fit, and the `by` they need (the
+# figure reads the fit's rows `<name>_at_<by><value>`; config_references checks it).
+FIT_ROLES_BY: dict[tuple[str, str], str] = {
+    ("tau_vs_d", "inset"): "d",
+    ("noise", "batch_steps"): "k",
+    ("noise", "batch_examples"): "k",
+}
+
 
 def figures_schema() -> dict:
     """The JSON schema of config `figures`: an entry per figure that has roles, with exactly
