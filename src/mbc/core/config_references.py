@@ -25,8 +25,8 @@ def dotted(path: tuple) -> str:
 def check_references(cfg: dict, written=dotted) -> None:
     """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
     declared experiments, and figures declared fits (with a `by` where the role draws one
-    line per value, none elsewhere; an error names the key where the user
-    wrote it: `written`); the plateau band must contain 1 (height = log K)."""
+    line per value, none elsewhere); the plateau band must contain 1 (height = log K). An
+    error names the key where the user wrote it (`written`)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
