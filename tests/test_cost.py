@@ -76,6 +76,13 @@ def test_seconds_and_wall_time():
         0, 1, 3, 10, 20, 40, 60,
     ]  # fmt: skip
     assert run_seconds(spec, e, 10.0) == pytest.approx((60 + 21) / 10.0)
+    # resumed at step 20: 40 steps and the 2 evaluations after it (40, 60: 6 steps) are left
+    e20 = expected({"r": spec}, {"r": {"tau": None, "steps": 60}}, None, starts={"r": 20})["r"]
+    assert (e20.steps, e20.start) == (60, 20)
+    assert run_seconds(spec, e20, 10.0) == pytest.approx((40 + 6) / 10.0)
+    # a run already past its expected stop is expected to stop where it stands
+    past = expected({"r": spec}, {"r": {"tau": None, "steps": 60}}, None, starts={"r": 80})["r"]
+    assert (past.steps, run_seconds(spec, past, 10.0)) == (80, 0.0)
     assert wall_seconds([3.0, 3.0, 3.0, 3.0], 2) == 6.0
     assert wall_seconds([10.0, 1.0, 1.0], 2) == 10.0  # never less than the longest run
     assert wall_seconds([], 4) == 0.0

@@ -36,6 +36,11 @@ def finished(rows: list[dict]) -> bool:
     return bool(rows) and rows[-1].get("event") == "done"
 
 
+def resume_point(rows: list[dict]) -> int:
+    """The step of the run's last resume point (0: none), where a restart continues."""
+    return next((r["step"] for r in reversed(rows) if r.get("event") == "resume"), 0)
+
+
 def _logged_crossing(rows: list[dict], event: str) -> int | None:
     return next((r[event] for r in rows if r.get("event") == event), None)
 

@@ -31,7 +31,7 @@ from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config import Config
 from mbc.core.layout import Layout
 from mbc.core.packing import make_packs, pack_widths
-from mbc.core.runlog import finished, read_log
+from mbc.core.runlog import finished, read_log, resume_point
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration, size
 
@@ -225,12 +225,21 @@ def banner_lines(
 
     measured = measured_taus(cfg.outdir, specs, logs)
     coef, n_law = tau_law(specs, measured)
-    exp = expected(todo, measured, coef)
+    starts = {r: resume_point(logs[r]) for r in todo}
+    exp = expected(todo, measured, coef, starts)
     steps = {r: e.steps for r, e in exp.items()}
     upper = any(e.tau is None and todo[r].model.kind == "transformer" for r, e in exp.items())
     budget = sum(s.train.max_steps for s in todo.values())
+    resumed = {r: n for r, n in starts.items() if n}
     lines.append(
-        f"mbc: {sum(steps.values()):,} training steps expected (budget {budget:,}); "
+        f"mbc: {sum(steps.values()):,} training steps expected (budget {budget:,}"
+        + (
+            f"; {sum(resumed.values()):,} of them done: {len(resumed)} run(s) continue from "
+            "a resume point"
+            if resumed
+            else ""
+        )
+        + "); "
         + (
             f"tau = c D^{D_EXPONENT} with c from {n_law} measured taus"
             if coef is not None
@@ -243,7 +252,11 @@ def banner_lines(
         params.setdefault(spec.model, _n_params(spec))
     disk = 0.0
     for r, spec in todo.items():
-        snaps = [s for s in eval_schedule(spec.eval, spec.train.max_steps)[1] if s <= steps[r]]
+        snaps = [
+            s
+            for s in eval_schedule(spec.eval, spec.train.max_steps)[1]
+            if starts[r] < s <= steps[r]  # those before the resume point are on disk
+        ]
         # snapshots, plus the resume state (weights and two Adam moments)
         disk += (len(snaps) + 3) * params[spec.model] * BYTES_PER_PARAM
     lines.append(

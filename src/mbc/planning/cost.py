@@ -49,20 +49,27 @@ class Expected:
     tau: float | None  # measured, or c D^1.2; None: unknown (the budget is then an upper bound)
     source: str  # "measured" or "law"
     steps: int
+    start: int = 0  # the resume point it continues from (steps before it are paid)
 
 
 def expected(
-    specs: dict[str, RunSpec], measured: dict[str, dict], coef: float | None
+    specs: dict[str, RunSpec],
+    measured: dict[str, dict],
+    coef: float | None,
+    starts: dict[str, int] | None = None,
 ) -> dict[str, Expected]:
-    """run id -> its expected tau and steps (`measured`: run id -> {"tau", "steps"})."""
+    """run id -> its expected tau and steps (`measured`: run id -> {"tau", "steps"};
+    `starts`: run id -> the resume point a run in progress continues from, where its
+    expected stop is then at least)."""
     out = {}
     for r, spec in specs.items():
-        m = measured.get(r)
+        m, start = measured.get(r), (starts or {}).get(r, 0)
         if m is not None:
-            out[r] = Expected(m["tau"], "measured", expected_steps(spec, m["tau"], m["steps"]))
+            tau, source, steps = m["tau"], "measured", expected_steps(spec, m["tau"], m["steps"])
         else:
             tau = None if coef is None else coef * spec.task.d**D_EXPONENT
-            out[r] = Expected(tau, "law", expected_steps(spec, tau, None))
+            source, steps = "law", expected_steps(spec, tau, None)
+        out[r] = Expected(tau, source, max(steps, start), start)
     return out
 
 
@@ -100,8 +107,12 @@ def eval_step_equivalents(spec: RunSpec, steps: int, tau: float | None = None) -
 
 
 def run_seconds(spec: RunSpec, e: Expected, steps_per_s: float) -> float:
-    """Seconds of one run's training and in-loop evaluation at `steps_per_s`."""
-    return (e.steps + eval_step_equivalents(spec, e.steps, e.tau)) / steps_per_s
+    """Seconds of one run's training and in-loop evaluation at `steps_per_s`, from its
+    resume point (`e.start`) on."""
+    evals = eval_step_equivalents(spec, e.steps, e.tau)
+    if e.start:
+        evals -= eval_step_equivalents(spec, e.start, e.tau)
+    return (e.steps - e.start + evals) / steps_per_s
 
 
 def wall_seconds(seconds: list[float], jobs: int) -> float:
