@@ -65,7 +65,8 @@ def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
     assert "wall time: 3.50 h" in text
     assert "resumed: yes (1 of 2 runs" in text
     assert "CPU: Xeon (3)" in text
-    assert "device: not logged (2), cuda (NVIDIA H200) (1)" in text
+    # a start from before the device was logged names its torch build instead
+    assert "device: not logged (torch 2.13.0) (2), cuda (NVIDIA H200) (1)" in text
 
 
 def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
@@ -108,13 +109,15 @@ def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_the
     _log(tmp_path / "runs" / "a" / "state" / "log.jsonl", [
         {"event": "start", "step": 0, "device": "cpu"},
         {"event": "start", "step": 2500, "device": "cuda (NVIDIA H200)"},
-        {"event": "start", "step": 5000, "device": "cpu"},
+        {"event": "start", "step": 5000, "torch": "2.13.0+cpu"},
         {"event": "done", "step": 6250},
     ])  # fmt: skip
     _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [{"event": "done", "step": 800}])
     tau = pd.DataFrame({"run_id": ["a", "b", "a"], "experiment": ["E1", "E1", "E15_E1"],
                         "steps": [6250, 800, 6250]})  # fmt: skip
     assert steps_by_experiment(tmp_path, tau) == [
-        "steps E1: 7,050 in 2 run(s) (cpu 3,750; cuda (NVIDIA H200) 2,500; not logged 800)",
-        "steps E15_E1: 6,250 in 1 run(s) (cpu 3,750; cuda (NVIDIA H200) 2,500)",
+        "steps E1: 7,050 in 2 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "
+        "not logged (torch 2.13.0+cpu) 1,250; not logged 800)",
+        "steps E15_E1: 6,250 in 1 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "
+        "not logged (torch 2.13.0+cpu) 1,250)",
     ]

@@ -70,7 +70,7 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
         ]
     for key, what in (("device", "device"), ("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
         # a start logged before a key was (the device: 806b55a) says so, not "None"
-        values = Counter(str(x.get(key, "not logged")) for x in starts)
+        values = Counter(_device(x) if key == "device" else str(x.get(key, "not logged")) for x in starts)  # fmt: skip
         lines.append(f"{what}: " + ", ".join(f"{v} ({n})" for v, n in values.most_common()))
     lines.append(
         f"resumed: {'yes' if resumed else 'no'} ({len(resumed)} of {len(run_ids)} runs resumed"
@@ -83,6 +83,14 @@ def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
     return lines
 
 
+def _device(start: dict) -> str:
+    """A start's device; one logged before the device was (806b55a) names its torch build
+    instead (a `+cpu` build ran on the CPU)."""
+    if "device" in start:
+        return str(start["device"])
+    return f"not logged (torch {start['torch']})" if "torch" in start else "not logged"
+
+
 def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     """The steps a run kept, by the device that trained them: each start trains from its
     step to the next start's (the resume point it resumed from: steps trained past it and
@@ -93,7 +101,7 @@ def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     ends = [x["step"] for x in starts[1:]] + [final_step]
     out = Counter()
     for x, end in zip(starts, ends, strict=True):
-        out[str(x.get("device", "not logged"))] += end - x["step"]
+        out[_device(x)] += end - x["step"]
     return out
 
 
@@ -114,6 +122,7 @@ def steps_by_experiment(outdir: Path, tau: pd.DataFrame) -> list[str]:
 
 def collect(preset: str, config_path: str, dest: str, overrides: dict | None = None) -> Path:
     """Copy the preset's tables and PDF into dest/<preset>/ and write PROVENANCE."""
+    collector = _commit(code_version())  # before writing: what it writes is not the code
     cfg = mbc_config.load(
         mbc_config.read_yaml(config_path), {"preset": preset, **(overrides or {})}
     )
@@ -137,7 +146,7 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines += steps_by_experiment(out, tau)
     lines.append(
         f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at "
-        + _commit(code_version())
+        + collector
     )
     write_text_atomic(target / "PROVENANCE", "\n".join(lines) + "\n")
     (target / "STALE").unlink(missing_ok=True)  # measured anew with this config
