@@ -116,6 +116,8 @@ def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_the
     tau = pd.DataFrame({"run_id": ["a", "b", "a"], "experiment": ["E1", "E1", "E15_E1"],
                         "steps": [6250, 800, 6250]})  # fmt: skip
     assert steps_by_experiment(tmp_path, tau) == [
+        "steps by device: cpu 2,500; cuda (NVIDIA H200) 2,500; "
+        "not logged (torch 2.13.0+cpu) 1,250; not logged 800",  # each run once
         "steps E1: 7,050 in 2 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "
         "not logged (torch 2.13.0+cpu) 1,250; not logged 800)",
         "steps E15_E1: 6,250 in 1 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "

@@ -112,7 +112,8 @@ def steps_by_experiment(outdir: Path, tau: pd.DataFrame) -> list[str]:
     by_run = {}
     for r, steps in tau.drop_duplicates("run_id").set_index("run_id")["steps"].items():
         by_run[r] = _steps_by_device(read_log(Layout(str(outdir)).run(r).log), int(steps))
-    lines = []
+    every = sum(by_run.values(), Counter())
+    lines = ["steps by device: " + "; ".join(f"{d} {n:,}" for d, n in every.most_common())]
     for exp, runs in tau.groupby("experiment", sort=False)["run_id"]:
         total = sum((by_run[r] for r in runs.unique()), Counter())
         devices = "; ".join(f"{d} {n:,}" for d, n in total.most_common())
