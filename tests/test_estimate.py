@@ -129,12 +129,15 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     assert f"{n} distinct runs: 1 trained, {n - 1} to train" in lines[1]
     assert any("an upper bound" in line for line in lines)  # no tau measured yet
     assert not any("resume point" in line for line in lines)
-    # a run killed after its resume point at step 20 continues from there (its last mark)
+    # a run killed after its resume point at step 20 continues from there (its last mark),
+    # but only with the resume file: without it the run starts again from 0
     marks = [{"event": "resume", "step": s, "sha256": "x"} for s in (10, 20)]
-    (tmp_path / "runs" / second / "state").mkdir()
-    (tmp_path / "runs" / second / "state" / "log.jsonl").write_text(
-        "".join(json.dumps(m) + "\n" for m in marks)
-    )
+    state = tmp_path / "runs" / second / "state"
+    state.mkdir()
+    (state / "log.jsonl").write_text("".join(json.dumps(m) + "\n" for m in marks))
+    (steps,) = [x for x in banner_lines(smoke, cores=2, measure=False) if "steps expected" in x]
+    assert "resume point" not in steps
+    (state / "resume.pt").write_bytes(b"")
     (steps,) = [x for x in banner_lines(smoke, cores=2, measure=False) if "steps expected" in x]
     assert "; 20 of them done: 1 run(s) continue from a resume point)" in steps
     assert any("disk for the runs left to train: at most" in line for line in lines)

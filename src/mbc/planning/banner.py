@@ -225,10 +225,11 @@ def banner_lines(
 
     measured = measured_taus(cfg.outdir, specs, logs)
     coef, n_law = tau_law(specs, measured)
-    starts = {r: resume_point(logs[r]) for r in todo}
+    # a resume point counts only with its file: without it the run starts again from 0
+    starts = {r: resume_point(logs[r]) if layout.run(r).resume.exists() else 0 for r in todo}
     exp = expected(todo, measured, coef, starts)
     steps = {r: e.steps for r, e in exp.items()}
-    upper = any(e.tau is None and todo[r].model.kind == "transformer" for r, e in exp.items())
+    upper = any(e.upper for e in exp.values())
     budget = sum(s.train.max_steps for s in todo.values())
     resumed = {r: n for r, n in starts.items() if n}
     lines.append(

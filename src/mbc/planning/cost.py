@@ -50,6 +50,7 @@ class Expected:
     source: str  # "measured" or "law"
     steps: int
     start: int = 0  # the resume point it continues from (steps before it are paid)
+    upper: bool = False  # steps is the budget, an upper bound (tau unknown, or stop not met)
 
 
 def expected(
@@ -59,8 +60,9 @@ def expected(
     starts: dict[str, int] | None = None,
 ) -> dict[str, Expected]:
     """run id -> its expected tau and steps (`measured`: run id -> {"tau", "steps"};
-    `starts`: run id -> the resume point a run in progress continues from, where its
-    expected stop is then at least)."""
+    `starts`: run id -> the resume point a run in progress continues from). A run in
+    progress already at or past its expected stop has not met the stop's loss bound: it
+    may train to its budget (an upper bound, as its progress line says)."""
     out = {}
     for r, spec in specs.items():
         m, start = measured.get(r), (starts or {}).get(r, 0)
@@ -69,7 +71,10 @@ def expected(
         else:
             tau = None if coef is None else coef * spec.task.d**D_EXPONENT
             source, steps = "law", expected_steps(spec, tau, None)
-        out[r] = Expected(tau, source, max(steps, start), start)
+        upper = tau is None and spec.model.kind == "transformer"
+        if start > 0 and steps <= start:
+            steps, upper = spec.train.max_steps, True
+        out[r] = Expected(tau, source, steps, start, upper)
     return out
 
 
