@@ -123,3 +123,12 @@ def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_the
         "steps E15_E1: 6,250 in 1 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "
         "not logged (torch 2.13.0+cpu) 1,250)",
     ]
+
+
+def test_steps_before_a_logs_first_start_count_as_not_logged():
+    """A log begun mid-run (its first start at a resume point): the steps before it are
+    counted, as not logged, so each experiment's steps add up to its runs' steps."""
+    from mbc.measured import _steps_by_device
+
+    rows = [{"event": "start", "step": 500, "device": "cpu"}, {"event": "done", "step": 800}]
+    assert _steps_by_device(rows, 800) == {"not logged": 500, "cpu": 300}

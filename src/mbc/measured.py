@@ -99,7 +99,8 @@ def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     if not starts:
         return Counter({"not logged": final_step})
     ends = [x["step"] for x in starts[1:]] + [final_step]
-    out = Counter()
+    # steps before the first logged start (a log begun mid-run) count as not logged
+    out = Counter({"not logged": starts[0]["step"]} if starts[0]["step"] > 0 else {})
     for x, end in zip(starts, ends, strict=True):
         out[_device(x)] += end - x["step"]
     return out
