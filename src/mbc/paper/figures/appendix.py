@@ -138,8 +138,9 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
 
 @_register("appendix_label_noise", ["tau"])
 def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """tau vs label-noise probability of the `runs` experiments (E12), and the final
-    candidate accuracy."""
+    """tau vs label-noise probability of the `runs` experiments (E12), beside their
+    first-target tau (H4's statistic: noisy runs cross it where L_cand may never cross), and
+    the final candidate accuracy."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 2.5))
     a.set_title("(a) waiting time", loc="left")
     b.set_title("(b) final candidate accuracy", loc="left")
@@ -153,12 +154,18 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label=f"{names} runs",
         positive=False,
     )  # fmt: skip
+    _, nc_first = _tau_points(
+        a, e12["label_noise"].to_numpy(float), e12["first_target_tau"].to_numpy(float),
+        e12["steps"].to_numpy(float), e12["first_target_censored"].to_numpy(bool),
+        e12["diverged"].to_numpy(bool), color="C1", marker="s",
+        label="first-target tau (H4's statistic)", positive=False,
+    )  # fmt: skip
     ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
     for axis in (a, b):
         axis.set_xticks(ps, [f"{v:g}" for v in ps])
     a.set_xlabel("label noise p")
     a.set_ylabel("tau (steps)")
-    _legend(a, censored=nc > 0, loc="upper left")
+    _legend(a, censored=nc + nc_first > 0, loc="upper left")
     ok = _finite(e12["label_noise"], e12["final_candidate_accuracy"])
     if not ok.any():
         _no_data(b, "no final accuracy")
