@@ -151,8 +151,8 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         _no_data(b, f"no {names} runs")
         return fig
     _, nc = _tau_points(
-        a, *_tau_budget_arrays(e12, "label_noise"), color="C0", label=f"{names} runs",
-        positive=False,
+        a, *_tau_budget_arrays(e12, "label_noise"), color="C0",
+        label=f"{names} runs: candidate tau", positive=False,
     )  # fmt: skip
     _, nc_first = _tau_points(
         a, e12["label_noise"].to_numpy(float), e12["first_target_tau"].to_numpy(float),
@@ -165,7 +165,7 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         axis.set_xticks(ps, [f"{v:g}" for v in ps])
     a.set_xlabel("label noise p")
     a.set_ylabel("tau (steps)")
-    _legend(a, censored=nc + nc_first > 0, loc="upper left")
+    _legend(a, censored=nc + nc_first > 0, loc="center right")  # censored runs sit on top
     ok = _finite(e12["label_noise"], e12["final_candidate_accuracy"])
     if not ok.any():
         _no_data(b, "no final accuracy")
