@@ -155,10 +155,8 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         label=f"{names} runs: candidate tau", positive=False,
     )  # fmt: skip
     _, nc_first = _tau_points(
-        a, e12["label_noise"].to_numpy(float), e12["first_target_tau"].to_numpy(float),
-        e12["steps"].to_numpy(float), e12["first_target_censored"].to_numpy(bool),
-        e12["diverged"].to_numpy(bool), color="C1", marker="s",
-        label="first-target tau (H4's statistic)", positive=False,
+        a, *_tau_budget_arrays(e12, "label_noise", "first_target_tau", "first_target_censored"),
+        color="C1", marker="s", label="first-target tau (H4's statistic)", positive=False,
     )  # fmt: skip
     ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
     for axis in (a, b):

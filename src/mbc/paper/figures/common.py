@@ -403,12 +403,16 @@ def _fit_line(
     return True
 
 
-def _tau_budget_arrays(df: pd.DataFrame, x: str) -> tuple[np.ndarray, ...]:
+def _tau_budget_arrays(
+    df: pd.DataFrame, x: str, tau: str = "tau", censored: str = "censored"
+) -> tuple[np.ndarray, ...]:
+    """`_tau_points`' arrays: x, a tau column (the candidate tau, or another crossing with
+    its own censoring column), the budget (`steps`), censored and diverged."""
     return (
         df[x].to_numpy(float),
-        df["tau"].to_numpy(float),
+        df[tau].to_numpy(float),
         df["steps"].to_numpy(float),
-        df["censored"].to_numpy(bool),
+        df[censored].to_numpy(bool),
         df["diverged"].to_numpy(bool),
     )
 
