@@ -36,9 +36,16 @@ def finished(rows: list[dict]) -> bool:
     return bool(rows) and rows[-1].get("event") == "done"
 
 
+def last_resume(rows: list[dict]) -> int | None:
+    """The index of the log's last resume mark (None: none): the resume point a restart
+    loads, and where its log is cut."""
+    return next((i for i in range(len(rows) - 1, -1, -1) if rows[i].get("event") == "resume"), None)  # fmt: skip
+
+
 def resume_point(rows: list[dict]) -> int:
     """The step of the run's last resume point (0: none), where a restart continues."""
-    return next((r["step"] for r in reversed(rows) if r.get("event") == "resume"), 0)
+    i = last_resume(rows)
+    return 0 if i is None else rows[i]["step"]
 
 
 def _logged_crossing(rows: list[dict], event: str) -> int | None:

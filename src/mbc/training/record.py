@@ -42,6 +42,7 @@ from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import (
     finished,
+    last_resume,
     logged_divergence,
     logged_first_target_tau,
     logged_tau,
@@ -315,20 +316,18 @@ def _try_resume(resume_path: Path, log_rows: list[dict], say: Callable[[str], No
     """Return (resume dict or None, log rows up to its step). Corrupt state -> fresh start."""
     if not resume_path.exists():
         return None, []
-    marks = [r for r in log_rows if r.get("event") == "resume"]
+    last = last_resume(log_rows)
     try:
-        if not marks:
+        if last is None:
             raise CorruptArtifactError(f"{resume_path}: no matching entry in log.jsonl")
-        state = torch_load_checked(resume_path, sha256=marks[-1]["sha256"])
-        if state["step"] != marks[-1]["step"]:
+        state = torch_load_checked(resume_path, sha256=log_rows[last]["sha256"])
+        if state["step"] != log_rows[last]["step"]:
             raise CorruptArtifactError(f"{resume_path}: step does not match log.jsonl")
     except CorruptArtifactError as exc:
         say(f"WARNING: {exc}; starting this run from step 0")
         return None, []
     # The log is ordered: keep everything up to the resume point, drop what came after.
-    last = max(i for i, r in enumerate(log_rows) if r.get("event") == "resume")
-    kept = log_rows[: last + 1]
-    return state, kept
+    return state, log_rows[: last + 1]
 
 
 class Progress:
