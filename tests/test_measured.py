@@ -9,7 +9,7 @@ import torch
 from helpers import tiny_spec
 
 from mbc.core import config as mbc_config
-from mbc.measured import check, provenance
+from mbc.measured import check, provenance, read_logs
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
 
@@ -57,7 +57,7 @@ def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
          "device": "cuda (NVIDIA H200)"},
         {"event": "done", "step": 900, "time": "2026-12-04T13:30:00Z"},
     ])  # fmt: skip
-    lines = provenance(tmp_path, ["a", "b"])
+    lines = provenance(read_logs(tmp_path, ["a", "b"]))
     text = "\n".join(lines)
     assert "commit: abc123 (2 training start(s))" in text
     assert "commit: def456 (1 training start(s))" in text
@@ -78,7 +78,7 @@ def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
     (start,) = [r for r in rows if r.get("event") == "start"]
     assert start["step"] == 0 and {"commit", "dirty", "cpu", "threads", "time"} <= set(start)
     assert rows[-1]["event"] == "done" and "time" in rows[-1]
-    text = "\n".join(provenance(tmp_path, ["r1"]))
+    text = "\n".join(provenance(read_logs(tmp_path, ["r1"])))
     assert "resumed: no (0 of 1" in text and "record no start" not in text
     assert f"threads per training job: {start['threads']} (1)" in text
     assert start["device"] == "cpu" and "device: cpu (1)" in text
@@ -115,7 +115,7 @@ def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_the
     _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [{"event": "done", "step": 800}])
     tau = pd.DataFrame({"run_id": ["a", "b", "a"], "experiment": ["E1", "E1", "E15_E1"],
                         "steps": [6250, 800, 6250]})  # fmt: skip
-    assert steps_by_experiment(tmp_path, tau) == [
+    assert steps_by_experiment(read_logs(tmp_path, ["a", "b"]), tau) == [
         "steps by device: cpu 2,500; cuda (NVIDIA H200) 2,500; "
         "not logged (torch 2.13.0+cpu) 1,250; not logged 800",  # each run once
         "steps E1: 7,050 in 2 run(s) (cpu 2,500; cuda (NVIDIA H200) 2,500; "

@@ -43,11 +43,17 @@ def _commit(version: dict) -> str:
     return label + (" (with uncommitted changes)" if version.get("dirty") else "")
 
 
-def provenance(outdir: Path, run_ids: list[str]) -> list[str]:
-    """PROVENANCE's lines, from the runs' logs (`start` and `done` events)."""
+def read_logs(outdir: Path, run_ids: list[str]) -> dict[str, list[dict]]:
+    """run id -> its log's rows, read once for every PROVENANCE line."""
+    layout = Layout(str(outdir))
+    return {r: read_log(layout.run(r).log) for r in run_ids}
+
+
+def provenance(logs: dict[str, list[dict]]) -> list[str]:
+    """PROVENANCE's lines, from the runs' logs (`read_logs`: `start` and `done` events)."""
+    run_ids = list(logs)
     starts, ends, resumed, missing = [], [], [], []
-    for r in run_ids:
-        rows = read_log(Layout(str(outdir)).run(r).log)
+    for r, rows in logs.items():
         s = [x for x in rows if x.get("event") == "start"]
         if not s:
             missing.append(r)
@@ -106,13 +112,13 @@ def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     return out
 
 
-def steps_by_experiment(outdir: Path, tau: pd.DataFrame) -> list[str]:
+def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[str]:
     """PROVENANCE's lines of training steps per experiment, by device (what the README's
-    presets table quotes as each part's cost). A run that two experiments list counts in
-    both."""
+    presets table quotes as each part's cost), from the runs' logs (`read_logs`). A run that
+    two experiments list counts in both."""
     by_run = {}
     for r, steps in tau.drop_duplicates("run_id").set_index("run_id")["steps"].items():
-        by_run[r] = _steps_by_device(read_log(Layout(str(outdir)).run(r).log), int(steps))
+        by_run[r] = _steps_by_device(logs[r], int(steps))
     every = sum(by_run.values(), Counter())
     lines = ["steps by device: " + "; ".join(f"{d} {n:,}" for d, n in every.most_common())]
     for exp, runs in tau.groupby("experiment", sort=False)["run_id"]:
@@ -143,9 +149,10 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     run_ids = sorted(set(tau.run_id))
     steps = int(pd.to_numeric(tau.drop_duplicates("run_id")["steps"]).sum())
     lines = [f"preset: {preset}", f"outdir: {out}"]
-    lines += provenance(out, run_ids)
+    logs = read_logs(out, run_ids)
+    lines += provenance(logs)
     lines.append(f"total training steps: {steps:,}")
-    lines += steps_by_experiment(out, tau)
+    lines += steps_by_experiment(logs, tau)
     lines.append(
         f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at "
         + collector
