@@ -408,13 +408,8 @@ def _tau_budget_arrays(
 ) -> tuple[np.ndarray, ...]:
     """`_tau_points`' arrays: x, a tau column (the candidate tau, or another crossing with
     its own censoring column), the budget (`steps`), censored and diverged."""
-    return (
-        df[x].to_numpy(float),
-        df[tau].to_numpy(float),
-        df["steps"].to_numpy(float),
-        df[censored].to_numpy(bool),
-        df["diverged"].to_numpy(bool),
-    )
+    floats = [df[c].to_numpy(float) for c in (x, tau, "steps")]
+    return (*floats, *(df[c].to_numpy(bool) for c in (censored, "diverged")))
 
 
 def _normalised_loss(m: pd.DataFrame, k: float) -> np.ndarray:
