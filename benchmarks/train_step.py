@@ -549,6 +549,13 @@ def main(argv: list[str] | None = None) -> dict:
         k: 1 / (v * args.threads) for k, v in run_step_s.items() if not k.startswith("roofline")
     }
     res["best"] = best_record(res, run_step_s)
+    if device.type == "cpu":  # what train.precision / compile / pack.enabled auto choose here
+        from mbc.core.arithmetic import detect_cpu
+
+        a = detect_cpu()
+        res["arithmetic"] = f"{a.why()} -> {'packed' if a.pack else 'unpacked'}, " + (
+            "compiled" if a.compile else "eager"
+        )
     if packs:
         first = f"packed_bf16_R{widths[0]}"
         prof = {first: cpu_speed.profile_step(packs[first].step, device=device)}
@@ -677,6 +684,10 @@ def best_record(res: dict, run_step_s: dict[str, float]) -> dict:
         "run_steps_per_s_per_core": 1 / (trained[best] * threads),
         "vs_author": run_step_s["author"] / trained[best] if "author" in run_step_s else None,
         "vs_roofline_bf16": trained[best] / roof if roof else None,
+        # the fp32 GEMM roofline of one run (unpacked): the bound for an fp32 choice
+        "vs_roofline_fp32": trained[best] / run_step_s["roofline"]
+        if "roofline" in run_step_s
+        else None,
     }
 
 
@@ -827,7 +838,10 @@ def report_cpu(res: dict) -> None:
         f"best: {b['variant']} {b['run_steps_per_s_per_core']:.1f} {unit};"
         + (f" {b['vs_author']:.2f}x the author's step;" if b["vs_author"] else "")
         + (f" {b['vs_roofline_bf16']:.2f}x the bf16 GEMM roofline" if b["vs_roofline_bf16"] else "")
+        + (f"; {b['vs_roofline_fp32']:.2f}x the fp32 one" if b.get("vs_roofline_fp32") else "")
     )
+    if a := res.get("arithmetic"):
+        print(f"arithmetic (auto) on this machine: {a}")
     rc = res.get("roofline_check")
     if rc:
         print(

@@ -9,19 +9,54 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
+def _bench(tmp_path, *args: str) -> tuple[str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     out_json = tmp_path / "bench.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--quick",
-           "--threads", "1", "--device", "cpu", "--json", str(out_json)]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+           "--threads", "1", "--device", "cpu", "--json", str(out_json), *args]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    out = proc.stdout
+    return proc.stdout, json.loads(out_json.read_text())
+
+
+def _check_best(res: dict, out: str) -> None:
+    """The best record's structure. Which variant wins is the CPU's business (bf16 wins
+    with AMX, fp32 on an AVX2 CPU): never asserted."""
+    best = res["best"]
+    assert {"variant", "run_steps_per_s_per_core", "vs_author", "vs_roofline_bf16",
+            "vs_roofline_fp32"} <= set(best)  # fmt: skip
+    assert best["variant"] in res["run_step_s"] and not best["variant"].startswith("roofline")
+    assert best["run_steps_per_s_per_core"] > 0
+    assert best["vs_roofline_bf16"] > 0 and best["vs_roofline_fp32"] > 0
+    assert re.search(r"^best: \S+ \d+\.\d run-steps/s/core;.* the bf16 GEMM roofline; "
+                     r"\d+\.\d\dx the fp32 one$", out, re.M), out  # fmt: skip
+    # what auto chooses on this CPU, stated
+    assert re.search(r"^arithmetic \(auto\) on this machine: (bf16|fp32): .* -> "
+                     r"(packed|unpacked), (compiled|eager)$", out, re.M), out  # fmt: skip
+
+
+def test_benchmark_in_seconds_reports_structure_and_numerics(tmp_path):
+    """One repeat, one pack width, one K: every table and the numerics check, in seconds."""
+    out, res = _bench(tmp_path, "--repeats", "1", "--numerics-steps", "1", "--packed-bf16", "1",
+                      "--k", "5")  # fmt: skip
+    assert re.search(r"^numerics: OK$", out, re.M), out
+    assert res["numerics"]["ok"] is True
+    assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
+    for name in ("ours/reference", "ours/roofline", "ours_bf16/ours", "ours/roofline_bf16"):
+        assert re.search(rf"^ratio {re.escape(name)}\s+\d+\.\d\d\b", out, re.M), (name, out)
+    assert set(res["eval"]) == {"5"} and res["widths"]["packed_bf16_R1"] == 1
+    _check_best(res, out)
+
+
+@pytest.mark.slow
+def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
+    out, res = _bench(tmp_path)
     assert "ours = train_run's step (train.engine=fast, train.compile=False)" in out
     for name in ("ours/reference", "ours/roofline", "ours/plain", "ours_bf16/ours",
                  "ours_bf16/roofline_bf16", "ours/roofline_bf16"):  # fmt: skip
@@ -33,7 +68,6 @@ def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     if re.search(r"^author = skipped: transformer_lens did not import", out, re.M) is None:
         assert re.search(r"^author = TransformerLens 3\.", out, re.M), out
         assert re.search(r"^ratio ours/author\s+\d+\.\d\d\b", out, re.M), out
-    res = json.loads(out_json.read_text())
     assert res["numerics"]["ok"] is True
     assert res["numerics"]["plain"]["max_rel_diff"] < res["numerics"]["tolerance_rel"]
     assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
@@ -45,9 +79,7 @@ def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     )
     for name in ("packed_bf16_R1", "packed_bf16_R4", "roofline_bf16_R4"):
         assert re.search(rf"^{name}\s+\d+\s+\d+\.\d", out, re.M), (name, out)
-    best = res["best"]
-    assert {"variant", "run_steps_per_s_per_core", "vs_author", "vs_roofline_bf16"} <= set(best)
-    assert best["run_steps_per_s_per_core"] > 0 and best["vs_roofline_bf16"] >= 1.0
+    _check_best(res, out)
     assert res["widths"]["packed_bf16_R4"] == 4
     cats = res["profile"]["packed_bf16_R1"]["ms"]
     assert {"GEMM", "attention", "casts / copies", "elementwise / norm"} <= set(cats)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import re
 import shutil
 import sys
 from collections import Counter
@@ -24,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbc.core import config as mbc_config
+from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.layout import Layout
 from mbc.core.provenance import code_version
@@ -151,6 +153,8 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines = [f"preset: {preset}", f"outdir: {out}"]
     logs = read_logs(out, run_ids)
     lines += provenance(logs)
+    if cfg.arithmetic is not None:  # what `auto` chose: check() rebuilds the ids with it
+        lines.append(f"arithmetic: {cfg.arithmetic.matrix_unit} ({cfg.arithmetic.why()})")
     lines.append(f"total training steps: {steps:,}")
     lines += steps_by_experiment(logs, tau)
     lines.append(
@@ -162,6 +166,18 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     return target
 
 
+def recorded_arithmetic(report: Path, run_ids: set[str]) -> Arithmetic:
+    """The arithmetic a committed report was measured with, so that its run ids are checked
+    against the config as resolved *there*, not on the machine running the check: the
+    PROVENANCE line `arithmetic: <matrix unit> (...)`; before that line existed, the run ids
+    say it (bf16 ones were trained on a CPU with AMX)."""
+    text = (report / "PROVENANCE").read_text() if (report / "PROVENANCE").exists() else ""
+    if m := re.search(r"^arithmetic: (\w+) \((.*)\)$", text, re.M):
+        return Arithmetic("cpu", m.group(1), f"recorded in PROVENANCE: {m.group(2)}")
+    bf16 = any("-bf16-" in r for r in run_ids)
+    return Arithmetic("cpu", "amx" if bf16 else "none", "inferred from the run ids' precision")
+
+
 def check(measured: Path, config_path: str) -> list[str]:
     """Problems with the committed reports under `measured/`: a tau.csv whose run ids are not
     the ones the current config gives its preset, without a STALE file saying why."""
@@ -169,7 +185,8 @@ def check(measured: Path, config_path: str) -> list[str]:
     raw = mbc_config.read_yaml(config_path)
     for d in sorted(p for p in Path(measured).iterdir() if p.is_dir()):
         ids = set(pd.read_csv(d / "tau.csv").run_id)
-        want = set(mbc_config.load(raw, {"preset": d.name}).specs)
+        arithmetic = recorded_arithmetic(d, ids)
+        want = set(mbc_config.load(raw, {"preset": d.name}, arithmetic=arithmetic).specs)
         if ids != want and not (d / "STALE").exists():
             problems.append(
                 f"{d}/tau.csv: {len(ids - want)} run ids the config no longer gives and "

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import mbc.planning.banner
+import mbc.core.arithmetic
 import mbc.core.artifacts
 import mbc.core.config
 import mbc.core.integrity
@@ -37,6 +38,10 @@ try:
 except mbc.core.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
+# what `auto` resolved to here goes to every job (a cluster node of another make included),
+# so that all of them build the same run ids (mbc.core.arithmetic)
+if CFG.arithmetic is not None:
+    os.environ[mbc.core.arithmetic.ENV] = CFG.arithmetic.to_env()
 L = mbc.core.layout.Layout(OUT)  # every path under the outdir
 # tensorboard: reaches the training jobs through their environment, not as a rule
 # parameter (a changed parameter retrains; the scalars change no number)

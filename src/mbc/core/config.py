@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import functools
 import itertools
+import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +22,9 @@ from typing import Any
 import jsonschema
 import yaml
 
+from mbc.core.arithmetic import ENV as ARITHMETIC_ENV
+from mbc.core.arithmetic import Arithmetic, cuda_available, slow_precision_warning
+from mbc.core.arithmetic import resolve as resolve_arithmetic
 from mbc.core.config_references import ConfigError, check_references, dotted
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout
@@ -61,6 +65,11 @@ class Config(TypedSections):
     preset: str
     outdir: str
     runs: tuple[Run, ...]
+    # what `auto` resolved to (train.precision, train.compile, pack.enabled); None where
+    # the config asked for nothing automatic
+    arithmetic: Arithmetic | None = None
+    # one line where an explicit precision is the slow choice on this machine (the banner's)
+    slow_precision: str | None = None
 
     @property
     def specs(self) -> dict[str, RunSpec]:
@@ -235,13 +244,50 @@ def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
     sections[section][field] = value
 
 
+class AutoArithmetic:
+    """`auto` resolved at most once per load, and only if some value asks for it."""
+
+    def __init__(self, device: str, given: Arithmetic | None = None):
+        self.device, self.value = device, given
+        self.asked = False  # some value was `auto`
+
+    def __call__(self, asked: bool = True) -> Arithmetic:
+        self.asked = self.asked or asked
+        if self.value is None:
+            self.value = resolve_arithmetic(self.device)
+        return self.value
+
+    def on_cuda(self) -> bool:
+        """Whether the runs train on CUDA (asks torch only where a driver is)."""
+        if self.device != "auto":
+            return self.device.startswith("cuda")
+        if self.value is not None or os.environ.get(ARITHMETIC_ENV):
+            return self(asked=False).device == "cuda"
+        return cuda_available()
+
+
+def _resolve_auto(train: dict, auto: AutoArithmetic | None) -> None:
+    """train.precision / train.compile `auto` -> the hardware's choice (before the run id)."""
+    for key in ("precision", "compile"):
+        if train.get(key) == "auto":
+            if auto is None:
+                raise ValueError(f"train.{key} auto needs the machine's arithmetic")
+            train[key] = getattr(auto(), key)
+
+
 def expand_experiment(
-    name: str, exp: dict, defaults: dict, seeds: list[int], written=dotted
+    name: str,
+    exp: dict,
+    defaults: dict,
+    seeds: list[int],
+    written=dotted,
+    auto: AutoArithmetic | None = None,
 ) -> list[Run]:
     """Grid (Cartesian product) x variants (list of overrides) x seeds -> runs.
 
     written(path): the config path as the user wrote it (under `presets.<name>.` when
-    the value comes from the preset), used in error messages."""
+    the value comes from the preset), used in error messages. auto: resolves
+    `train.precision` / `train.compile` `auto` (`mbc.core.arithmetic`)."""
     grid = exp.get("grid", {})
     for key, values in grid.items():
         if not values:
@@ -270,6 +316,7 @@ def expand_experiment(
                     d, k = sections.pop("_d"), sections["task"]["k"]
                     sections["task"]["n_groups"] = max(1, round(d / k))
                 _check_sections(sections, origins, written)
+                _resolve_auto(sections["train"], auto)
                 spec = RunSpec(
                     task=TaskSpec(**sections["task"]),
                     model=ModelSpec(**sections["model"]),
@@ -301,11 +348,19 @@ def check_spec(spec: RunSpec, origins: dict[str, str] | None = None, written=dot
         raise ConfigError(where(key), value, why)
 
 
-def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--config") -> Config:
+def load(
+    raw: dict,
+    overrides: dict | None = None,
+    given_as: str | None = "--config",
+    arithmetic: Arithmetic | None = None,
+) -> Config:
     """Validate and expand the whole config. Raises ConfigError before any job runs.
     given_as: how a message names a value that came from `overrides` (Snakemake's
-    `--config`); None: by its path alone, as for the config files `check_files` merges."""
+    `--config`); None: by its path alone, as for the config files `check_files` merges.
+    arithmetic: what `auto` means (default: this machine's, `mbc.core.arithmetic.resolve`,
+    asked only if some value is `auto`)."""
     cfg = resolve(raw, overrides)
+    auto = AutoArithmetic(str(cfg.get("device", "auto")), arithmetic)
     experiments = cfg["experiments"]
     only = cfg.get("only") or list(experiments)
     for name in only:
@@ -323,18 +378,44 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         return dotted(path)
 
     # the defaults themselves, even where every experiment overrides a value
-    expand_experiment("defaults", {}, cfg["defaults"], [0], written)
+    expand_experiment("defaults", {}, cfg["defaults"], [0], written, auto)
     runs: list[Run] = []
     for name in only:
         exp = resolve_like(name, experiments)
-        runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written))
+        runs.extend(expand_experiment(name, exp, cfg["defaults"], cfg["seeds"], written, auto))
     _check_same_id_same_spec(runs)
     check_references(cfg, written)
-    out = Config(raw=cfg, preset=cfg["preset"], outdir=cfg["outdir"].rstrip("/"), runs=tuple(runs))
+    if cfg.get("pack", {}).get("enabled") == "auto":
+        cfg["pack"] = {**cfg["pack"], "enabled": _pack_pays(runs, auto)}
+    out = Config(
+        raw=cfg,
+        preset=cfg["preset"],
+        outdir=cfg["outdir"].rstrip("/"),
+        runs=tuple(runs),
+        arithmetic=auto.value if auto.asked else None,
+        slow_precision=_slow_precision(runs, auto),
+    )
     if (missing := out.missing_section_key()) is not None:
         # the schema lets a section leave a key out; the analysis needs every key
         raise ConfigError(*missing, "missing key")
     return out
+
+
+def _pack_pays(runs: list[Run], auto: AutoArithmetic) -> bool:
+    """pack.enabled auto: on a GPU always (one run leaves it idle); on a CPU only where it was
+    measured to pay: bf16 runs on a CPU whose matrix unit packs (AMX: one bf16 weight copy a
+    step for the whole pack). An fp32 config on a CPU probes nothing."""
+    if auto.on_cuda():
+        return True
+    return bool(runs) and all(r.spec.train.precision == "bf16" for r in runs) and auto().pack
+
+
+def _slow_precision(runs: list[Run], auto: AutoArithmetic) -> str | None:
+    """bf16 asked for explicitly where this machine runs it slowly (no native bf16 matmul):
+    obeyed, and one line for the banner. Only CPU runs are checked."""
+    if not any(r.spec.train.precision == "bf16" for r in runs) or auto.on_cuda():
+        return None
+    return slow_precision_warning("bf16", auto(asked=False))
 
 
 def resolve_like(name: str, experiments: dict) -> dict:

@@ -162,6 +162,23 @@ def _free_bytes(path: Path) -> int | None:
         return None
 
 
+def arithmetic_lines(cfg: Config) -> list[str]:
+    """What `auto` chose and why (train.precision / compile, pack.enabled), and a warning
+    where an explicit precision is the slow one on this machine."""
+    a = cfg.arithmetic
+    lines = []
+    if a is not None:
+        compiled = {s.train.compile for s in cfg.specs.values()}
+        lines.append(
+            f"mbc: arithmetic (auto): {a.why()}; "
+            f"{'packed' if cfg.raw['pack'].get('enabled') else 'unpacked'}, "
+            f"{'compiled' if compiled == {True} else 'eager' if compiled == {False} else 'compiled where asked'}"
+        )
+    if cfg.slow_precision:
+        lines.append(cfg.slow_precision)
+    return lines
+
+
 def banner_lines(
     cfg: Config,
     *,
@@ -190,6 +207,7 @@ def banner_lines(
         f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
         f"training job, executor {executor}, --cores {cores if cores else 'n/a'})",
         f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
+        *arithmetic_lines(cfg),
     ]
     coarse = sorted({s.eval.every for s in specs.values() if not s.eval.dense_every})
     if coarse:  # a legitimate, cheaper choice, but every crossing moves to that grid

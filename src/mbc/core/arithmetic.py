@@ -1,0 +1,281 @@
+"""The arithmetic the hardware chooses: `train.precision: auto`, `train.compile: auto` and
+`pack.enabled: auto`, resolved once per invocation on the machine that builds the DAG.
+
+bf16 pays only where matmuls have a native bf16 path. Measured on one Xeon with AMX
+(docs/performance.md), one bf16 GEMM of this model's shape (2048 x 128 x 512, one thread)
+ran 5x faster than fp32 with AMX, 2x *slower* on oneDNN's avx512_core_bf16 kernels without
+AMX, and 50-70x slower without either (oneDNN limited to AVX2: a reference kernel); an AMD
+EPYC with AVX2 only trained 14x slower in bf16. So the choice follows the matrix unit:
+
+  cuda                bf16, packed (one run leaves a GPU idle), eager
+  amx                 bf16, packed, compiled (the combination measured 2.2x the fp32 step)
+  avx512_bf16 / none  fp32, unpacked, eager (nothing else was measured to pay there)
+
+The matrix unit is read from the CPU flags (/proc/cpuinfo) within the limits a user can set
+(ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY: torch reports the effective capability), and
+confirmed by the kernel names oneDNN's verbose mode prints for one bf16 matmul in a fresh
+process, which also times that GEMM in bf16 and fp32 (the banner's "bf16 would be ~Nx
+slower here"). The probe's answer is cached per machine and limits
+(`~/.cache/mbc/arithmetic.json`). The main Snakemake process exports what it resolved in
+MBC_ARITHMETIC, so every job (local or on a cluster node of another make) uses the same
+values and run ids.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ENV = "MBC_ARITHMETIC"  # the resolved arithmetic, JSON, exported to every job
+PRECISIONS = ("fp32", "bf16")
+
+# oneDNN's ISA limits in increasing order (ONEDNN_MAX_CPU_ISA); bf16 matmuls are native from
+# AVX512_CORE_BF16 on, AMX from AVX512_CORE_AMX on
+ONEDNN_ISAS = (
+    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2",
+)  # fmt: skip
+_NATIVE_BF16_FROM = "AVX512_CORE_BF16"
+_AMX_FROM = "AVX512_CORE_AMX"
+
+# what each matrix unit resolves `auto` to: (precision, pack, compile)
+CHOICES = {
+    "cuda": ("bf16", True, False),
+    "amx": ("bf16", True, True),
+    "avx512_bf16": ("fp32", False, False),
+    "none": ("fp32", False, False),
+}
+
+_PROBE = r"""
+import json, time, torch
+torch.set_num_threads(1)
+def gemm_ms(dt):
+    a, b = torch.randn(2048, 128, dtype=dt), torch.randn(128, 512, dtype=dt)
+    for _ in range(2):
+        a @ b
+    n, t0 = 5, time.perf_counter()
+    for _ in range(n):
+        a @ b
+    return (time.perf_counter() - t0) / n * 1e3
+bf16 = gemm_ms(torch.bfloat16)
+print("MBC_PROBE " + json.dumps({"capability": torch.backends.cpu.get_cpu_capability(),
+    "torch": torch.__version__, "fp32_ms": gemm_ms(torch.float32), "bf16_ms": bf16}))
+"""
+
+
+@dataclass(frozen=True)
+class Arithmetic:
+    """What `auto` resolved to on this machine, and why (the banner's line)."""
+
+    device: str  # cpu | cuda
+    matrix_unit: str  # cuda | amx | avx512_bf16 | none
+    evidence: str  # the flags, limits and kernels that decided it
+    bf16_slowdown: float | None = None  # bf16 / fp32 time of one GEMM here (None: not timed)
+
+    @property
+    def precision(self) -> str:
+        return CHOICES[self.matrix_unit][0]
+
+    @property
+    def pack(self) -> bool:
+        return CHOICES[self.matrix_unit][1]
+
+    @property
+    def compile(self) -> bool:
+        return CHOICES[self.matrix_unit][2]
+
+    def native_bf16(self) -> bool:
+        return self.matrix_unit in ("cuda", "amx", "avx512_bf16")
+
+    def why(self) -> str:
+        """'bf16: this CPU has amx_bf16 (...)' or 'fp32: no native bf16 matmul ...'."""
+        if self.matrix_unit == "cuda":
+            return f"bf16: CUDA ({self.evidence})"
+        if self.matrix_unit == "amx":
+            return f"bf16: this CPU has amx_bf16 ({self.evidence})"
+        slower = self.slowdown_words()
+        if self.matrix_unit == "avx512_bf16":
+            return (
+                f"fp32: avx512_bf16 without AMX, where bf16 did not pay ({self.evidence}){slower}"
+            )
+        return f"fp32: no native bf16 matmul on this CPU ({self.evidence}){slower}"
+
+    def slowdown_words(self) -> str:
+        s = self.bf16_slowdown
+        return f"; bf16 would be ~{s:.0f}x slower here" if s and s >= 1.5 else ""
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_env(cls, text: str) -> Arithmetic:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("matrix_unit") not in CHOICES:
+            raise ValueError(f"{ENV}: not a resolved arithmetic: {text[:80]!r}")
+        return cls(
+            **{k: data.get(k) for k in ("device", "matrix_unit", "evidence", "bf16_slowdown")}
+        )
+
+
+def onednn_limit(env: dict | None = None) -> str | None:
+    """The user's oneDNN ISA limit (ONEDNN_MAX_CPU_ISA, or its old name DNNL_MAX_CPU_ISA),
+    upper-cased; None where unset or ALL/DEFAULT."""
+    env = os.environ if env is None else env
+    value = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    return None if value in ("", "ALL", "DEFAULT") else value
+
+
+def _at_least(limit: str | None, isa: str) -> bool:
+    if limit is None:
+        return True
+    if limit not in ONEDNN_ISAS:  # a name this table does not know: do not assume bf16
+        return False
+    return ONEDNN_ISAS.index(limit) >= ONEDNN_ISAS.index(isa)
+
+
+def decide(
+    flags: set[str], limit: str | None, capability: str, kernels: list[str] | None
+) -> tuple[str, str]:
+    """(matrix unit, evidence) from the CPU flags, the oneDNN ISA limit, torch's effective
+    CPU capability (ATEN_CPU_CAPABILITY caps it) and the bf16 matmul kernels oneDNN ran
+    (None: not probed). Pure: tested on every case whatever CPU runs the tests."""
+    said = []
+    if limit:
+        said.append(f"ONEDNN_MAX_CPU_ISA={limit}")
+    if capability and not capability.upper().startswith("AVX512"):
+        said.append(f"torch CPU capability {capability}")
+        return "none", ", ".join([*said, "bf16 matmuls not native at this capability"])
+    unit = "none"
+    if "amx_bf16" in flags and _at_least(limit, _AMX_FROM):
+        unit, said = "amx", [*said, "flag amx_bf16"]
+    elif "avx512_bf16" in flags and _at_least(limit, _NATIVE_BF16_FROM):
+        unit, said = "avx512_bf16", [*said, "flag avx512_bf16"]
+    else:
+        bf16 = sorted(f for f in flags if f in ("amx_bf16", "avx512_bf16"))
+        said.append(f"flags {', '.join(bf16)} above the limit" if bf16 else "no bf16 flag")
+    if kernels is not None:
+        seen = ", ".join(kernels) or "none"
+        said.append(f"oneDNN bf16 kernels: {seen}")
+        # a kernel's ISA is the part after the last colon: `gemm:jit:bf16` converts to
+        # fp32 (not native), `brg_matmul:avx512_core_bf16` and `..._amx` are native
+        isas = [k.rsplit(":", 1)[-1] for k in kernels]
+        if unit == "amx" and not any("amx" in i for i in isas):
+            unit = "avx512_bf16" if any("_bf16" in i for i in isas) else "none"
+        elif unit == "avx512_bf16" and not any("_bf16" in i or "amx" in i for i in isas):
+            unit = "none"
+    return unit, ", ".join(said)
+
+
+def cpu_flags() -> set[str]:
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith(("flags", "Features")):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def probe(env: dict | None = None) -> dict:
+    """One bf16 matmul in a fresh process under oneDNN's verbose mode (what this torch runs
+    under the user's limits), with one GEMM timed in bf16 and fp32. {} if it fails."""
+    env = dict(os.environ if env is None else env, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
+            errors="replace", timeout=180, check=False,
+        ).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    result = re.search(r"^MBC_PROBE (.+)$", out, re.M)
+    if not result:
+        return {}
+    data = json.loads(result.group(1))
+    data["kernels"] = sorted(set(re.findall(r"exec,cpu,matmul,([^,]+),[^,]*,src:bf16", out)))
+    return data
+
+
+def cache_path() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return Path(root) / "mbc" / "arithmetic.json"
+
+
+def _machine_key(flags: set[str], env: dict) -> str:
+    limits = [
+        env.get(k, "") for k in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "ATEN_CPU_CAPABILITY")
+    ]
+    bf16 = sorted(f for f in flags if "bf16" in f or f.startswith("amx"))
+    return "|".join([sys.executable, *bf16, *limits])
+
+
+def detect_cpu(env: dict | None = None, use_cache: bool = True) -> Arithmetic:
+    """The CPU's matrix unit under the user's limits, probed once per machine and limits."""
+    env = dict(os.environ if env is None else env)
+    flags = cpu_flags()
+    key = _machine_key(flags, env)
+    cache = cache_path()
+    known: dict = {}
+    if use_cache:
+        with contextlib.suppress(OSError, ValueError):
+            known = json.loads(cache.read_text())
+        hit = known.get(key) if isinstance(known, dict) else None
+        if isinstance(hit, dict):
+            with contextlib.suppress(TypeError, ValueError):
+                return Arithmetic.from_env(json.dumps(hit))
+    seen = probe(env)
+    capability = str(seen.get("capability") or env.get("ATEN_CPU_CAPABILITY") or "")
+    unit, evidence = decide(flags, onednn_limit(env), capability, seen.get("kernels"))
+    if not seen:
+        evidence += " (the oneDNN probe did not run: flags alone)"
+    slowdown = None
+    if seen.get("fp32_ms"):
+        slowdown = round(float(seen["bf16_ms"]) / float(seen["fp32_ms"]), 2)
+    found = Arithmetic("cpu", unit, evidence, slowdown)
+    if use_cache and seen:
+        from mbc.core.artifacts import write_text_atomic
+
+        known = known if isinstance(known, dict) else {}
+        known[key] = asdict(found)
+        with contextlib.suppress(OSError):  # a read-only cache only costs a probe next time
+            write_text_atomic(cache, json.dumps(known, indent=1, sort_keys=True))
+    return found
+
+
+def cuda_available() -> bool:
+    """CUDA usable here; torch (slow to import) is asked only where an NVIDIA driver is."""
+    if not (Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()):
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def resolve(device: str = "auto") -> Arithmetic:
+    """What `auto` means for this invocation: the main process's answer where it exported
+    one (MBC_ARITHMETIC), else detected here (and cached)."""
+    if text := os.environ.get(ENV):
+        with contextlib.suppress(ValueError, TypeError):
+            return Arithmetic.from_env(text)
+    device = str(device)
+    if device.startswith("cuda") or (device == "auto" and cuda_available()):
+        import torch
+
+        name = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "requested"
+        return Arithmetic("cuda", "cuda", name)
+    return detect_cpu()
+
+
+def slow_precision_warning(precision: str, arithmetic: Arithmetic) -> str | None:
+    """One line where an explicitly configured bf16 is the slow choice on this machine."""
+    if precision != "bf16" or arithmetic.precision == "bf16":
+        return None
+    return (
+        "mbc: warning: train.precision bf16 where bf16 matmuls do not pay "
+        f"({arithmetic.evidence}){arithmetic.slowdown_words()}: obeyed as configured; "
+        "train.precision auto (or fp32) is faster here"
+    )
