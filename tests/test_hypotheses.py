@@ -126,18 +126,21 @@ def test_ours_statistic_gets_its_own_verdict_beside_the_authors():
 
 
 def test_scorecard_shows_ours_beside_the_authors_and_the_reference_provenance():
-    rows = [r for r in CARD if r.statistic in ("lr_duration_ratio", "direction_ratio")]
-    card = scorecard(rows, stats_for({"lr_duration_ratio": (3.0, 2.0, 4.0),
-                                      "lr_tau_ratio": (20.0, 10.0, 30.0),
-                                      "direction_ratio": (2.0, 1.5, 2.5)})).set_index("statistic")  # fmt: skip
-    lr = card.loc["lr_duration_ratio"]
+    rows = [r for r in CARD if r.statistic in ("lr_duration_ratio_sampled", "direction_ratio_lag")]
+    card = scorecard(rows, stats_for({"lr_duration_ratio_sampled": (3.0, 2.0, 4.0),
+                                      "lr_duration_ratio": (20.0, 10.0, 30.0),
+                                      "direction_ratio_lag": (2.0, 1.5, 2.5),
+                                      "direction_ratio": (2.1, 1.6, 2.6)})).set_index("statistic")  # fmt: skip
+    # the lr row: the author's window on his sampled evaluation, ours on fixed contexts
+    lr = card.loc["lr_duration_ratio_sampled"]
     assert (lr.agreement, lr.ours_statistic, lr.ours_agreement) == (
         "agree",
-        "lr_tau_ratio",
+        "lr_duration_ratio",
         "disagree",
     )
     assert not lr.robust_to_definition and lr.reference_traced == "author_run"
-    d = card.loc["direction_ratio"]
+    # the direction row: his lag statistic, our candidate tau beside it, an untraced range
+    d = card.loc["direction_ratio_lag"]
     assert d.reference_traced == "paper_text" and d.ours_statistic == "direction_ratio"
     assert d.robust_to_definition and "no run" in d.note
     # every claim of the paper's says how the author computed it (a claim of our own has

@@ -279,3 +279,54 @@ def slow_precision_warning(precision: str, arithmetic: Arithmetic) -> str | None
         f"({arithmetic.evidence}){arithmetic.slowdown_words()}: obeyed as configured; "
         "train.precision auto (or fp32) is faster here"
     )
+
+
+# --- `auto` in a config (mbc.core.config.load): resolved at most once, only if asked
+
+
+class AutoArithmetic:
+    """`auto` resolved at most once per load, and only if some value asks for it."""
+
+    def __init__(self, device: str, given: Arithmetic | None = None):
+        self.device, self.value = device, given
+        self.asked = False  # some value was `auto`
+
+    def __call__(self, asked: bool = True) -> Arithmetic:
+        self.asked = self.asked or asked
+        if self.value is None:
+            self.value = resolve(self.device)
+        return self.value
+
+    def on_cuda(self) -> bool:
+        """Whether the runs train on CUDA (asks torch only where a driver is)."""
+        if self.device != "auto":
+            return self.device.startswith("cuda")
+        if self.value is not None or os.environ.get(ENV):
+            return self(asked=False).device == "cuda"
+        return cuda_available()
+
+
+def resolve_auto(train: dict, auto: AutoArithmetic | None) -> None:
+    """train.precision / train.compile `auto` -> the hardware's choice (before the run id)."""
+    for key in ("precision", "compile"):
+        if train.get(key) == "auto":
+            if auto is None:
+                raise ValueError(f"train.{key} auto needs the machine's arithmetic")
+            train[key] = getattr(auto(), key)
+
+
+def pack_pays(specs: list, auto: AutoArithmetic) -> bool:
+    """pack.enabled auto: on a GPU always (one run leaves it idle); on a CPU only where it was
+    measured to pay: bf16 runs on a CPU whose matrix unit packs (AMX: one bf16 weight copy a
+    step for the whole pack). An fp32 config on a CPU probes nothing."""
+    if auto.on_cuda():
+        return True
+    return bool(specs) and all(s.train.precision == "bf16" for s in specs) and auto().pack
+
+
+def slow_precision(specs: list, auto: AutoArithmetic) -> str | None:
+    """bf16 asked for explicitly where this machine runs it slowly (no native bf16 matmul):
+    obeyed, and one line for the banner. Only CPU runs are checked."""
+    if not any(s.train.precision == "bf16" for s in specs) or auto.on_cuda():
+        return None
+    return slow_precision_warning("bf16", auto(asked=False))

@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import functools
 import itertools
-import os
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -22,9 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mbc.core.arithmetic import ENV as ARITHMETIC_ENV
-from mbc.core.arithmetic import Arithmetic, cuda_available, slow_precision_warning
-from mbc.core.arithmetic import resolve as resolve_arithmetic
+from mbc.core.arithmetic import Arithmetic, AutoArithmetic, pack_pays, resolve_auto, slow_precision
 from mbc.core.config_references import ConfigError, check_references, dotted
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout
@@ -244,37 +241,6 @@ def _apply(sections: dict[str, dict], key: str, value: Any, where: str) -> None:
     sections[section][field] = value
 
 
-class AutoArithmetic:
-    """`auto` resolved at most once per load, and only if some value asks for it."""
-
-    def __init__(self, device: str, given: Arithmetic | None = None):
-        self.device, self.value = device, given
-        self.asked = False  # some value was `auto`
-
-    def __call__(self, asked: bool = True) -> Arithmetic:
-        self.asked = self.asked or asked
-        if self.value is None:
-            self.value = resolve_arithmetic(self.device)
-        return self.value
-
-    def on_cuda(self) -> bool:
-        """Whether the runs train on CUDA (asks torch only where a driver is)."""
-        if self.device != "auto":
-            return self.device.startswith("cuda")
-        if self.value is not None or os.environ.get(ARITHMETIC_ENV):
-            return self(asked=False).device == "cuda"
-        return cuda_available()
-
-
-def _resolve_auto(train: dict, auto: AutoArithmetic | None) -> None:
-    """train.precision / train.compile `auto` -> the hardware's choice (before the run id)."""
-    for key in ("precision", "compile"):
-        if train.get(key) == "auto":
-            if auto is None:
-                raise ValueError(f"train.{key} auto needs the machine's arithmetic")
-            train[key] = getattr(auto(), key)
-
-
 def expand_experiment(
     name: str,
     exp: dict,
@@ -316,7 +282,7 @@ def expand_experiment(
                     d, k = sections.pop("_d"), sections["task"]["k"]
                     sections["task"]["n_groups"] = max(1, round(d / k))
                 _check_sections(sections, origins, written)
-                _resolve_auto(sections["train"], auto)
+                resolve_auto(sections["train"], auto)
                 spec = RunSpec(
                     task=TaskSpec(**sections["task"]),
                     model=ModelSpec(**sections["model"]),
@@ -386,36 +352,19 @@ def load(
     _check_same_id_same_spec(runs)
     check_references(cfg, written)
     if cfg.get("pack", {}).get("enabled") == "auto":
-        cfg["pack"] = {**cfg["pack"], "enabled": _pack_pays(runs, auto)}
+        cfg["pack"] = {**cfg["pack"], "enabled": pack_pays([r.spec for r in runs], auto)}
     out = Config(
         raw=cfg,
         preset=cfg["preset"],
         outdir=cfg["outdir"].rstrip("/"),
         runs=tuple(runs),
         arithmetic=auto.value if auto.asked else None,
-        slow_precision=_slow_precision(runs, auto),
+        slow_precision=slow_precision([r.spec for r in runs], auto),
     )
     if (missing := out.missing_section_key()) is not None:
         # the schema lets a section leave a key out; the analysis needs every key
         raise ConfigError(*missing, "missing key")
     return out
-
-
-def _pack_pays(runs: list[Run], auto: AutoArithmetic) -> bool:
-    """pack.enabled auto: on a GPU always (one run leaves it idle); on a CPU only where it was
-    measured to pay: bf16 runs on a CPU whose matrix unit packs (AMX: one bf16 weight copy a
-    step for the whole pack). An fp32 config on a CPU probes nothing."""
-    if auto.on_cuda():
-        return True
-    return bool(runs) and all(r.spec.train.precision == "bf16" for r in runs) and auto().pack
-
-
-def _slow_precision(runs: list[Run], auto: AutoArithmetic) -> str | None:
-    """bf16 asked for explicitly where this machine runs it slowly (no native bf16 matmul):
-    obeyed, and one line for the banner. Only CPU runs are checked."""
-    if not any(r.spec.train.precision == "bf16" for r in runs) or auto.on_cuda():
-        return None
-    return slow_precision_warning("bf16", auto(asked=False))
 
 
 def resolve_like(name: str, experiments: dict) -> dict:

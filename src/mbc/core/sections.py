@@ -69,15 +69,25 @@ class Dip:
 
 
 @dataclass(frozen=True)
+class Lag:
+    """config `diagnostics.lag` (the author's E14 statistic, `compute_lag_metric`): the first
+    logged step whose running-mean first-target loss is below `fraction` x its own first
+    logged value. Without the key, his 0.1."""
+
+    fraction: float = 0.1
+
+
+@dataclass(frozen=True)
 class Summary:
     """The per-run quantities' definitions a run's summary.json reads (`diagnostics.plateau`,
-    `lead`, `first_target.threshold`, `transition`, `dip`; `mbc.diagnostics.summary`)."""
+    `lead`, `first_target.threshold`, `transition`, `dip`, `lag`; `mbc.diagnostics.summary`)."""
 
     plateau: Plateau
     lead: Lead
     first_target_threshold: float
     transition: Transition
     dip: Dip
+    lag: Lag = Lag()
 
     @classmethod
     def from_raw(cls, d: dict) -> Summary:
@@ -87,6 +97,7 @@ class Summary:
             first_target_threshold=d["first_target"]["threshold"],
             transition=Transition(**d["transition"]),
             dip=Dip(**d["dip"]) if "dip" in d else Dip(),
+            lag=Lag(**d["lag"]) if "lag" in d else Lag(),
         )
 
 

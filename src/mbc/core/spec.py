@@ -162,6 +162,14 @@ class TrainSpec:
     # tau. A run that never crosses it runs its budget. In the run id only when set
     # (NEW_FIELDS).
     early_stop_first_target: bool = False
+    # Which series the early stop reads: `candidate` (tau, then L_cand below the loss
+    # fraction) or `train_log`: the author's logged first-target series (the running mean
+    # of L1 on the training labels over each eval.dense_every window, mbc.training.train_log):
+    # the factor counts from its first window below eval.threshold log K, and "converged" is
+    # a window below early_stop_loss_fraction log K. For label noise (E12), whose clean-label
+    # L_cand never converges while the corrupted training labels are memorised. In the run
+    # id only when not `candidate` (NEW_FIELDS).
+    early_stop_series: str = "candidate"  # candidate | train_log
     # How the in-loop evaluation is computed, not what: `fast` runs each context's shared
     # prefix once for its K candidates, `plain` every candidate sequence in full; equal to
     # float32 rounding (tests/test_train.py). Training has one forward either way.
@@ -188,7 +196,13 @@ IMPLEMENTATION_FIELDS = {"train": {"engine": "fast", "compile": False}}
 # Fields added after runs existed that do change the computation: part of the content hash
 # when set to anything but their default, left out at it, so every earlier run id stays.
 NEW_FIELDS = {
-    "train": {"precision": "fp32", "divergence_factor": 100.0, "early_stop_first_target": False}
+    "train": {
+        "precision": "fp32",
+        "divergence_factor": 100.0,
+        "early_stop_first_target": False,
+        "early_stop_series": "candidate",
+    },
+    "eval": {"sampled_groups": 0},
 }
 
 
@@ -212,6 +226,11 @@ class EvalSpec:
     # onsets and the transition window are first crossings on his 50-step grid. The rows
     # before dense_every draw the curves' start only. False: the schedule as it was before.
     on_grid: bool = True
+    # The author's evaluation (spec: his E6 window): every dense_every steps, L_cand of
+    # this many groups drawn afresh by the step's own seed (random.Random(step)), one random
+    # z each, logged beside the fixed evaluation in train_log.csv (`candidate_loss_sampled`);
+    # 0: off. In the run id only when on (NEW_FIELDS).
+    sampled_groups: int = 0
     checkpoint_every: int = 500  # model snapshots for post-hoc diagnostics
     checkpoint_n_log: int = 24
     resume_every: int = 2500  # full optimiser state for resuming an interrupted run

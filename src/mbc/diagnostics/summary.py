@@ -43,13 +43,23 @@ TAU_COLUMNS = [
     # the author's lead as he computed it, from the training log (train_log.csv): onsets of
     # the windows' running-mean L1 and of (last batch's shuffled L1 - running mean)
     "log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_measured",
+    # the author's other training-log statistics: E12's transition (the running-mean L1 on
+    # the training labels, which carry the label noise, first below the first-target
+    # threshold) and E14's lag (first window below lag.fraction x the first window's L1)
+    "first_target_tau_log", "first_target_log_censored", "lag_step", "lag_censored",
+    # E6's window on the author's sampled evaluation (eval.sampled_groups; train_log.csv)
+    "transition_start_sampled", "transition_end_sampled", "transition_duration_sampled",
+    "transition_sampled_censored",
+    # E13: the first-target loss at the end of training (a z-blind model: exactly log K)
+    "final_first_target_loss",
     *DOTTED_COLUMNS,
 ]  # fmt: skip
 INT_COLUMNS = [
     "diverged_step", "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
     "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
     "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
-    "log_loss_onset", "log_delta_z_onset", "lead_log",
+    "log_loss_onset", "log_delta_z_onset", "lead_log", "first_target_tau_log", "lag_step",
+    "transition_start_sampled", "transition_end_sampled", "transition_duration_sampled",
 ]  # fmt: skip
 
 
@@ -185,6 +195,48 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) ->
     }
 
 
+def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summary) -> dict:
+    """The author's per-run statistics read off the training log (spec section 7):
+    E12's transition, the first window whose running-mean L1 on the training labels is
+    below first_target.threshold log K (`first_target_tau_log`; censored when none is); E14's
+    lag (`compute_lag_metric`), the first window whose running-mean L1 is below lag.fraction
+    x the first window's; E6's transition window on the sampled evaluation
+    (`candidate_loss_sampled`, eval.sampled_groups), with diagnostics.transition's marks.
+    A log without the series leaves each statistic None and not censored."""
+    out: dict = {
+        "first_target_tau_log": None, "first_target_log_censored": False, "lag_step": None,
+        "lag_censored": False, "transition_start_sampled": None, "transition_end_sampled": None,
+        "transition_duration_sampled": None, "transition_sampled_censored": False,
+    }  # fmt: skip
+    if train_log is None or train_log.empty:
+        return out
+    t = train_log.sort_values("step")
+    steps = t["step"].to_numpy()
+    l1 = t["train_first_loss"].to_numpy(float)
+    if np.isfinite(l1).any():
+        first = first_crossing(steps, l1, diag.first_target_threshold * log_k)
+        ok = np.isfinite(l1)
+        lag = first_crossing(steps[ok], l1[ok], diag.lag.fraction * float(l1[ok][0]))
+        out.update(
+            first_target_tau_log=first, first_target_log_censored=first is None,
+            lag_step=lag, lag_censored=lag is None,
+        )  # fmt: skip
+    sampled = t.get("candidate_loss_sampled")
+    if sampled is not None and np.isfinite(sampled.to_numpy(float)).any():
+        ok = np.isfinite(sampled.to_numpy(float))
+        s_steps, lc = steps[ok], sampled.to_numpy(float)[ok]
+        win = diag.transition
+        start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
+        if end is not None and start is None:
+            start = int(s_steps[0])  # never above the start mark: the window opens at the start
+        out.update(
+            transition_start_sampled=start, transition_end_sampled=end,
+            transition_duration_sampled=None if end is None else end - start,
+            transition_sampled_censored=end is None,
+        )  # fmt: skip
+    return out
+
+
 def summarize_run(
     spec: RunSpec, metrics: pd.DataFrame, diag: Summary, train_log: pd.DataFrame | None = None
 ) -> dict:
@@ -234,12 +286,15 @@ def summarize_run(
         "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
         **author,
         **logged_lead(train_log, log_k, lead_cfg),
+        **logged_statistics(train_log, log_k, diag),
+        "final_first_target_loss": float(m["first_target_loss"].iloc[-1]),
     }
     if dstep is not None:  # not censored: it survived no budget (module docstring)
         out.update(
             status="diverged", diverged=True, diverged_step=dstep, steps=dstep, censored=False,
             first_target_censored=False, transition_censored=False, transition_bound=None,
-            final_candidate_loss=None, final_candidate_accuracy=None,
+            final_candidate_loss=None, final_candidate_accuracy=None, final_first_target_loss=None,
+            first_target_log_censored=False, lag_censored=False, transition_sampled_censored=False,
         )  # fmt: skip
     return out
 

@@ -67,14 +67,21 @@ def derange_selectors(
     return seqs
 
 
-def make_eval_batch(ds: Dataset, examples: torch.Tensor, rng: np.random.Generator) -> EvalBatch:
+def make_eval_batch(
+    ds: Dataset, examples: torch.Tensor, rng: np.random.Generator | None
+) -> EvalBatch:
     """Build the candidate and z-shuffle batches for a fixed set of context examples."""
     task = ds.task
     k, n_t = task.k, task.n_targets
     ctx = ds.clean_tokens[examples]  # (n, T)
     seqs = ctx.unsqueeze(1).repeat(1, k, 1)  # (n, K, T)
     seqs[:, :, -n_t:] = ds.candidates[ds.group[examples]]  # every candidate answer
-    shuffled = derange_selectors(ds, examples, rng) if task.direction == "bz_to_a" else None
+    # rng None: no z-shuffle batch (an evaluation that reads L_cand only)
+    shuffled = (
+        derange_selectors(ds, examples, rng)
+        if task.direction == "bz_to_a" and rng is not None
+        else None
+    )
     return EvalBatch(
         task, examples, seqs.reshape(-1, task.seq_len), ds.target_index[examples], shuffled
     )

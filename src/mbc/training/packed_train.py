@@ -26,7 +26,7 @@ from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
 from mbc.training.record import RunRecord, Weights, finalize_run
 from mbc.training.train import ENGINES, eval_batch
-from mbc.training.train_log import shuffled_first_loss_fn
+from mbc.training.train_log import sampled_batch_fn, shuffled_first_loss_fn
 
 
 class PackView:
@@ -51,6 +51,15 @@ class PackView:
         )
         if self._shuffled is None:
             self.train_shuffled_first_loss = None  # the record logs NaN (no z to derange)
+        # the author's sampled evaluation (eval.sampled_groups), on the scratch model
+        self._sampled = sampled_batch_fn(pack.specs[r], dataset, pack.device)
+
+    def evaluate_sampled(self, step: int) -> float:
+        """L_cand of the author's sampled evaluation at `step`, the run's current weights."""
+        if self._sampled is None:
+            return math.nan
+        self.scratch.load_state_dict(self.pack.weights(self.r))
+        return self._evaluate(self.scratch, self._sampled(step))["candidate_loss"]
 
     def train_shuffled_first_loss(self, step: int) -> float:
         """The first-target loss of training batch `step` with z deranged, at the run's

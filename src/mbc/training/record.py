@@ -115,6 +115,10 @@ class RunRecord:
         self.tau: int | None = None
         # with train.early_stop_first_target: the first-target crossing (its own log event)
         self.first_tau: int | None = None
+        # with train.early_stop_series train_log: the logged first-target crossing and the
+        # last window's running-mean L1 (`_window`)
+        self.first_tau_log: int | None = None
+        self._window_loss = math.nan
         self.diverged: int | None = None  # the step at which the run stopped as diverged
         self.finished = False
         self.bound = bound(spec.train)
@@ -146,6 +150,8 @@ class RunRecord:
             return None
         write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
         self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
+        for window in (r for r in rows if r.get("event") == train_log.EVENT):
+            self._window(window, replay=True)
         self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
@@ -181,6 +187,10 @@ class RunRecord:
         self._windows.add(first_loss)
         window = self._windows.close(step, getattr(view, "train_shuffled_first_loss", None))
         if window is not None:
+            sampled = getattr(view, "evaluate_sampled", None)
+            if ev.sampled_groups and sampled is not None:  # the author's evaluation (E6)
+                window["candidate_loss_sampled"] = sampled(step)
+            self._window(window)
             _append(self._fh, window)
         if ev.dense_every and step % ev.dense_every == 0 and step not in self.eval_set:
             # the divergence check between evaluations: one host read of the mean loss, at
@@ -219,7 +229,7 @@ class RunRecord:
                     {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
                 )
                 self.last_resume = step
-            if _converged(self.spec, self.stop_clock(), step, row):
+            if _converged(self.spec, self.stop_clock(), step, self._stop_loss(row)):
                 self.say(f"{self.spec.run_id}: early stop at step {step} (tau={self.tau})")
                 return self._finish()
         if step >= t.max_steps:
@@ -228,11 +238,39 @@ class RunRecord:
 
     def stop_clock(self) -> int | None:
         """The step the early stop's factor counts from: tau, or with
-        train.early_stop_first_target the later of tau and the first-target crossing;
-        None until every crossing it waits for has been logged."""
+        train.early_stop_first_target the later of tau and the first-target crossing, or
+        with train.early_stop_series train_log the logged first-target crossing; None until
+        every crossing it waits for has been logged."""
+        if self.spec.train.early_stop_series == "train_log":
+            return self.first_tau_log
         if self.tau is None or not self.spec.train.early_stop_first_target:
             return self.tau
         return None if self.first_tau is None else max(self.tau, self.first_tau)
+
+    def _stop_loss(self, row: dict) -> float:
+        """What the early stop's loss condition reads: L_cand of this evaluation, or with
+        train.early_stop_series train_log the last logged window's running-mean L1."""
+        if self.spec.train.early_stop_series == "train_log":
+            return self._window_loss
+        return row["candidate_loss"]
+
+    def _window(self, window: dict, replay: bool = False) -> None:
+        """A training-log window (`mbc.training.train_log`): with train.early_stop_series
+        train_log, its running-mean L1 is the stop's loss and its first crossing of
+        eval.threshold log K the stop's clock (logged as `first_target_tau_log`; `replay`:
+        re-read from the log on resume, logged already)."""
+        if self.spec.train.early_stop_series != "train_log":
+            return
+        self._window_loss = mean = float(window["train_first_loss"])
+        mark = self.spec.eval.threshold * self.spec.task.log_k
+        if self.first_tau_log is None and math.isfinite(mean) and mean < mark:
+            self.first_tau_log = step = int(window["step"])
+            if not replay:
+                _append(self._fh, {"event": "first_target_tau_log", "step": step})
+                self.say(
+                    f"{self.spec.run_id}: logged first-target tau = {step} (running-mean L1 "
+                    f"on the training labels < {self.spec.eval.threshold:g} log K)"
+                )
 
     def close(self) -> None:
         if self._tb is not None:
@@ -388,13 +426,13 @@ def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:
     return float(torch.stack(taken).double().mean()) if taken else math.nan
 
 
-def _converged(spec: RunSpec, clock: int | None, step: int, row: dict) -> bool:
+def _converged(spec: RunSpec, clock: int | None, step: int, loss: float) -> bool:
     """The early stop: `clock` (`RunRecord.stop_clock`) known, factor x clock steps run,
-    and L_cand below its loss condition."""
+    and the loss it reads (`RunRecord._stop_loss`) below its condition."""
     t = spec.train
     if clock is None or t.early_stop_tau_factor <= 0:
         return False
-    return step >= t.early_stop_tau_factor * clock and row["candidate_loss"] < (
+    return step >= t.early_stop_tau_factor * clock and loss < (
         t.early_stop_loss_fraction * spec.task.log_k
     )
 

@@ -26,7 +26,7 @@ from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
 from mbc.training.record import RunRecord, finalize_run
 from mbc.training.schedule import BatchOrder, learning_rate
-from mbc.training.train_log import shuffled_first_loss_fn
+from mbc.training.train_log import sampled_batch_fn, shuffled_first_loss_fn
 
 
 def pick_device(requested: str = "auto") -> torch.device:
@@ -194,7 +194,8 @@ def train_run(
         run.model.load_state_dict(state["model"])
         run.opt.load_state_dict(state["optimizer"])
     shuffled = shuffled_first_loss_fn(spec, dataset, run.order.indices, run.model)
-    view = ModelView(run.model, run.opt, run.evaluate, run.eval_batch, shuffled)
+    sampled = sampled_batch_fn(spec, dataset, device)
+    view = ModelView(run.model, run.opt, run.evaluate, run.eval_batch, shuffled, sampled)
     try:
         record.start(view)
         step = record.step
@@ -213,9 +214,18 @@ def train_run(
 class ModelView:
     """`mbc.training.record.RunView` of one model and its optimiser."""
 
-    def __init__(self, model, opt, evaluate, batch, shuffled_first=None):
+    def __init__(self, model, opt, evaluate, batch, shuffled_first=None, sampled=None):
         self.model, self.opt, self._evaluate, self.batch = model, opt, evaluate, batch
         self._shuffled_first = shuffled_first
+        self._sampled = sampled  # step -> the author's sampled evaluation batch (train_log)
+
+    def evaluate_sampled(self, step: int) -> float:
+        """L_cand of the author's sampled evaluation at `step`, current weights."""
+        return (
+            math.nan
+            if self._sampled is None
+            else self._evaluate(self._sampled(step))["candidate_loss"]
+        )
 
     def train_shuffled_first_loss(self, step: int) -> float:
         """First-target loss of training batch `step` with z deranged, current weights

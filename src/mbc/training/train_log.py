@@ -18,6 +18,7 @@ forward passes, each before its own step, as a training log does.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 
 import numpy as np
@@ -25,14 +26,16 @@ import pandas as pd
 import torch
 
 from mbc.core.layout import TRAIN_LOG
-from mbc.core.spec import RunSpec
+from mbc.core.spec import RunSpec, TaskSpec
 from mbc.training.data import STREAM_WINDOW, Dataset, stream_seed
-from mbc.training.metrics import derange_selectors, first_target_loss
+from mbc.training.metrics import EvalBatch, derange_selectors, first_target_loss, make_eval_batch
 
 EVENT = "train_window"
 COLUMNS = [
     "step", "n_batches", "train_first_loss", "train_first_shuffled_loss", "delta_z_train_first",
+    "candidate_loss_sampled",
 ]  # fmt: skip
+DERIVED = ("delta_z_train_first",)
 FILE = TRAIN_LOG  # beside metrics.csv (mbc.core.layout)
 
 
@@ -96,10 +99,41 @@ def shuffled_first_loss_fn(
     return loss
 
 
+def sampled_contexts(task: TaskSpec, n_groups: int, step: int) -> torch.Tensor:
+    """The author's evaluation draw at `step` (spec: `random.Random(step)`): `n_groups`
+    groups sampled without replacement, one random z (example) of each. A pure function
+    of the step, so runs sharing a dataset are scored on the same contexts at a step, as
+    his were. Examples are laid out group-major (`mbc.training.data`: example g K + j)."""
+    rng = random.Random(step)
+    groups = rng.sample(range(task.n_groups), min(n_groups, task.n_groups))
+    return torch.tensor([g * task.k + rng.randrange(task.k) for g in groups])
+
+
+def sampled_batch_fn(
+    spec: RunSpec, dataset: Dataset, device: torch.device
+) -> Callable[[int], EvalBatch] | None:
+    """step -> the candidate batch of the author's sampled evaluation at `step` (no
+    z-shuffle: only L_cand is read); None when eval.sampled_groups is 0."""
+    n = spec.eval.sampled_groups
+    if not n:
+        return None
+
+    def batch(step: int) -> EvalBatch:
+        full = make_eval_batch(dataset, sampled_contexts(spec.task, n, step), None)
+        return EvalBatch(full.task, full.examples, full.candidates, full.target, None).to(device)
+
+    return batch
+
+
 def table(rows: list[dict]) -> pd.DataFrame:
-    """The `train_window` events of a log as train_log.csv (one row per step, the last)."""
-    ev = pd.DataFrame([r for r in rows if r.get("event") == EVENT], columns=COLUMNS[:-1])
+    """The `train_window` events of a log as train_log.csv (one row per step, the last).
+    `candidate_loss_sampled` is NaN where the run had no sampled evaluation."""
+    logged = [c for c in COLUMNS if c not in DERIVED]
+    ev = pd.DataFrame([r for r in rows if r.get("event") == EVENT], columns=logged)
     ev = ev.drop_duplicates("step", keep="last").sort_values("step")
-    ev = ev.astype({"train_first_loss": float, "train_first_shuffled_loss": float})
+    ev = ev.astype(
+        {"train_first_loss": float, "train_first_shuffled_loss": float,
+         "candidate_loss_sampled": float}
+    )  # fmt: skip
     ev["delta_z_train_first"] = ev["train_first_shuffled_loss"] - ev["train_first_loss"]
     return ev.reset_index(drop=True)[COLUMNS]

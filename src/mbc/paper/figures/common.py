@@ -39,7 +39,8 @@ _TAU_NUMERIC = (
     "init_std", "init_scale", "k", "n_groups", "d", "lr", "batch_size", "z_length",
     "n_supergroups", "sharing_factor", "label_noise", "seed", "threshold", "tau", "plateau_height", "height_over_log_k",
     "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
-    "delta_z_onset", "lead", "lead_fraction",
+    "delta_z_onset", "lead", "lead_fraction", "first_target_tau_log", "lag_step",
+    "transition_duration_sampled", "final_first_target_loss",
 )  # fmt: skip
 _METRICS_NUMERIC = (
     "step", "examples_seen", "train_loss", "loss", "first_target_loss", "candidate_loss",

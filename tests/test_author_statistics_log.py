@@ -1,0 +1,173 @@
+"""The author's statistics read off the training log and his sampled evaluation (spec
+section 7: E12's logged transition, E14's lag, E6's window on 32 fresh groups, E13 on the
+first target token), each against a case whose answer is known."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from helpers import tiny_spec
+from torch import nn
+
+from mbc.core.sections import Dip, Lag, Lead, Plateau, Summary, Transition
+from mbc.core.spec import B_LEN, VOCAB, EvalSpec, TaskSpec, TrainSpec
+from mbc.diagnostics.summary import TAU_COLUMNS, logged_statistics
+from mbc.training import train_log
+from mbc.training.data import build_dataset
+from mbc.training.metrics import evaluate, make_eval_batch
+from mbc.training.train import train_run
+
+DIAG = Summary(
+    plateau=Plateau(start_fraction=0.2, onset_fraction=0.9, end_at_z_onset=True),
+    lead=Lead(delta_z_onset=0.1, loss_onset_fraction=0.9),
+    first_target_threshold=0.5,
+    transition=Transition(start_fraction=0.95, end_fraction=0.05),
+    dip=Dip(),
+    lag=Lag(0.1),
+)
+LOG_K = math.log(20)
+
+
+def _log(l1, sampled=None) -> pd.DataFrame:
+    steps = np.arange(1, len(l1) + 1) * 50
+    return pd.DataFrame({
+        "step": steps, "n_batches": 50, "train_first_loss": l1,
+        "train_first_shuffled_loss": np.nan, "delta_z_train_first": np.nan,
+        "candidate_loss_sampled": np.nan if sampled is None else sampled,
+    })  # fmt: skip
+
+
+def test_the_logged_first_target_tau_is_the_first_window_below_half_log_k():
+    # running means 3.0 (windows 50-550), then 1.4 (< 0.5 log 20 = 1.498) from step 600 on
+    l1 = [3.0] * 11 + [1.4] * 5 + [0.01] * 4
+    got = logged_statistics(_log(l1), LOG_K, DIAG)
+    assert got["first_target_tau_log"] == 600 and got["first_target_log_censored"] is False
+    # the lag: the first window below 0.1 x the first (0.3): 0.01 at step 850
+    assert got["lag_step"] == 850 and got["lag_censored"] is False
+
+
+def test_a_log_that_never_crosses_is_censored_and_one_without_the_series_is_not_measured():
+    got = logged_statistics(_log([3.0] * 10), LOG_K, DIAG)
+    assert got["first_target_tau_log"] is None and got["first_target_log_censored"] is True
+    assert got["lag_step"] is None and got["lag_censored"] is True
+    none = logged_statistics(_log([np.nan] * 10), LOG_K, DIAG)
+    assert none["first_target_tau_log"] is None and none["first_target_log_censored"] is False
+    assert logged_statistics(None, LOG_K, DIAG)["transition_sampled_censored"] is False
+
+
+def test_the_lag_is_relative_to_the_first_logged_window():
+    # a first window of 2.0: the lag mark is 0.2, not 0.1 x log K
+    got = logged_statistics(_log([2.0, 1.0, 0.5, 0.25, 0.19, 0.1]), LOG_K, DIAG)
+    assert got["lag_step"] == 250
+
+
+def test_the_sampled_window_is_read_off_the_sampled_series():
+    # last sampled L_cand > 0.95 log K at step 200, first < 0.05 log K at step 400
+    hi, mid, lo = 0.99 * LOG_K, 0.5 * LOG_K, 0.01 * LOG_K
+    sampled = [hi, hi, hi, hi, mid, mid, mid, lo, lo, lo]
+    got = logged_statistics(_log([3.0] * 10, sampled), LOG_K, DIAG)
+    assert (got["transition_start_sampled"], got["transition_end_sampled"]) == (200, 400)
+    assert got["transition_duration_sampled"] == 200
+    assert got["transition_sampled_censored"] is False
+    open_window = logged_statistics(_log([3.0] * 10, [hi] * 5 + [mid] * 5), LOG_K, DIAG)
+    assert open_window["transition_sampled_censored"] is True
+    for c in ("first_target_tau_log", "lag_step", "transition_duration_sampled"):
+        assert c in TAU_COLUMNS
+
+
+def test_the_authors_draw_is_a_pure_function_of_the_step():
+    task = TaskSpec(k=5, n_groups=40)
+    a, b = train_log.sampled_contexts(task, 32, 150), train_log.sampled_contexts(task, 32, 150)
+    assert torch.equal(a, b) and not torch.equal(a, train_log.sampled_contexts(task, 32, 200))
+    groups = (a // task.k).tolist()
+    assert len(set(groups)) == 32  # 32 distinct groups, one example (one z) each
+    ds = build_dataset(task, 0)
+    assert torch.equal(ds.group[a], a // task.k)  # example g K + j belongs to group g
+    assert len(train_log.sampled_contexts(TaskSpec(k=3, n_groups=12), 32, 50)) == 12
+
+
+class _ZBlind(nn.Module):
+    """A model that reads B and never z: at each target position, the group's candidates'
+    characters there, in proportion to how many candidates have them (`marginal`), or, at
+    the first position only, uniform over the K distinct first characters."""
+
+    def __init__(self, ds, task):
+        super().__init__()
+        self.task = task
+        self.by_base = {tuple(ds.clean_tokens[g * task.k, 1 : 1 + B_LEN].tolist()): g
+                        for g in range(task.n_groups)}  # fmt: skip
+        self.candidates = ds.candidates
+
+    def forward(self, tokens: torch.Tensor, **_) -> torch.Tensor:
+        out = torch.full((tokens.shape[0], self.task.n_targets, VOCAB), -1e4, dtype=torch.float64)
+        for i, row in enumerate(tokens[:, 1 : 1 + B_LEN].tolist()):
+            cands = self.candidates[self.by_base[tuple(row)]]  # (K, n_targets)
+            for p in range(self.task.n_targets):
+                counts = torch.bincount(cands[:, p], minlength=VOCAB).double()
+                out[i, p, counts > 0] = counts[counts > 0].log()
+        return out
+
+
+def test_a_z_blind_model_sits_at_exactly_log_k_on_the_first_target_but_above_it_on_l_cand():
+    task = TaskSpec(k=10, n_groups=30)
+    ds = build_dataset(task, 0)
+    examples = torch.arange(task.n_groups * task.k)
+    m = evaluate(_ZBlind(ds, task), make_eval_batch(ds, examples, np.random.default_rng(0)))
+    log_k = math.log(task.k)
+    assert m["first_target_loss"] == pytest.approx(log_k, abs=1e-9)  # first characters distinct
+    # every later character predicted from B alone: the candidates score unequally
+    assert m["candidate_loss"] > 1.02 * log_k
+
+
+def _label_noise_spec(**train):
+    spec = tiny_spec(label_noise=0.2)
+    return dataclasses.replace(
+        spec,
+        train=dataclasses.replace(
+            spec.train,
+            max_steps=2000,
+            early_stop_tau_factor=2.0,
+            early_stop_loss_fraction=0.1,
+            **train,
+        ),  # fmt: skip
+    )
+
+
+def test_label_noise_runs_stop_on_the_authors_series(tmp_path):
+    """With early_stop_series train_log, a noisy run stops once its logged L1 (on the
+    corrupted labels it memorises) has converged after 2 x its logged crossing, long before
+    its budget; the crossing is logged, and the summary reads the same step."""
+    spec = _label_noise_spec(early_stop_series="train_log")
+    assert spec.run_id != _label_noise_spec().run_id  # the stop is part of the run id
+    said: list[str] = []
+    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "r", torch.device("cpu"),
+              say=said.append)  # fmt: skip
+    rows = [
+        json.loads(x) for x in (tmp_path / "r" / "state" / "log.jsonl").read_text().splitlines()
+    ]
+    (crossed,) = [r for r in rows if r.get("event") == "first_target_tau_log"]
+    done = rows[-1]
+    assert done["event"] == "done" and done["step"] < spec.train.max_steps
+    assert done["step"] >= 2 * crossed["step"]
+    assert any("logged first-target tau" in s for s in said)
+    log = pd.read_csv(tmp_path / "r" / "train_log.csv")
+    got = logged_statistics(log, spec.task.log_k, DIAG)
+    assert got["first_target_tau_log"] == crossed["step"]
+
+
+def test_the_sampled_evaluation_is_logged_beside_the_fixed_one(tmp_path):
+    spec = tiny_spec()
+    spec = dataclasses.replace(spec, eval=dataclasses.replace(spec.eval, sampled_groups=8))
+    assert isinstance(spec.eval, EvalSpec) and isinstance(spec.train, TrainSpec)
+    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "r", torch.device("cpu"),
+              say=lambda m: None)  # fmt: skip
+    log = pd.read_csv(tmp_path / "r" / "train_log.csv")
+    assert log["candidate_loss_sampled"].notna().all() and (log["step"] % 10 == 0).all()
+    # 8 groups of K = 3 candidates: at most log K once trained, and a real loss at the start
+    assert 0 < log["candidate_loss_sampled"].iloc[0] < 3 * spec.task.log_k
+    metrics = pd.read_csv(tmp_path / "r" / "metrics.csv")
+    assert len(metrics) > 0  # the fixed evaluation is still there
