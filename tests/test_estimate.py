@@ -222,3 +222,20 @@ def test_a_shape_is_timed_once_per_machine_even_by_dry_runs(tmp_path, monkeypatc
     assert len(calls) == 1 and list(json.loads(outdir_cache.read_text()).values()) == [42.0]
     assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, width=4) == 42.0
     assert len(calls) == 2, "another width is another measurement"
+
+
+def test_estimate_for_a_gpu_from_its_rates_calibrates_tau_on_this_cpu(tmp_path, capsys):
+    """--device cuda with a rates file and no --tau-coef, on a machine without CUDA: the
+    law's coefficient (in steps) is calibrated here, on the CPU, and said so."""
+    import json
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps(_rates({1: 0.01, 8: 0.012, 32: 0.02, 128: 0.05})))
+    out = estimate("smoke", CONFIG, str(tmp_path), calibrate_s=20, rates_path=str(rates),
+                   device="cuda")  # fmt: skip
+    said = capsys.readouterr().out
+    assert "calibrating tau on cpu" in said
+    assert out["tau_coef"] > 0 and "on cpu" in out["tau_coef_note"]
+    assert out["device"] == "cuda" and math.isfinite(out["packed"]["wall_s"])

@@ -140,10 +140,17 @@ def estimate(
         if transformers:
             cal = min(transformers, key=lambda s: (s.task.d, s.train.max_steps))
             t0 = time.perf_counter()
-            tau, crossed = calibrate_tau(cal, device, calibrate_s)
+            # the law's coefficient is in steps, whatever trains them: estimating for a GPU
+            # from its rates file on a machine without one calibrates here, on the CPU
+            here = device
+            if device.type == "cuda" and not torch.cuda.is_available():
+                here = torch.device("cpu")
+            say(f"calibrating tau on {here}: training {cal.run_id} to its first crossing "
+                f"(at most {calibrate_s:.0f} s)")  # fmt: skip
+            tau, crossed = calibrate_tau(cal, here, calibrate_s)
             tau_coef = tau / cal.task.d**D_EXPONENT
             coef_note = (
-                f"calibration run {cal.run_id} (D={cal.task.d}): "
+                f"calibration run {cal.run_id} (D={cal.task.d}, on {here}): "
                 + (f"tau={tau}" if crossed else f"no crossing in {tau} steps: LOWER BOUND")
                 + f", {time.perf_counter() - t0:.0f} s"
             )
