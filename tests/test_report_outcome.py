@@ -179,3 +179,23 @@ def test_a_tobit_fits_r2_is_left_empty_and_matched_ids_read_as_words():
 )  # fmt: skip
 def test_config_prose_is_typeset(text, latex):
     assert tex_text(text) == latex
+
+
+def test_many_differences_are_counted_not_listed_and_glob_rows_say_their_match():
+    rows = [{"claim": f"claim {i}", "agreement": "disagree"} for i in range(5)]
+    rows += [{"claim": "at fixed D the K-exponent is 0", "statistic": f"fit:tau_vs_k_at_d{d}",
+              "agreement": "not measured", "measured": float("nan")} for d in (60, 120)]  # fmt: skip
+    card = _card(rows)
+    text = outcome.scorecard_sentence(card)
+    assert "of the other 5 disagree and 2 not measured" in text and "claim 0" not in text
+    explained = outcome.explanations(card, _hyp(HYP[:1]))
+    assert r"at fixed $D$ the $K$-exponent is 0 (at $D$ = 60).}" in explained
+    assert r"(at $D$ = 120).}" in explained
+    assert "Not measured here" in explained
+
+
+def test_thousands_print_as_whole_numbers():
+    from mbc.paper.report import value_with_ci
+
+    assert value_with_ci(5347.07, 1507.9, 8540.3) == "5347 [1508, 8540]"
+    assert value_with_ci(0.0441, 0.0398, 0.0493) == "0.0441 [0.0398, 0.0493]"

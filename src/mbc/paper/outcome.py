@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mbc.paper.latex import escape_latex
-from mbc.paper.report import value_with_ci
+from mbc.paper.report import _at, value_with_ci
 from mbc.paper.typeset import tex_text
 
 # config `explanation.cause` as the report words it
@@ -22,12 +22,23 @@ CAUSES = {
 }
 
 
+# a sentence names at most this many claims or verdicts; more are counted and left to
+# Section "Why the rest differs", which names them all
+MAX_NAMED = 4
+
+
 def paper_rows(card: pd.DataFrame) -> pd.DataFrame:
     """The paper's claims (the scorecard's rows not traced to us); a table written before
-    config had explanations reads as having none."""
+    config had explanations reads as having none. A claim whose statistic is a glob has a
+    row per match: its claim says which (`at D = 60`)."""
     rows = card[card.reference_traced != "ours"].reset_index(drop=True)
     for c in ("cause", "explanation"):
         rows[c] = rows[c].fillna("") if c in rows else ""
+    twins = rows.claim.duplicated(keep=False) & rows.statistic.str.contains("_at_")
+    at = [_at(s.rpartition("_at_")[2]) for s in rows.statistic]
+    rows["claim"] = [
+        f"{c} ({a})" if t else c for c, a, t in zip(rows.claim, at, twins, strict=True)
+    ]
     return rows
 
 
@@ -63,9 +74,12 @@ def scorecard_sentence(card: pd.DataFrame) -> str:
         "measurement within their stated tolerances"
     )
     off = rows[~agree]
-    if len(off):
+    if 0 < len(off) <= MAX_NAMED:
         parts = [f"{_claim(r)} ({escape_latex(r.agreement)})" for r in off.itertuples()]
         text += "; these do not: " + _list(parts)
+    elif len(off):
+        counts = off.agreement.value_counts()
+        text += "; of the other " + _list([f"{n} {escape_latex(a)}" for a, n in counts.items()])
     one = rows[agree & one_definition(rows)]
     if len(one):
         text += (
@@ -89,11 +103,16 @@ def verdict_sentence(hyp: pd.DataFrame) -> str:
     )
     if len(same):
         text += f" ({_list(list(same.id))})"
-    if len(differ):
-        parts = [
-            f"{d.id} is {d.verdict} where the paper says {d.paper_verdict}"
-            for d in differ.itertuples()
-        ]
+    if len(differ):  # grouped: "H2 and H5 are not enough data where the paper says falsified"
+        parts = []
+        for (ours, paper), g in differ.groupby(["verdict", "paper_verdict"], sort=False):
+            one = len(g) == 1
+            verb = (
+                ("has" if one else "have")
+                if ours == "not enough data"
+                else ("is" if one else "are")
+            )
+            parts.append(f"{_list(list(g.id))} {verb} {ours} where the paper says {paper}")
         text += "; " + _list(parts)
     return escape_latex(text) + "."
 
@@ -103,7 +122,9 @@ def abstract(card: pd.DataFrame, hyp: pd.DataFrame) -> str:
     return scorecard_sentence(card) + " " + verdict_sentence(hyp) + "\n"
 
 
-def _cause(cause: str, text: str) -> str:
+def _cause(cause: str, text: str, measured: bool = True) -> str:
+    if not cause and not measured:
+        return r"\textit{Not measured here: the statistic has no value at this preset's size.}"
     if not cause:
         return r"\textit{No explanation is recorded in config.yaml for this row.}"
     text = text[:1].upper() + text[1:]
@@ -127,7 +148,8 @@ def explanations(card: pd.DataFrame, hyp: pd.DataFrame) -> str:
             how = f"measured {mine} ({escape_latex(r.agreement)})"
         out.append(
             rf"\paragraph{{{tex_text(r.claim)}.}} Paper: {tex_text(r.paper_reference)}; rule: "
-            f"{tex_text(r.tolerance)}; {how}. " + _cause(r.cause, r.explanation)
+            f"{tex_text(r.tolerance)}; {how}. "
+            + _cause(r.cause, r.explanation, r.agreement != "not measured")
         )
     v = _verdicts(hyp)
     for h in v[(v.paper_verdict != "") & (v.verdict != v.paper_verdict)].itertuples():
@@ -148,17 +170,16 @@ def conclusion(card: pd.DataFrame, hyp: pd.DataFrame, robust: pd.DataFrame) -> s
     known = v[v.paper_verdict != ""]
     differ = known[known.verdict != known.paper_verdict]
     text = [scorecard_sentence(card), verdict_sentence(hyp)]
-    causes = [*off.cause, *differ.cause]
-    if causes:
-        counted = pd.Series(causes).replace("", "unexplained").value_counts()
-        words = [f"{n} to {CAUSES.get(c, 'no recorded cause')}" for c, n in counted.items()]
-        text.append(
-            f"Of the {len(causes)} differences, we attribute {_list(words)}."
-            if len(causes) > 1
-            else f"We attribute the one difference to {CAUSES.get(causes[0], 'no recorded cause')}."
-        )
+    causes = pd.Series([*off.cause, *differ.cause], dtype=str)
+    known = causes[causes != ""].value_counts()
+    if len(known):
+        words = [f"{n} to {CAUSES[c]}" for c, n in known.items()]
+        text.append(f"Of the {len(causes)} differences, we attribute {_list(words)}.")
+    if (causes == "").any():
+        n = int((causes == "").sum())
+        text.append(f"{n} {'has' if n == 1 else 'have'} no cause recorded in config.yaml.")
     failures = [*off[off.cause == "failure"].claim]
-    if failures:
+    if 0 < len(failures) <= MAX_NAMED:
         are = (
             "The claim we fail to reproduce is "
             if len(failures) == 1

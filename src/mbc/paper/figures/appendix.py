@@ -72,10 +72,10 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
 
 
 def _one_experiment(
-    tables: dict[str, pd.DataFrame], experiments: list[str]
+    tables: dict[str, pd.DataFrame], experiments: list[str], height: float = 2.6
 ) -> tuple[Figure, Axes, pd.DataFrame]:
     """A one-column figure and `experiments`' tau rows ("no data" drawn when none)."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    fig, ax = plt.subplots(figsize=(ONE_COL, height))
     rows = _tau_rows(tables["tau"], experiments)
     if rows.empty:
         _no_data(ax, f"no {_names(experiments)} runs")
@@ -86,7 +86,7 @@ def _one_experiment(
 def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """tau of (B,z)->A vs A->B per K of the `runs` experiments (E14); bars = mean over
     uncensored seeds, seeds as points."""
-    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"))
+    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"), height=3.2)
     if e14.empty:
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
@@ -130,7 +130,8 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
         Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
     ]
-    _legend(ax, censored=any_cens, extra=extra, loc="best")
+    # under the axes: the bars fill the plot from 0 up
+    _legend(ax, censored=any_cens, extra=extra, below=True, ncol=2, fontsize=6.5)
     missing = [lab for t, lab, _, _ in tasks if not (e14["task"] == t).any()]
     if missing:
         _note(ax, "missing: " + ", ".join(missing), "upper right")
