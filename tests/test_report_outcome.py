@@ -3,6 +3,7 @@ beside the paper's verdicts and every row's rule, typeset as LaTeX (mbc.paper.ty
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -199,3 +200,14 @@ def test_thousands_print_as_whole_numbers():
 
     assert value_with_ci(5347.07, 1507.9, 8540.3) == "5347 [1508, 8540]"
     assert value_with_ci(0.0441, 0.0398, 0.0493) == "0.0441 [0.0398, 0.0493]"
+
+
+def test_a_tobit_fit_has_no_r2_statistic():
+    from mbc.analysis.stats import fit_statistics
+
+    fits = pd.DataFrame(
+        [("tau_vs_lr", 1.1, 0.3, 1.7, -0.25, 4, 1, "tobit"), ("tau_vs_d", 1.2, 1.1, 1.3, 0.99, 21, 0, "ols")],
+        columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"],
+    )  # fmt: skip
+    r2 = {r["name"]: r["value"] for r in fit_statistics(fits) if r["name"].startswith("fit_r2:")}
+    assert np.isnan(r2["fit_r2:tau_vs_lr"]) and r2["fit_r2:tau_vs_d"] == 0.99

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from mbc.paper.latex import escape_latex
-from mbc.paper.report import _at, value_with_ci
+from mbc.paper.report import claims_with_match, value_with_ci
 from mbc.paper.typeset import tex_text
 
 # config `explanation.cause` as the report words it
@@ -34,11 +34,7 @@ def paper_rows(card: pd.DataFrame) -> pd.DataFrame:
     rows = card[card.reference_traced != "ours"].reset_index(drop=True)
     for c in ("cause", "explanation"):
         rows[c] = rows[c].fillna("") if c in rows else ""
-    twins = rows.claim.duplicated(keep=False) & rows.statistic.str.contains("_at_")
-    at = [_at(s.rpartition("_at_")[2]) for s in rows.statistic]
-    rows["claim"] = [
-        f"{c} ({a})" if t else c for c, a, t in zip(rows.claim, at, twins, strict=True)
-    ]
+    rows["claim"] = claims_with_match(rows)
     return rows
 
 

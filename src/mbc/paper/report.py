@@ -213,6 +213,14 @@ def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
     return booktabs_table(rows, **LAYOUTS["hypotheses"])
 
 
+def claims_with_match(card: pd.DataFrame) -> list[str]:
+    """Each row's claim; a claim whose statistic is a glob has a row per match, and each
+    says which (`..., at D = 60`)."""
+    twins = card.claim.duplicated(keep=False) & card.statistic.str.contains("_at_")
+    at = [_at(s.rpartition("_at_")[2]) for s in card.statistic]
+    return [f"{c} ({a})" if t else c for c, a, t in zip(card.claim, at, twins, strict=True)]
+
+
 def _paper_cell(row) -> str:
     """The paper's value, daggered when it is traced to the paper's text only."""
     return tex_text(row.paper_reference) + (
@@ -226,7 +234,7 @@ def scorecard_table(card: pd.DataFrame) -> str:
     our uniform statistics the definitions table (`definitions_table`)."""
     card = card[card.reference_traced != "ours"]
     card = card.assign(
-        claim_cell=[tex_text(c) for c in card.claim],
+        claim_cell=[tex_text(c) for c in claims_with_match(card)],
         paper_cell=[_paper_cell(r) for r in card.itertuples()],
         rule_cell=[tex_text(t) for t in card.tolerance],
         measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
@@ -239,7 +247,7 @@ def definitions_table(card: pd.DataFrame) -> str:
     measurements and their agreements under the same rule."""
     card = card[(card.reference_traced != "ours") & (card.ours_statistic != card.statistic)]
     card = card.assign(
-        claim_cell=[tex_text(c) for c in card.claim],
+        claim_cell=[tex_text(c) for c in claims_with_match(card)],
         measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
         ours_ci=ci_cells(card, "ours_measured", "ours_ci_low", "ours_ci_high"),
     )
