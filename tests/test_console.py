@@ -80,3 +80,13 @@ def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path,
     (wall,) = [x for x in banner.banner_lines(cfg, cores=2, dry_run=True) if "wall time" in x]
     assert "training only" in wall and "measured earlier here" in wall
     assert " in 0.0 s" not in wall
+
+
+def test_a_jobs_warning_lines_reach_the_console_too(tmp_path, capsys):
+    log = tmp_path / "job.log"
+    with logged(log):
+        print("step 100: L_cand 0.5")
+        print("WARNING: resume.pt is empty; starting this run from step 0")
+    said = capsys.readouterr()
+    assert said.err == "WARNING: resume.pt is empty; starting this run from step 0\n"
+    assert "step 100" in log.read_text() and "WARNING: resume.pt" in log.read_text()

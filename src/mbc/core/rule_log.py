@@ -1,8 +1,8 @@
 """Send a rule script's stdout/stderr to its Snakemake log file, not to the console.
 
 The console keeps what a person watching needs: the lines a job says with `console` (a
-training run's "done" line) and, when a job fails, one line naming its log, then the
-traceback that Python prints on the way out.
+training run's "done" line), its WARNING lines and, when a job fails, one line naming its
+log, then the traceback that Python prints on the way out.
 
 A corrupt input (CorruptArtifactError) is moved aside with a clear message, so that the
 next workflow run regenerates it instead of reading it as data.
@@ -23,6 +23,29 @@ from mbc.core.artifacts import CorruptArtifactError
 _TERMINAL: list = []  # the console streams of the `logged` block in force (innermost last)
 
 
+class _Log:
+    """A job's stdout/stderr inside `logged`: every line to the log file; a line that
+    starts with "WARNING" to the console too (a code path that cannot call `console`, such
+    as a training run's corrupt resume point, still reaches the person watching)."""
+
+    def __init__(self, fh, terminal):
+        self.fh, self.terminal, self._line = fh, terminal, ""
+
+    def write(self, s: str) -> int:
+        self.fh.write(s)
+        *done, self._line = (self._line + s).split("\n")
+        for line in done:
+            if line.startswith("WARNING"):
+                print(line, file=self.terminal, flush=True)
+        return len(s)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def __getattr__(self, name):  # encoding, fileno, isatty: the log file's
+        return getattr(self.fh, name)
+
+
 def console(message: str) -> None:
     """Print `message` to the log and, inside a `logged` block, to the console too."""
     print(message)
@@ -40,7 +63,7 @@ def logged(path: str | os.PathLike | None) -> Iterator[None]:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         out, err = sys.stdout, sys.stderr
-        sys.stdout = sys.stderr = fh
+        sys.stdout = sys.stderr = _Log(fh, err)
         _TERMINAL.append(err)
         try:
             yield
