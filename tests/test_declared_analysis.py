@@ -90,7 +90,7 @@ def test_e16_tau_vs_n_layers_needs_config_alone(raw):
     assert ours.reference_traced == "ours" and ours.agreement == "agree"
     # the PDF's scorecard table holds the paper's claims; ours are the robustness table's
     assert "deeper models" not in scorecard_table(card.reset_index())
-    assert "plateau height equals log K" in scorecard_table(card.reset_index())
+    assert r"plateau height equals $\log K$" in scorecard_table(card.reset_index())
     # a claim of our own also gets its verdict row and macro, beside E15's statements
     claims = robustness_table(cfg.scorecard.ours, stats).drop_duplicates("id").set_index("id")
     assert list(claims.index) == ["R1", "R2", "R3", "R4", "D1"]

@@ -97,8 +97,10 @@ FIGURES = [
 TABLES = {
     "fits": "tab:fits", "hypotheses": "tab:hypotheses", "scorecard": "tab:scorecard",
     "init_scale": "tab:init_scale", "init_comparison": "tab:init_comparison",
-    "robustness": "tab:robustness",
+    "robustness": "tab:robustness", "definitions": "tab:definitions",
 }  # fmt: skip
+#: The generated paragraphs of the outcome in words (mbc.paper.outcome), by file name.
+PROSE = ("abstract", "explanations", "conclusion")
 NEWCOMMAND_RE = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")
 
 
@@ -347,6 +349,8 @@ def test_main_tex_uses_only_known_macros_and_inputs():
     assert tex.index(r"\input{numbers.tex}") < tex.index(r"\begin{document}")
     for name in TABLES:
         assert rf"\input{{tables/{name}.tex}}" in tex
+    for name in PROSE:
+        assert rf"\input{{text/{name}.tex}}" in tex
     figs = re.findall(r"\\includegraphics(?:\[[^\]]*\])?\{figures/([a-z_]+)\.pdf\}", tex)
     assert sorted(figs) == sorted(FIGURES)
     body = _body(tex)
@@ -386,6 +390,11 @@ def _write_generated(gen: Path, values: dict) -> None:
                 formats={"exponent": ".3f"},
                 notes="Dummy notes with $ and ~.",
             )
+        )
+    (gen / "text").mkdir()
+    for name in PROSE:  # LaTeX special characters, as the generator writes them
+        (gen / "text" / f"{name}.tex").write_text(
+            f"Dummy {name}: $\\tau$ grows as $D^{{1.2}}$, 50\\%.\n"
         )
     for fig in FIGURES:
         f, ax = plt.subplots(figsize=(2, 1.5))
@@ -456,7 +465,7 @@ def test_ci_cells_stay_latex_under_every_pandas_string_dtype(strings):
 
     table = pd.DataFrame(
         {"init_std": [0.05], "init_scale": [0.7], "n_runs": [3], "n_censored": [0],
-         "tau_mean": [2520.0], "tau_ci_low": [2100.0], "tau_ci_high": [3000.0],
+         "tau_mean": [2.52e6], "tau_ci_low": [2.1e6], "tau_ci_high": [3e6],
          "height_over_log_k": [1.0], "height_ci_low": [0.99], "height_ci_high": [1.01]}
     )  # fmt: skip
     dtype = {"object": object, "python": "string[python]", "pyarrow": "string[pyarrow]"}[strings]
@@ -473,5 +482,5 @@ def test_ci_cells_stay_latex_under_every_pandas_string_dtype(strings):
         finally:
             pd.DataFrame.assign = original
     for out in (tex, converted):
-        assert r"\ensuremath{2.52\times 10^{3}}" in out
+        assert r"\ensuremath{2.52\times 10^{6}}" in out
         assert r"\textbackslash" not in out and r"\{" not in out

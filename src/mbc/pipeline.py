@@ -37,6 +37,7 @@ from mbc.core.config import Run
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout, RunPaths
 from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
+from mbc.core.rule_log import console
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.sections import (
     Bootstrap,
@@ -65,7 +66,9 @@ from mbc.diagnostics.routing import (
     top_head,
 )
 from mbc.diagnostics.summary import plateau_sensitivity, summarize_run, tau_table
+from mbc.paper import outcome
 from mbc.paper.report import (
+    definitions_table,
     fits_table,
     hypotheses_table,
     init_comparison_tex,
@@ -114,8 +117,9 @@ def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
     metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
     last = metrics.iloc[-1]
-    print(
-        f"done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} wall={last.wall_s:.1f}s"
+    console(
+        f"{spec.run_id}: done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} "
+        f"wall={last.wall_s:.1f}s"
     )
 
 
@@ -157,7 +161,10 @@ def train_pack(
     write_json_atomic(
         manifest_path, {"device": str(dev), "threads": threads, "wall_s": wall, "runs": runs}
     )
-    print(f"pack done in {wall:.1f}s: {sum(trained)} of {len(specs)} runs trained here")
+    console(
+        f"pack {Path(manifest_path).stem}: done in {wall:.1f}s, {sum(trained)} of "
+        f"{len(specs)} runs trained here (each run's steps: {manifest_path})"
+    )
 
 
 def unpack_run(spec: RunSpec, run_dir) -> None:
@@ -386,6 +393,7 @@ def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
     write_text_atomic(out["fits"], fits_table(t["fits"], labels))
     write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
     write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
+    write_text_atomic(out["definitions"], definitions_table(t["scorecard"]))
     write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
     write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
     write_text_atomic(out["robustness"], robustness_tex(t["robustness"], labels))
@@ -393,6 +401,10 @@ def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
     values.update(statistic_macros(report.macros, t["statistics"]))
     values.update(robustness_numbers(t["robustness"], t["init_scale"], t["tau"]))
     write_text_atomic(out["numbers"], numbers_file(values))
+    card, hyp = t["scorecard"], t["hypotheses"]
+    write_text_atomic(out["abstract"], outcome.abstract(card, hyp))
+    write_text_atomic(out["explanations"], outcome.explanations(card, hyp))
+    write_text_atomic(out["conclusion"], outcome.conclusion(card, hyp, t["robustness"]))
 
 
 def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
@@ -408,7 +420,7 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
         cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
                f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        print(res.stdout[-4000:])
+        print(res.stdout)  # latexmk's transcript: the rule's log, not the console
         if res.returncode != 0:
             raise RuntimeError(
                 f"latexmk failed ({res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"

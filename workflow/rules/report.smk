@@ -154,6 +154,10 @@ rule tex:
         init_scale=L.tex_table("init_scale"),
         init_comparison=L.tex_table("init_comparison"),
         robustness=L.tex_table("robustness"),
+        definitions=L.tex_table("definitions"),
+        abstract=L.tex_prose("abstract"),
+        explanations=L.tex_prose("explanations"),
+        conclusion=L.tex_prose("conclusion"),
     log:
         L.log("tex"),
     conda:
@@ -181,3 +185,21 @@ rule paper:
         texinputs=[L.tex_dir, OUT],
     script:
         "../scripts/paper.py"
+
+
+# The console of a run: Snakemake's per-job blocks and counters go to its log file only
+# (mbc.core.console); a dry run keeps them, they are its plan.
+if MAIN_PROCESS and not DRY_RUN:
+    import mbc.core.console
+    from snakemake.logging import logger as _snakemake_logger
+
+    mbc.core.console.quiet_console(_snakemake_logger)
+
+
+# The console's last line names the report. Snakemake prints its log's path and the run
+# time after `onsuccess`, so the line is printed at exit, after them.
+onsuccess:
+    if Path(PAPER_PDF).exists():
+        import atexit
+
+        atexit.register(print, f"report: {PAPER_PDF}", file=sys.stderr)

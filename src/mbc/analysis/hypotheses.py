@@ -13,7 +13,9 @@ if all are, and inconclusive otherwise.
 A test reads the statistic its claim was made with (the author's definition,
 docs/method.md#author-statistics); `ours` names our uniform candidate-tau version of it,
 decided by the same rule and combined into `ours_verdict`: where the two verdicts differ,
-the verdict depends on the definition.
+the verdict depends on the definition. `paper_verdict` is the paper's own verdict (a
+labelled reference from config, printed beside ours, never decided on), with config's
+explanation of a difference (`cause`, `explanation`).
 """
 
 from __future__ import annotations
@@ -108,8 +110,13 @@ def evaluate_hypotheses(hypotheses: Hypotheses, statistics: pd.DataFrame) -> pd.
                 "verdict": overall, "test_verdict": v, "why": t.why,
                 "ours_verdict": ours_verdict, "ours": _describe(ours),
                 "robust_to_definition": ours_verdict == overall, "dual": dual,
+                "paper_verdict": h.paper_verdict.get("verdict", ""),
+                "paper_says": h.paper_verdict.get("says", ""),
+                "cause": h.explanation.get("cause", ""),
+                "explanation": h.explanation.get("text", ""),
             })  # fmt: skip
-    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition", "dual"]
+    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition", "dual",
+             "paper_verdict", "paper_says", "cause", "explanation"]  # fmt: skip
     table = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
     return with_diverged(table, statistics)
 

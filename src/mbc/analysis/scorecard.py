@@ -24,7 +24,8 @@ version, shown beside it with its own agreement, so a row that agrees under one 
 only says so (`robust_to_definition`).
 `paper_reference.traced` says whether the paper's number is traced to a run of the
 author's (`author_run`) or only to the paper's text (`paper_text`); `note` records where
-the paper's wording and the author's numbers disagree. A claim of our own (a new
+the paper's wording and the author's numbers disagree; `explanation` ({cause, text}) why a
+row that disagrees, or agrees under one definition only, does so. A claim of our own (a new
 experiment's, say) is `traced: ours`: its reference is the value or sign we predicted, and
 the same rules decide it. Such a claim has an `id`; robustness.csv lists E15's
 (mbc.analysis.robustness.robustness_table).
@@ -45,6 +46,7 @@ COLUMNS = [
     "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",
     "tolerance", "agreement", "ours_statistic", "ours_measured", "ours_ci_low", "ours_ci_high",
     "ours_agreement", "robust_to_definition", "reference_traced", "why", "note", "id",
+    "cause", "explanation",
 ]  # fmt: skip
 # the hypotheses' words for a claim of our own decided by `within`, as the scorecard says them
 WITHIN_AGREEMENT = {"supported": "agree", "falsified": "disagree", "inconclusive": "inconclusive"}
@@ -154,5 +156,7 @@ def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.
                 "robust_to_definition": agree == ours_agree,
                 "reference_traced": ref["traced"], "why": row.why,
                 "note": ref.get("note", ""), "id": row.id or "",
+                "cause": row.explanation.get("cause", ""),
+                "explanation": row.explanation.get("text", ""),
             })  # fmt: skip
     return pd.DataFrame(out, columns=COLUMNS)

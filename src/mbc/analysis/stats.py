@@ -39,8 +39,11 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
         nd = int(getattr(r, "n_diverged", 0) or 0)
         out.append(_row(f"fit:{r.name}", (r.exponent, r.ci_low, r.ci_high), r.n, r.n_censored,
                         f"exponent of {r.name} ({r.method})", nd))  # fmt: skip
+        # a Tobit fit's R^2 (least squares' measure, against censored points) means
+        # nothing: no value, so that no table or macro prints one
+        r2 = NAN if r.method == "tobit" else r.r2
         out.append(
-            _row(f"fit_r2:{r.name}", (r.r2, NAN, NAN), r.n, r.n_censored, f"R^2 of {r.name}", nd)
+            _row(f"fit_r2:{r.name}", (r2, NAN, NAN), r.n, r.n_censored, f"R^2 of {r.name}", nd)
         )
     return out
 

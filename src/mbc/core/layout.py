@@ -108,6 +108,10 @@ class Layout:
     def tex_table(self, name: str) -> str:
         return f"{self.tex_dir}/tables/{name}.tex"
 
+    def tex_prose(self, name: str) -> str:
+        """A generated paragraph of the report (mbc.paper.outcome): abstract, conclusion."""
+        return f"{self.tex_dir}/text/{name}.tex"
+
     @property
     def paper_pdf(self) -> str:
         """Where an outdir's PDF goes by default (config `paper_pdf` for another outdir)."""

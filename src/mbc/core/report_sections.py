@@ -25,6 +25,7 @@ class ScorecardRow:
     why: str = ""
     ours: str | None = None
     id: str | None = None
+    explanation: Frozen = Frozen()  # {cause, text}: why it differs, where it does
 
     @property
     def is_ours(self) -> bool:
@@ -53,6 +54,7 @@ class Scorecard:
                     why=r.get("why", ""),
                     ours=r.get("ours"),
                     id=r.get("id"),
+                    explanation=freeze(r.get("explanation") or {}),
                 )  # fmt: skip
                 for r in rows
             )
@@ -81,12 +83,16 @@ class HypothesisTest:
 
 @dataclass(frozen=True)
 class Hypothesis:
-    """config `hypotheses.<id>`: a candidate mechanism, its prediction and its tests."""
+    """config `hypotheses.<id>`: a candidate mechanism, its prediction and its tests; the
+    paper's verdict ({verdict, says}: a labelled reference, never an input) and why ours
+    differs ({cause, text}), where it does."""
 
     id: str
     mechanism: str
     prediction: str
     tests: tuple[HypothesisTest, ...]
+    paper_verdict: Frozen = Frozen()
+    explanation: Frozen = Frozen()
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ class Hypotheses:
                     h["mechanism"],
                     h["prediction"],
                     tuple(HypothesisTest(**t) for t in h["tests"]),
+                    freeze(h.get("paper_verdict") or {}),
+                    freeze(h.get("explanation") or {}),
                 )  # fmt: skip
                 for hid, h in raw.items()
             )

@@ -1,4 +1,8 @@
-"""Send a rule script's stdout/stderr to its Snakemake log file (and keep the console).
+"""Send a rule script's stdout/stderr to its Snakemake log file, not to the console.
+
+The console keeps what a person watching needs: the lines a job says with `console` (a
+training run's "done" line), its WARNING lines and, when a job fails, one line naming its
+log, then the traceback that Python prints on the way out.
 
 A corrupt input (CorruptArtifactError) is moved aside with a clear message, so that the
 next workflow run regenerates it instead of reading it as data.
@@ -16,32 +20,51 @@ from pathlib import Path
 
 from mbc.core.artifacts import CorruptArtifactError
 
+_TERMINAL: list = []  # the console streams of the `logged` block in force (innermost last)
 
-class _Tee:
-    def __init__(self, *streams):
-        self.streams = streams
 
-    def write(self, s):
-        for st in self.streams:
-            st.write(s)
-            st.flush()
+class _Log:
+    """A job's stdout/stderr inside `logged`: every line to the log file; a line that
+    starts with "WARNING" to the console too (a code path that cannot call `console`, such
+    as a training run's corrupt resume point, still reaches the person watching)."""
+
+    def __init__(self, fh, terminal):
+        self.fh, self.terminal, self._line = fh, terminal, ""
+
+    def write(self, s: str) -> int:
+        self.fh.write(s)
+        *done, self._line = (self._line + s).split("\n")
+        for line in done:
+            if line.startswith("WARNING"):
+                print(line, file=self.terminal, flush=True)
         return len(s)
 
-    def flush(self):
-        for st in self.streams:
-            st.flush()
+    def flush(self) -> None:
+        self.fh.flush()
+
+    def __getattr__(self, name):  # encoding, fileno, isatty: the log file's
+        return getattr(self.fh, name)
+
+
+def console(message: str) -> None:
+    """Print `message` to the log and, inside a `logged` block, to the console too."""
+    print(message)
+    if _TERMINAL:
+        print(message, file=_TERMINAL[-1], flush=True)
 
 
 @contextlib.contextmanager
 def logged(path: str | os.PathLike | None) -> Iterator[None]:
-    """Append everything printed inside the block to `path`; exceptions land there too."""
+    """Append everything printed inside the block to `path` (the console sees only
+    `console` lines and a failure's one line); exceptions land there too."""
     if not path:
         yield
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         out, err = sys.stdout, sys.stderr
-        sys.stdout, sys.stderr = _Tee(out, fh), _Tee(err, fh)
+        sys.stdout = sys.stderr = _Log(fh, err)
+        _TERMINAL.append(err)
         try:
             yield
         except CorruptArtifactError as exc:
@@ -50,12 +73,14 @@ def logged(path: str | os.PathLike | None) -> Iterator[None]:
                 if bad.exists():
                     aside = bad.with_name(bad.name + f".corrupt-{int(time.time())}")
                     bad.rename(aside)
-                    print(f"mbc: moved {bad} aside to {aside}", file=sys.stderr)
-            print(f"mbc: corrupt input detected: {exc}. Rerun the workflow to regenerate it.",
-                  file=sys.stderr)  # fmt: skip
+                    console(f"mbc: moved {bad} aside to {aside}")
+            console(f"mbc: corrupt input detected: {exc}. Rerun the workflow to regenerate it.")
             raise
         except BaseException:
             traceback.print_exc()
+            print(f"mbc: failed, the whole story is in {path}", file=err, flush=True)
             raise
         finally:
+            fh.flush()
+            _TERMINAL.pop()
             sys.stdout, sys.stderr = out, err

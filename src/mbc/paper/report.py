@@ -18,6 +18,7 @@ from mbc.analysis.hypotheses import verdicts
 from mbc.core.report_sections import Macro
 from mbc.core.spec import ModelSpec
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
+from mbc.paper.typeset import tex_text
 
 
 def readable(name: str, labels: dict[str, str]) -> str:
@@ -133,15 +134,24 @@ def init_scale_tex(table: pd.DataFrame) -> str:
 
 def init_comparison_tex(table: pd.DataFrame) -> str:
     table = table.assign(
-        row=[q if not m else f"{q}, {m}" for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)],
+        row=[tex_text(q if not m else f"{q}, {_at(m)}") for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)],
         default_ci=ci_cells(table, "default", "default_ci_low", "default_ci_high"),
         alternative_ci=ci_cells(table, "alternative", "alternative_ci_low", "alternative_ci_high"),
     )  # fmt: skip
     return booktabs_table(table, **LAYOUTS["init_comparison"])
 
 
+def _at(match: str) -> str:
+    """What a `*` glob matched, as the tables say it: `d10000` -> "at D = 10000"."""
+    m = re.fullmatch(r"([a-z_]+?)([0-9.e+-]+)", match)
+    return f"at {m.group(1).upper()} = {m.group(2)}" if m else match
+
+
 def robustness_tex(table: pd.DataFrame, labels: dict | None = None) -> str:
-    return booktabs_table(_verdict_rows(table, labels), **LAYOUTS["robustness"])
+    rows = _verdict_rows(table, labels)
+    return booktabs_table(
+        rows.assign(statement=[tex_text(x) for x in rows.statement]), **LAYOUTS["robustness"]
+    )
 
 
 def numbers_file(values: dict) -> str:
@@ -150,7 +160,12 @@ def numbers_file(values: dict) -> str:
 
 
 def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
-    rows = fits.assign(name=[readable(n, labels or {}) for n in fits.name])
+    """A Tobit fit's R^2 (least squares' measure, against censored points) means nothing:
+    its cell is left empty and the caption says why."""
+    rows = fits.assign(
+        name=[tex_text(readable(n, labels or {})) for n in fits.name],
+        r2=fits.r2.where(fits.method != "tobit"),
+    )
     return booktabs_table(rows, **LAYOUTS["fits"])
 
 
@@ -162,32 +177,78 @@ def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") 
 def value_with_ci(value, lo, hi, spec: str = ".3g") -> str:
     """One LaTeX cell: `value [lo, hi]`, or the value alone without a CI (en dash when
     missing)."""
-    v = format_number(value, spec)
+    v = _number(value, spec)
     if is_missing(lo) or is_missing(hi):
         return v
-    return f"{v} [{format_number(lo, spec)}, {format_number(hi, spec)}]"
+    return f"{v} [{_number(lo, spec)}, {_number(hi, spec)}]"
+
+
+def _number(value, spec: str) -> str:
+    """`format_number`, but thousands up to a million as whole numbers (5347, not
+    5.35 x 10^3): a step count or an anisotropy reads better so."""
+    if spec == ".3g" and not is_missing(value) and 1e3 <= abs(float(value)) < 1e6:
+        return format_number(round(float(value)), "d")
+    return format_number(value, spec)
 
 
 def _verdict_rows(df: pd.DataFrame, labels: dict | None) -> pd.DataFrame:
     """Rows of a verdict table: readable statistic names and `value [CI]` cells."""
     return df.assign(
-        statistic=[readable(n, labels or {}) for n in df.statistic],
+        statistic=[tex_text(readable(n, labels or {})) for n in df.statistic],
         value_ci=ci_cells(df, "value", "ci_low", "ci_high"),
     )
 
 
+def _rule_cell(rule: str) -> str:
+    """'supported if CI > 0.5; falsified if ...' -> 'CI > 0.5', typeset."""
+    return tex_text(rule.split(";")[0].removeprefix("supported if "))
+
+
 def hypotheses_table(hyp: pd.DataFrame, labels: dict | None = None) -> str:
-    return booktabs_table(_verdict_rows(hyp, labels), **LAYOUTS["hypotheses"])
+    """Per test: the statistic, its value, the rule; per hypothesis our verdict, our
+    uniform one and the paper's (a labelled reference from config)."""
+    rows = _verdict_rows(hyp, labels)
+    paper = rows["paper_verdict"] if "paper_verdict" in rows else pd.Series("", index=rows.index)
+    rows = rows.assign(rule_cell=[_rule_cell(r) for r in rows.rule], paper_verdict=paper.fillna(""))
+    return booktabs_table(rows, **LAYOUTS["hypotheses"])
+
+
+def claims_with_match(card: pd.DataFrame) -> list[str]:
+    """Each row's claim; a claim whose statistic is a glob has a row per match, and each
+    says which (`..., at D = 60`)."""
+    twins = card.claim.duplicated(keep=False) & card.statistic.str.contains("_at_")
+    at = [_at(s.rpartition("_at_")[2]) for s in card.statistic]
+    return [f"{c} ({a})" if t else c for c, a, t in zip(card.claim, at, twins, strict=True)]
+
+
+def _paper_cell(row) -> str:
+    """The paper's value, daggered when it is traced to the paper's text only."""
+    return tex_text(row.paper_reference) + (
+        r"$^\dagger$" if row.reference_traced == "paper_text" else ""
+    )
 
 
 def scorecard_table(card: pd.DataFrame) -> str:
-    """The paper's claims; the claims of our own are the robustness table (`robustness_tex`)."""
+    """The paper's claims, each with its reference, its rule and our measurement by the
+    author's statistic; the claims of our own are the robustness table (`robustness_tex`),
+    our uniform statistics the definitions table (`definitions_table`)."""
     card = card[card.reference_traced != "ours"]
     card = card.assign(
-        source=card["reference_traced"].map(
-            {"author_run": "run", "paper_text": "text", "ours": "ours"}
-        ),
+        claim_cell=[tex_text(c) for c in claims_with_match(card)],
+        paper_cell=[_paper_cell(r) for r in card.itertuples()],
+        rule_cell=[tex_text(t) for t in card.tolerance],
+        measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
+    )
+    return booktabs_table(card, **LAYOUTS["scorecard"])
+
+
+def definitions_table(card: pd.DataFrame) -> str:
+    """The claims the author computed with another statistic than our uniform one: both
+    measurements and their agreements under the same rule."""
+    card = card[(card.reference_traced != "ours") & (card.ours_statistic != card.statistic)]
+    card = card.assign(
+        claim_cell=[tex_text(c) for c in claims_with_match(card)],
         measured_ci=ci_cells(card, "measured", "ci_low", "ci_high"),
         ours_ci=ci_cells(card, "ours_measured", "ours_ci_low", "ours_ci_high"),
     )
-    return booktabs_table(card, **LAYOUTS["scorecard"])
+    return booktabs_table(card, **LAYOUTS["definitions"])

@@ -25,7 +25,7 @@ from mbc.core.spec import REVERSE_DIRECTIONS
 def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """L_cand / log K of the linear network (the `linear` experiments, E13) vs the matching
     transformer runs (same K, D; one of the `transformer` experiments, E1, first)."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    fig, ax = plt.subplots(figsize=(ONE_COL, 3.3))
     linear = _names(entry.experiments_of("linear"))
     all_tau = _tau_rows(tables["tau"])
     m = _metrics_rows(tables["metrics"])
@@ -66,15 +66,16 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
         Line2D([], [], color="0.3", ls="-", label="transformer"),
         _tau_marker_handle(),
     ]
-    _legend(ax, censored=any_cens, extra=extra, loc="lower left", fontsize=6.5, ncol=2)
+    # under the axes: the curves fill the plot from log K down to 0 at every step
+    _legend(ax, censored=any_cens, extra=extra, below=True, fontsize=6.5, ncol=3)
     return fig
 
 
 def _one_experiment(
-    tables: dict[str, pd.DataFrame], experiments: list[str]
+    tables: dict[str, pd.DataFrame], experiments: list[str], height: float = 2.6
 ) -> tuple[Figure, Axes, pd.DataFrame]:
     """A one-column figure and `experiments`' tau rows ("no data" drawn when none)."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    fig, ax = plt.subplots(figsize=(ONE_COL, height))
     rows = _tau_rows(tables["tau"], experiments)
     if rows.empty:
         _no_data(ax, f"no {_names(experiments)} runs")
@@ -85,7 +86,7 @@ def _one_experiment(
 def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """tau of (B,z)->A vs A->B per K of the `runs` experiments (E14); bars = mean over
     uncensored seeds, seeds as points."""
-    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"))
+    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"), height=3.2)
     if e14.empty:
         return fig
     ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
@@ -129,7 +130,8 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
         Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
     ]
-    _legend(ax, censored=any_cens, extra=extra, loc="upper left")
+    # under the axes: the bars fill the plot from 0 up
+    _legend(ax, censored=any_cens, extra=extra, below=True, ncol=2, fontsize=6.5)
     missing = [lab for t, lab, _, _ in tasks if not (e14["task"] == t).any()]
     if missing:
         _note(ax, "missing: " + ", ".join(missing), "upper right")
@@ -262,7 +264,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
 @_register("appendix_plateau", ["plateau_sensitivity"])
 def fig_appendix_plateau(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Plateau height / log K of each E1/E2 run under each window end, with the band."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
+    fig, ax = plt.subplots(figsize=(ONE_COL, 3.1))
     t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low",
                                                   "band_high"))  # fmt: skip
     if t.empty:
@@ -297,5 +299,5 @@ def fig_appendix_plateau(tables: dict[str, pd.DataFrame], entry: FigureEntry) ->
     ax.set_xlabel("plateau window ends at (dz: z-shuffle gap)")
     ax.set_ylabel("plateau height / log K")
     _note(ax, "above: runs in band / runs", loc="lower left")
-    _legend(ax, loc="upper left", fontsize=6.5)
+    _legend(ax, below=True, fontsize=6.5, ncol=4)  # under the axes: clear of the points
     return fig

@@ -1,0 +1,213 @@
+"""The report states its outcome in words generated from the tables (mbc.paper.outcome),
+beside the paper's verdicts and every row's rule, typeset as LaTeX (mbc.paper.typeset)."""
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from mbc.analysis.hypotheses import evaluate_hypotheses
+from mbc.analysis.scorecard import scorecard
+from mbc.core import config as mbc_config
+from mbc.paper import outcome
+from mbc.paper.report import (
+    definitions_table,
+    fits_table,
+    hypotheses_table,
+    init_comparison_tex,
+    scorecard_table,
+)
+from mbc.paper.typeset import tex_text
+
+ROOT = Path(__file__).resolve().parents[1]
+MEASURED = ROOT / "measured" / "paper_cpu"
+
+
+@pytest.fixture(scope="module")
+def cfg():
+    return mbc_config.load(mbc_config.read_yaml(str(ROOT / "config.yaml")), {})
+
+
+@pytest.fixture(scope="module")
+def tables(cfg):
+    """The committed paper_cpu statistics, decided by the live config's rows and rules."""
+    stats = pd.read_csv(MEASURED / "statistics.csv")
+    return scorecard(cfg.scorecard.rows, stats), evaluate_hypotheses(cfg.hypotheses, stats)
+
+
+def _card(rows):
+    base = {"statistic": "s", "measured": 1.0, "ci_low": 0.9, "ci_high": 1.1, "n": 3,
+            "n_diverged": 0, "paper_reference": "1", "tolerance": "abs 0.1 or reference in CI",
+            "ours_measured": 1.0, "ours_ci_low": 0.9, "ours_ci_high": 1.1,
+            "reference_traced": "author_run", "why": "", "note": "", "id": "",
+            "cause": "", "explanation": ""}  # fmt: skip
+    out = []
+    for r in rows:
+        row = {**base, **r}
+        row.setdefault("ours_statistic", row["statistic"])
+        row.setdefault("ours_agreement", row["agreement"])
+        row["robust_to_definition"] = row["agreement"] == row["ours_agreement"]
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _hyp(rows):
+    return pd.DataFrame(
+        [{"id": i, "mechanism": f"mechanism {i}", "verdict": v, "paper_verdict": p,
+          "cause": c, "explanation": e} for i, v, p, c, e in rows]
+    )  # fmt: skip
+
+
+CARD = [
+    {"claim": "plateau height equals log K", "agreement": "agree"},
+    {"claim": "tau grows as D^1.2", "agreement": "agree"},
+    {"claim": "a linear network stays at log K", "agreement": "disagree", "cause": "failure",
+     "explanation": "its level sits above log K"},
+]  # fmt: skip
+HYP = [("H1", "falsified", "falsified", "", ""),
+       ("H2", "inconclusive", "falsified", "seeds", "one seed per rate")]  # fmt: skip
+
+
+def test_the_abstract_counts_the_rows_and_names_those_that_disagree():
+    text = outcome.abstract(_card(CARD), _hyp(HYP))
+    assert "Of the paper's 3 headline claims, 2 agree" in text
+    assert r"these do not: \emph{a linear network stays at $\log K$} (disagree)" in text
+    assert "match the paper's for 1 of the 2 it decides (H1)" in text
+    assert "H2 is inconclusive where the paper says falsified" in text
+
+
+def test_flipping_one_row_or_one_verdict_changes_the_sentences():
+    flipped = [dict(r) for r in CARD]
+    flipped[1]["agreement"] = "disagree"
+    text = outcome.abstract(_card(flipped), _hyp(HYP))
+    assert "Of the paper's 3 headline claims, 1 agree" in text
+    assert r"\emph{$\tau$ grows as $D^{1.2}$} (disagree)" in text
+    both = outcome.abstract(_card(CARD), _hyp([HYP[0], ("H2", "falsified", "falsified", "", "")]))
+    assert "for 2 of the 2 it decides (H1 and H2)" in both and "where the paper says" not in both
+
+
+def test_a_row_that_agrees_by_one_definition_only_is_counted_and_explained():
+    rows = [*CARD, {"claim": "z-usage leads the loss by ~half the waiting time",
+                    "agreement": "agree", "ours_statistic": "t", "ours_agreement": "disagree",
+                    "cause": "definition", "explanation": "another quantity"}]  # fmt: skip
+    card = _card(rows)
+    assert "1 of those that agree do so only by the author's statistic" in outcome.abstract(
+        card, _hyp(HYP)
+    )
+    text = outcome.explanations(card, _hyp(HYP))
+    assert r"\paragraph{$z$-usage leads the loss by about half the waiting time.}" in text
+    assert r"\textit{Cause: a difference of definition.} Another quantity." in text
+    assert r"\textit{Cause: a failure to reproduce.} Its level sits above $\log K$." in text
+    assert r"\textit{Cause: too few seeds.} One seed per rate." in text
+    # a plain agreeing row is not explained
+    assert "plateau height equals" not in text
+
+
+def test_a_difference_without_a_config_explanation_says_so():
+    card = _card([{**CARD[2], "cause": "", "explanation": ""}])
+    assert "No explanation is recorded in config.yaml" in outcome.explanations(card, _hyp(HYP[:1]))
+
+
+def test_the_conclusion_counts_the_causes_and_names_the_failures():
+    robust = pd.DataFrame({"id": ["R1", "R2"], "verdict": ["supported", "falsified"]})
+    text = outcome.conclusion(_card(CARD), _hyp(HYP), robust)
+    assert (
+        "Of the 2 differences, we attribute 1 to a failure to reproduce and 1 to too few seeds"
+        in text
+    )
+    assert r"The claim we fail to reproduce is \emph{a linear network stays at $\log K$}" in text
+    assert "1 of our 2 pre-registered statements" in text
+
+
+def test_every_committed_difference_has_its_explanation_in_config(tables):
+    """The rows of measured/paper_cpu that disagree or agree under one definition only, and
+    the verdicts that differ from the paper's, each carry config's reason."""
+    card, hyp = tables
+    rows = outcome.paper_rows(card)
+    differ = rows[(rows.agreement != "agree") | outcome.one_definition(rows)]
+    assert len(differ) >= 3
+    assert (differ.cause != "").all(), list(differ[differ.cause == ""].claim)
+    first = hyp.drop_duplicates("id")
+    assert (first.paper_verdict != "").all()  # config holds the paper's seven verdicts
+    off = first[first.verdict != first.paper_verdict]
+    assert len(off) and (off.cause != "").all(), list(off.id)
+    assert "No explanation is recorded" not in outcome.explanations(card, hyp)
+
+
+def test_the_tables_are_typeset_and_show_each_rule(tables):
+    card, hyp = tables
+    tex = scorecard_table(card) + definitions_table(card) + hypotheses_table(hyp)
+    for raw in ("D^1.2", "R^2", "~half", ">=", "->", "x2", "textasciicircum", "textasciitilde"):
+        assert raw not in tex, raw
+    assert "$D^{1.2}$" in tex and "$R^{2}$" in tex and r"$\ge$" in tex and r"$\to$" in tex
+    assert r"within $\times$2" in scorecard_table(card)  # every row's rule is a cell
+    assert tex.count(" & ") > 0 and "paper" in hypotheses_table(hyp)
+    assert r"$^\dagger$" in scorecard_table(card)  # the references traced to the text only
+
+
+def test_the_hypotheses_table_prints_the_papers_verdict_from_config(cfg, tables):
+    _, hyp = tables
+    row = next(line for line in hypotheses_table(hyp).splitlines() if line.startswith("H7 "))
+    assert row.rstrip(" \\").endswith(dict(cfg.hypotheses.items[6].paper_verdict)["verdict"])
+
+
+def test_a_tobit_fits_r2_is_left_empty_and_matched_ids_read_as_words():
+    fits = pd.DataFrame(
+        [("tau_vs_lr", 1.1, 0.3, 1.7, 1e7, -0.25, 4, 1, "tobit"),
+         ("tau_vs_d", 1.2, 1.1, 1.3, 2.0, 0.99, 21, 0, "ols")],
+        columns=["name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
+                 "method"],
+    )  # fmt: skip
+    tex = fits_table(fits)
+    assert "0.990" in tex and "-0.25" not in tex and r"\ensuremath{-}0.250" not in tex
+    comp = pd.DataFrame([{"quantity": "K-exponent at fixed D (E2)", "match": "d10000",
+                          "default": -0.04, "default_ci_low": -0.1, "default_ci_high": 0.02,
+                          "alternative": -0.06, "alternative_ci_low": -0.4,
+                          "alternative_ci_high": 0.3}])  # fmt: skip
+    tex = init_comparison_tex(comp)
+    assert "d10000" not in tex and "at $D$ = 10000" in tex
+
+
+@pytest.mark.parametrize(
+    ("text", "latex"),
+    [("tau grows as D^1.2", r"$\tau$ grows as $D^{1.2}$"),
+     ("no group is >= 80% accurate at tau/2", r"no group is $\ge$ 80\% accurate at $\tau/2$"),
+     ("(B,z)->A 1.7x-4.4x faster", r"$(B, z)$$\to$A 1.7--4.4$\times$ faster"),
+     ("whole CI within +/- 0.15", r"whole CI within $\pm$ 0.15"),
+     ("by ~half", "by about half"),
+     ("a_b & c", r"a\_b \& c")],
+)  # fmt: skip
+def test_config_prose_is_typeset(text, latex):
+    assert tex_text(text) == latex
+
+
+def test_many_differences_are_counted_not_listed_and_glob_rows_say_their_match():
+    rows = [{"claim": f"claim {i}", "agreement": "disagree"} for i in range(5)]
+    rows += [{"claim": "at fixed D the K-exponent is 0", "statistic": f"fit:tau_vs_k_at_d{d}",
+              "agreement": "not measured", "measured": float("nan")} for d in (60, 120)]  # fmt: skip
+    card = _card(rows)
+    text = outcome.scorecard_sentence(card)
+    assert "of the other 5 disagree and 2 not measured" in text and "claim 0" not in text
+    explained = outcome.explanations(card, _hyp(HYP[:1]))
+    assert r"at fixed $D$ the $K$-exponent is 0 (at $D$ = 60).}" in explained
+    assert r"(at $D$ = 120).}" in explained
+    assert "Not measured here" in explained
+
+
+def test_thousands_print_as_whole_numbers():
+    from mbc.paper.report import value_with_ci
+
+    assert value_with_ci(5347.07, 1507.9, 8540.3) == "5347 [1508, 8540]"
+    assert value_with_ci(0.0441, 0.0398, 0.0493) == "0.0441 [0.0398, 0.0493]"
+
+
+def test_a_tobit_fit_has_no_r2_statistic():
+    from mbc.analysis.stats import fit_statistics
+
+    fits = pd.DataFrame(
+        [("tau_vs_lr", 1.1, 0.3, 1.7, -0.25, 4, 1, "tobit"), ("tau_vs_d", 1.2, 1.1, 1.3, 0.99, 21, 0, "ols")],
+        columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"],
+    )  # fmt: skip
+    r2 = {r["name"]: r["value"] for r in fit_statistics(fits) if r["name"].startswith("fit_r2:")}
+    assert np.isnan(r2["fit_r2:tau_vs_lr"]) and r2["fit_r2:tau_vs_d"] == 0.99
