@@ -12,18 +12,16 @@ import pandas as pd
 import pytest
 from helpers import REPO, smoke_args, snakemake
 
-import mbc.core.config
+import mbc.config
 from mbc.core.packing import make_packs
 from mbc.diagnostics.summary import TAU_COLUMNS, summarize_run
 
 pytestmark = pytest.mark.slow
 
 
-def _smoke_config() -> mbc.core.config.Config:
+def _smoke_config() -> mbc.config.Config:
     """The smoke preset the `smoke` fixture ran (the outputs checked here are its)."""
-    return mbc.core.config.load(
-        mbc.core.config.read_yaml(REPO / "config.yaml"), {"preset": "smoke"}
-    )
+    return mbc.config.load(mbc.config.read_yaml(REPO / "config.yaml"), {"preset": "smoke"})
 
 
 def test_smoke_tau_table(smoke):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import mbc.planning.banner
 import mbc.core.artifacts
-import mbc.core.config
+import mbc.config
 import mbc.core.integrity
 import mbc.core.layout
 import mbc.core.packing
@@ -18,7 +18,7 @@ import mbc.training.tensorboard_log
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
 try:
-    CFG = mbc.core.config.load(
+    CFG = mbc.config.load(
         config, overrides=workflow.config_settings.overwrite_config
     )
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
@@ -31,10 +31,10 @@ try:
         import torch
 
         if not torch.cuda.is_available():
-            raise mbc.core.config.ConfigError(
+            raise mbc.config.ConfigError(
                 "device", CFG.raw["device"], "CUDA is not available on this machine"
             )
-except mbc.core.config.ConfigError as exc:
+except mbc.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 L = mbc.core.layout.Layout(OUT)  # every path under the outdir

@@ -1,10 +1,11 @@
-"""The kinds of statistic config `statistics:` may declare, and the schema of that section.
+"""The kinds of statistic config `statistics:` may declare: the function computing each.
 
 A kind is a function of the rows a statistic reads (its table's rows of its experiments,
 filtered by `where`, the diverged runs left out) and of its declared parameters; it returns
 (value, ci_low, ci_high), n, n_censored and a note appended to the statistic's `what`.
-CIs are percentile bootstraps over runs. `PARAMS` and `KINDS` below are the only places a
-kind's parameters are spelled: config.schema.yaml's statistics section is derived from them.
+CIs are percentile bootstraps over runs. A kind's parameters, its table and the schema of
+config `statistics` are declared in `mbc.analysis.stat_schema` (no scipy: the config loads
+without it); `KINDS` below pairs each with its function.
 """
 
 from __future__ import annotations
@@ -18,11 +19,11 @@ import pandas as pd
 from scipy import stats as sps
 
 from mbc.analysis.fits import percentile_ci
+from mbc.analysis.stat_schema import PARAMS
 from mbc.core.sections import Bootstrap
 
 NAN = float("nan")
 NO_VALUE = (NAN, NAN, NAN)
-TABLES = ("tau", "collective", "hessian", "routing_ablation")
 
 
 def bootstrap(values: np.ndarray, fn, boot: Bootstrap) -> tuple:
@@ -242,110 +243,28 @@ def runs(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     return (float(len(first)), NAN, NAN), len(first), n_censored(first, st), ""
 
 
-# ---- the registry and the schema derived from it ----------------------------------------
-
-COL = {"type": "string", "minLength": 1}
-FLAG = {"type": "boolean"}
-Y = {"y": COL, "bound": FLAG, "times": COL}
-CENSORED = {"censored": COL}
+# ---- the registry: each declared kind (`mbc.analysis.stat_schema.PARAMS`) and its function
 
 
 @dataclass(frozen=True)
 class Kind:
     fn: Callable
-    params: dict  # parameter -> JSON schema
-    required: tuple[str, ...] = ()
-    table: str = "tau"  # the table it reads unless the statistic names another
-    keeps_diverged: bool = False
+    table: str  # the table it reads unless the statistic names another
+    keeps_diverged: bool
 
 
-AVERAGE = {"column": COL, "over_log_k": FLAG, "measured": COL} | CENSORED
-PAIR_VALUE = {"oneOf": [{"enum": ["max", "min"]}, {"type": "number"}]}
+FUNCTIONS: dict[str, Callable] = {
+    "mean": mean,
+    "median": median,
+    "fraction": fraction,
+    "spearman": spearman_of,
+    "ratio": ratio,
+    "paired_ratio": paired_ratio,
+    "loglog_slope": loglog_slope,
+    "nearest_fraction": nearest_fraction,
+    "mode_at_min": mode_at_min,
+    "runs": runs,
+}
 KINDS: dict[str, Kind] = {
-    "mean": Kind(mean, AVERAGE, ("column",)),
-    "median": Kind(median, AVERAGE, ("column",)),
-    "fraction": Kind(fraction, {"column": COL, "is": FLAG, "ci": FLAG} | CENSORED, ("column",)),
-    "spearman": Kind(spearman_of, {"x": COL, "abs": FLAG} | Y | CENSORED, ("x", "y")),
-    "ratio": Kind(
-        ratio,
-        {
-            "by": COL,
-            "pair": {"type": "array", "minItems": 2, "maxItems": 2, "items": PAIR_VALUE},
-            "censored_unmeasured": FLAG,
-        }
-        | Y
-        | CENSORED,
-        ("by", "pair", "y"),
-    ),  # fmt: skip
-    "paired_ratio": Kind(
-        paired_ratio,
-        {
-            "across": COL,
-            "pair_by": {"type": "array", "items": COL},
-            "numerator": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-            "denominator": {"type": "string"},
-        }
-        | Y
-        | CENSORED,
-        ("across", "pair_by", "numerator", "denominator", "y"),
-    ),  # fmt: skip
-    "loglog_slope": Kind(
-        loglog_slope,
-        {"x": COL, "y": COL, "y_bound": COL, "offset": {"type": "number", "minimum": 0}} | CENSORED,
-        ("x", "y"),
-    ),
-    "nearest_fraction": Kind(
-        nearest_fraction,
-        {"column": COL, "at": {"type": "number", "exclusiveMinimum": 0}},
-        ("column", "at"),
-        table="collective",
-    ),
-    "mode_at_min": Kind(
-        mode_at_min, {"column": COL, "at_min": COL}, ("column", "at_min"), "routing_ablation"
-    ),
-    "runs": Kind(runs, CENSORED, keeps_diverged=True),
+    name: Kind(FUNCTIONS[name], p.table, p.keeps_diverged) for name, p in PARAMS.items()
 }
-
-BOUNDS = {
-    "type": "object",
-    "additionalProperties": False,
-    "minProperties": 1,
-    "properties": {op: {"type": "number"} for op in ("min", "max", "above", "below")},
-}
-COMMON = {
-    "what": {"type": "string"},  # str.format'ed with the entry and {experiments}: E1+E2
-    "table": {"enum": list(TABLES)},
-    "experiments": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    "where": {
-        "type": "object",
-        "additionalProperties": {
-            "oneOf": [BOUNDS, {"type": "array", "minItems": 1}, {"type": ["string", "number"]}]
-        },
-    },
-}
-
-
-def statistics_schema() -> dict:
-    """config `statistics`: name -> {kind, what, ...}, the kind's parameters and no other."""
-    per_kind = [
-        {
-            "if": {"properties": {"kind": {"const": name}}},
-            "then": {
-                "properties": {"kind": {"const": name}} | COMMON | k.params,
-                "additionalProperties": False,
-                "required": list(k.required),
-            },
-        }
-        for name, k in KINDS.items()
-    ]
-    entry = {
-        "type": "object",
-        "required": ["kind", "what"],
-        "properties": {"kind": {"enum": list(KINDS)}},
-        "allOf": per_kind,
-    }
-    return {
-        "type": "object",
-        "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
-        "additionalProperties": entry,
-    }

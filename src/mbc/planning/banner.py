@@ -8,7 +8,7 @@ presets' commands.
 
 It must be fast, so it trains nothing. Steps and seconds come from the cost model that
 `mbc.estimate` uses too (`mbc.planning.cost`): the expected steps from measured taus where
-they exist (tau.csv or run logs, `mbc.estimate.measured_taus`), else from the power law
+they exist (tau.csv or run logs, `mbc.planning.cost.measured_taus`), else from the power law
 tau = c D^1.2 fitted to those, else from the step budget (then an upper bound, said so).
 Steps/s is measured once per (machine, shape family) on the most common shape left to
 train, 5 eager steps (never compiled), and cached in `<outdir>/.mbc/steps_per_s.json` per
@@ -219,8 +219,14 @@ def banner_lines(
 
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)
-    from mbc.estimate import measured_taus
-    from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
+    from mbc.planning.cost import (
+        D_EXPONENT,
+        expected,
+        measured_taus,
+        run_seconds,
+        tau_law,
+        wall_seconds,
+    )
     from mbc.training.schedule import eval_schedule
 
     measured = measured_taus(cfg.outdir, specs, logs)
