@@ -202,7 +202,7 @@ class EvalSpec:
     n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
     threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
     # The author evaluated every 50 steps. Between two evaluations whose metrics lie on
-    # different sides of a transition mark (`mbc.training.train.TRANSITION_MARKS`), the weights
+    # different sides of a transition mark (`mbc.training.schedule.TRANSITION_MARKS`), the weights
     # kept every `dense_every` steps are evaluated too: each crossing is then located to
     # dense_every steps, at the cost of evaluating densely only around the transition.
     # 0: off. Must divide `every`.
