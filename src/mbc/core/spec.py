@@ -8,6 +8,7 @@ spec always maps to the same directory and identical specs in two experiments tr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -285,7 +286,7 @@ class RunSpec:
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
-    @property
+    @functools.cached_property  # hashed once: the workflow asks for ids thousands of times
     def run_id(self) -> str:
         """Readable prefix (what usually varies) plus a hash of the whole spec."""
         t, m, o = self.task, self.model, self.train

@@ -256,7 +256,8 @@ def banner_lines(
 
     params = {}
     for spec in todo.values():
-        params.setdefault(spec.model, _n_params(spec))
+        if spec.model not in params:  # one model built per model spec, not one per run
+            params[spec.model] = _n_params(spec)
     disk = 0.0
     for r, spec in todo.items():
         snaps = [
