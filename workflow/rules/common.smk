@@ -18,9 +18,7 @@ import mbc.training.tensorboard_log
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
 try:
-    CFG = mbc.config.load(
-        config, overrides=workflow.config_settings.overwrite_config
-    )
+    CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
     if (
@@ -172,15 +170,30 @@ if MAIN_PROCESS:
     ):
         print(f"mbc: repair: {line}", file=sys.stderr)
 
-# What this invocation is about to do and what it costs (also under -n), after the repair:
-# a run whose state the repair moved aside counts as to train.
+# What this invocation is about to do (also under -n), after the repair: a run whose state
+# the repair moved aside counts as to train. Untimed: the steps/s and the wall time come in
+# `onstart`, which Snakemake runs only when it runs jobs (never under -n, --lint,
+# --list-changes), so an inspection command trains no step to time it.
 if MAIN_PROCESS:
     for line in mbc.planning.banner.banner_lines(
-        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
+        CFG,
+        cores=workflow.resource_settings.cores,
+        executor=EXECUTOR,
+        measure=False,
+        dry_run=DRY_RUN,
     ):
         print(line, file=sys.stderr)
     if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
         print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
+
+
+onstart:
+    for line in mbc.planning.banner.timing_lines(
+        CFG,
+        cores=workflow.resource_settings.cores,
+        executor="local" if workflow.local_exec else workflow.executor_plugin.name,
+    ):
+        print(line, file=sys.stderr)
 
 
 ALL_TARGETS = [

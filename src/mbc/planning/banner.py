@@ -80,14 +80,6 @@ def invocation(argv: list[str]) -> tuple[bool, str]:
     return dry, str(executor or "local")
 
 
-def _n_params(spec: RunSpec) -> int:
-    import torch
-
-    from mbc.training.model import build_model, count_parameters
-
-    return count_parameters(build_model(spec.model, spec.task, torch.Generator().manual_seed(0)))
-
-
 def _cost(spec: RunSpec, n_params: int) -> float:
     """Work of one training step, up to a constant: parameters x tokens per batch."""
     return n_params * spec.train.batch_size * spec.task.seq_len
@@ -162,6 +154,16 @@ def _free_bytes(path: Path) -> int | None:
         return None
 
 
+def timing_lines(cfg: Config, *, cores: int | None, executor: str = "local") -> list[str]:
+    """The banner's timed lines alone (the steps/s of the most common shape left to train,
+    measured in 5 steps or cached, and the expected wall time), for Snakemake's `onstart`:
+    it runs them only when it runs jobs, so `-n`, `--lint` and `--list-changes` time
+    nothing. The lines the untimed banner printed at start-up are left out."""
+    untimed = set(banner_lines(cfg, cores=cores, executor=executor, measure=False))
+    timed = banner_lines(cfg, cores=cores, executor=executor, measure=True)
+    return [line for line in timed if line not in untimed]
+
+
 def banner_lines(
     cfg: Config,
     *,
@@ -223,6 +225,7 @@ def banner_lines(
         D_EXPONENT,
         expected,
         measured_taus,
+        n_parameters,
         run_seconds,
         tau_law,
         wall_seconds,
@@ -254,10 +257,7 @@ def banner_lines(
         )
     )
 
-    params = {}
-    for spec in todo.values():
-        if spec.model not in params:  # one model built per model spec, not one per run
-            params[spec.model] = _n_params(spec)
+    params = {r: n_parameters(spec) for r, spec in todo.items()}
     disk = 0.0
     for r, spec in todo.items():
         snaps = [
@@ -266,7 +266,7 @@ def banner_lines(
             if starts[r] < s <= steps[r]  # those before the resume point are on disk
         ]
         # snapshots, plus the resume state (weights and two Adam moments)
-        disk += (len(snaps) + 3) * params[spec.model] * BYTES_PER_PARAM
+        disk += (len(snaps) + 3) * params[r] * BYTES_PER_PARAM
     lines.append(
         f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {size(disk)}"
     )
@@ -286,10 +286,10 @@ def banner_lines(
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
         rate = _rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
-        ref_cost = _cost(ref, params[ref.model])
+        ref_cost = _cost(ref, n_parameters(ref))
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {
-            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[spec.model]))
+            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[r]))
             for r, spec in todo.items()
         }
         total = sum(seconds.values())

@@ -23,7 +23,7 @@ import pandas as pd
 
 from mbc.core.layout import Layout
 from mbc.core.runlog import logged_tau, read_log
-from mbc.core.spec import RunSpec
+from mbc.core.spec import B_LEN, VOCAB, RunSpec
 from mbc.training.schedule import eval_schedule
 
 D_EXPONENT = 1.2  # the paper's tau ~ D^1.2, independent of K
@@ -62,6 +62,20 @@ def measured_taus(
         if tau is not None:
             out[run_id] = {"tau": float(tau), "steps": None}
     return out
+
+
+def n_parameters(spec: RunSpec) -> int:
+    """The parameters of a run's model, counted from its shape (no torch: the start-up banner
+    sizes the snapshots with it). tests/test_cost.py pins it to the built model's count."""
+    m, t = spec.model, spec.task
+    if m.kind == "linear":  # w1: one-hot [B; z] -> hidden, w2: hidden -> every target
+        n_in, n_out = (B_LEN + t.z_length) * VOCAB, t.n_targets * VOCAB
+        return n_in * m.linear_hidden + m.linear_hidden + m.linear_hidden * n_out + n_out
+    d, h = m.d_model, m.d_mlp
+    attention = 3 * d * d + 3 * d + d * d + d  # qkv and out projections, with biases
+    mlp = d * h + h + h * d + d
+    block = 2 * d + attention + 2 * d + mlp  # two LayerNorms (scale and shift)
+    return VOCAB * d + m.n_positions * d + m.n_layers * block + 2 * d + d * VOCAB + VOCAB
 
 
 def tau_law(specs: dict[str, RunSpec], measured: dict[str, dict]) -> tuple[float | None, int]:
