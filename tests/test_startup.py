@@ -29,3 +29,16 @@ def test_running_jobs_times_the_common_shape_once_at_onstart(tmp_path, monkeypat
     assert said.count("expected training wall time") == 1, said[-3000:]
     assert said.count("distinct runs") == 1  # the untimed lines are not printed again
     assert (tmp_path / "cache" / "mbc" / "steps_per_s.json").exists()
+
+
+def test_a_profiles_dry_run_is_a_dry_run(tmp_path, monkeypatch):
+    """`dryrun: true` in a profile: Snakemake's own setting says so (the command line does
+    not), so the start-up repairs nothing, holds nothing and creates no outdir."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    (tmp_path / "dry").mkdir()
+    (tmp_path / "dry" / "config.yaml").write_text("dryrun: true\n")
+    out = tmp_path / "out"
+    res = snakemake("--profile", str(tmp_path / "dry"), "all", *smoke_args(out))
+    said = res.stdout + res.stderr
+    assert "mbc: preset smoke" in said and "Job stats" in said, said[-2000:]
+    assert not out.exists()

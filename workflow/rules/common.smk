@@ -44,9 +44,12 @@ os.environ[mbc.training.tensorboard_log.ENV] = (
 SPECS = CFG.specs  # run_id -> RunSpec
 MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 
-# The Snakefile is parsed before the executor exists: the command line says which, and
-# whether this is a dry run.
-DRY_RUN, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
+# The Snakefile is parsed before the executor exists (`workflow.dryrun` reads it: unset
+# here). Snakemake's own settings know a dry run (-n, or `dryrun: true` in a profile); the
+# command line says which executor, and names the other commands that run no job
+# (--lint, --list-changes, --summary, ...), which Snakemake does not mark here.
+_DRY_ARGV, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
+DRY_RUN = workflow.output_settings.dryrun or _DRY_ARGV
 # more threads per job than this machine has, where this machine runs the jobs
 if (
     MAIN_PROCESS
