@@ -46,8 +46,8 @@ from pathlib import Path
 
 import torch
 
+from mbc import config as mbc_config
 from mbc import estimate
-from mbc.core import config as mbc_config
 from mbc.core.layout import RunPaths
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.planning import timing

@@ -48,7 +48,7 @@ SMALL_FILES = ("metrics.csv", "checkpoints.csv", "checkpoints.csv.sha256", "trai
 
 
 def load(preset: str, overrides: dict | None = None):
-    from mbc.core import config as mbc_config
+    from mbc import config as mbc_config
 
     raw = mbc_config.read_yaml(REPO / "config.yaml")
     return mbc_config.load(raw, {"preset": preset, **(overrides or {})})

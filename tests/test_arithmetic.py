@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from mbc import config as mbc_config
 from mbc.core import arithmetic as ar
-from mbc.core import config as mbc_config
 from mbc.planning.banner import arithmetic_lines
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,8 @@ import pytest
 import yaml
 from helpers import fixture_config
 
-from mbc.core.config import ConfigError, load, resolve, schema
+from mbc.config import ConfigError, load, schema
+from mbc.core.config import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -271,8 +272,8 @@ def test_every_fit_and_tested_statistic_has_a_readable_label(raw):
     ],
 )
 def test_a_bad_config_file_is_one_line_naming_the_file_or_key(tmp_path, capsys, text, said):
-    """`python -m mbc.core.config FILE`: what Snakemake's own --configfile reading cannot say."""
-    from mbc.core.config import main
+    """`python -m mbc.config FILE`: what Snakemake's own --configfile reading cannot say."""
+    from mbc.config.__main__ import main
 
     (tmp_path / "my.yaml").write_text(text)
     assert main([str(tmp_path / "my.yaml"), "--base", str(ROOT / "config.yaml")]) == 1
@@ -281,7 +282,7 @@ def test_a_bad_config_file_is_one_line_naming_the_file_or_key(tmp_path, capsys, 
 
 
 def test_config_files_merge_in_order_over_the_base(tmp_path, capsys):
-    from mbc.core.config import main
+    from mbc.config.__main__ import main
 
     (tmp_path / "a.yaml").write_text("preset: quick\noutdir: /tmp/a\n")
     (tmp_path / "b.yaml").write_text("outdir: /tmp/b\n")

@@ -7,6 +7,7 @@ import math
 import pytest
 from helpers import tiny_spec
 
+from mbc.core.spec import ModelSpec, TaskSpec
 from mbc.core.units import duration, size
 from mbc.planning.cost import (
     D_EXPONENT,
@@ -94,3 +95,24 @@ def test_one_formatter_for_durations_and_sizes():
     assert duration(65) == "1m05s" and duration(3700) == "1h01m"
     assert duration(3 * 86400) == "3.0 days" and duration(math.inf) == "n/a"
     assert size(512) == "512 B" and size(747_900) == "747.9 kB" and size(3.1e9) == "3.1 GB"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},  # the tiny test model
+        {"model": ModelSpec()},  # the paper's model
+        {"model": ModelSpec(n_layers=3, d_model=48, d_mlp=96, n_positions=40)},
+        {"model": ModelSpec(kind="linear", linear_hidden=64), "task": TaskSpec(k=5, z_length=3)},
+    ],
+)
+def test_the_parameter_count_from_the_shape_is_the_built_models(change):
+    """`n_parameters` sizes the banner's snapshots without building a model (no torch)."""
+    import torch
+
+    from mbc.planning.cost import n_parameters
+    from mbc.training.model import build_model, count_parameters
+
+    spec = dataclasses.replace(tiny_spec(), **change)
+    built = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
+    assert n_parameters(spec) == count_parameters(built)

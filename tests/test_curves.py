@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.planning.curves import draw, read_curve, varied_keys
 from mbc.status import main, status
 

@@ -20,7 +20,7 @@ from mbc.analysis.fit_tables import fit_table
 from mbc.analysis.robustness import robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
-from mbc.core.config import ConfigError, load
+from mbc.config import ConfigError, load
 from mbc.diagnostics.summary import tau_table
 from mbc.paper.report import robustness_numbers, robustness_tex, scorecard_table
 

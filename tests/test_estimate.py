@@ -9,7 +9,7 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main
 from mbc.planning.timing import measure_steps_per_s
 
@@ -112,7 +112,7 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     import torch
     import yaml
 
-    from mbc.core import config as mbc_config
+    from mbc import config as mbc_config
     from mbc.planning.banner import banner_lines
 
     raw = yaml.safe_load((Path(__file__).parents[1] / "config.yaml").read_text())

@@ -121,7 +121,7 @@ def test_an_outdir_that_cannot_be_written_is_one_line(tmp_path):
 
 def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, monkeypatch):
     import mbc.planning.banner
-    from mbc.core import config as mbc_config
+    from mbc import config as mbc_config
 
     # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(
@@ -154,7 +154,7 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     import os
 
     import mbc.planning.banner
-    from mbc.core import config as mbc_config
+    from mbc import config as mbc_config
 
     # the live smoke preset: the banner Snakemake prints for it
     cfg = mbc_config.load(

@@ -15,8 +15,8 @@ import pytest
 from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
+from mbc.config import load, read_yaml
 from mbc.core.artifacts import write_csv_atomic
-from mbc.core.config import load, read_yaml
 from mbc.core.report_sections import Figures
 from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
 from mbc.paper import figures

@@ -8,7 +8,7 @@ import pandas as pd
 import torch
 from helpers import tiny_spec
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.measured import check, provenance, read_logs
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run

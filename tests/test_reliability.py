@@ -14,6 +14,7 @@ import torch
 import yaml
 from helpers import last_resume_step
 
+from mbc.config import load
 from mbc.core.artifacts import (
     CorruptArtifactError,
     read_csv_checked,
@@ -21,7 +22,6 @@ from mbc.core.artifacts import (
     sha256_file,
     write_csv_atomic,
 )
-from mbc.core.config import load
 from mbc.core.rule_log import logged
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mbc import config as mbc_config
 from mbc.analysis.hypotheses import evaluate_hypotheses
 from mbc.analysis.scorecard import scorecard
-from mbc.core import config as mbc_config
 from mbc.paper import outcome
 from mbc.paper.report import (
     definitions_table,

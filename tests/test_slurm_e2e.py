@@ -53,7 +53,7 @@ import yaml
 from helpers import last_resume_step, require_plugin, require_slurm, snakemake_exe
 from slurm_cluster import local_slurm
 
-import mbc.core.config
+import mbc.config
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 
@@ -219,7 +219,7 @@ class Preemption:
     def __init__(self, cluster, root: Path):
         self.cluster = cluster
         # the live config: the run id must be the one the Snakemake runs train
-        cfg = mbc.core.config.load(
+        cfg = mbc.config.load(
             yaml.safe_load((REPO / "config.yaml").read_text()),
             {"preset": "smoke", **PREEMPT_OVERRIDES},
         )

@@ -299,3 +299,65 @@ def test_author_power_iteration_exits_unconverged():
     assert est.n_iter_max == 10
     assert abs(est.lambda_max - exact(a)[-1]) > 1e-3
     assert not est.converged_max  # the residual says so
+
+
+# ---- ARPACK as the oracle of a matrix-free operator ------------------------------------
+
+
+def diag_plus_low_rank(n: int = 3000, rank: int = 4, seed: int = 0):
+    """v -> (D + U S U^T) v, never formed: a plateau-like diagonal (one tiny negative
+    value, a bulk in [0.5, 5]) plus a few large directions that mix every coordinate."""
+    rng = np.random.default_rng(seed)
+    d = torch.from_numpy(np.concatenate([[-0.07], rng.uniform(0.5, 5.0, n - 1)]))
+    u = torch.from_numpy(np.linalg.qr(rng.standard_normal((n, rank)))[0])
+    s = torch.tensor([50.0, 25.0, 12.0, -0.3][:rank], dtype=torch.float64)
+    return (lambda v: d * v + u @ (s * (u.T @ v))), n
+
+
+def mlp_hessian(seed: int = 0):
+    """v -> H v, the Hessian of a small MLP's cross-entropy at random weights by double
+    backward (as `mbc.diagnostics.hessian` does for the transformer): indefinite, clustered."""
+    gen = torch.Generator().manual_seed(seed)
+    x, y = (
+        torch.randn(64, 8, generator=gen, dtype=torch.float64),
+        torch.randint(0, 3, (64,), generator=gen),
+    )
+    shapes = [(8, 16), (16,), (16, 3), (3,)]
+    sizes = [math.prod(s) for s in shapes]
+    w0 = torch.randn(sum(sizes), generator=gen, dtype=torch.float64) * 0.5
+
+    def loss(w: torch.Tensor) -> torch.Tensor:
+        a, b, c, e = (p.view(s) for p, s in zip(w.split(sizes), shapes, strict=True))
+        return torch.nn.functional.cross_entropy(torch.tanh(x @ a + b) @ c + e, y)
+
+    def hvp(v: torch.Tensor) -> torch.Tensor:
+        w = w0.clone().requires_grad_(True)
+        (g,) = torch.autograd.grad(loss(w), w, create_graph=True)
+        return torch.autograd.grad(g @ v, w)[0]
+
+    return hvp, sum(sizes)
+
+
+@pytest.mark.parametrize("operator", [diag_plus_low_rank, mlp_hessian])
+def test_lanczos_agrees_with_arpack_on_a_matrix_free_operator(operator):
+    """scipy.sparse.linalg.eigsh (ARPACK) on a LinearOperator over the same matvec is the
+    oracle: our Ritz values lie inside ARPACK's extremes (Lanczos never overshoots), and each
+    converged end is within its true residual of ARPACK's eigenvalue."""
+    from scipy.sparse.linalg import LinearOperator, eigsh
+
+    matvec, n = operator()
+    op = LinearOperator(
+        (n, n), matvec=lambda v: matvec(torch.from_numpy(np.ravel(v))).numpy(), dtype=np.float64
+    )
+    v0 = np.random.default_rng(1).standard_normal(n)
+    top = float(eigsh(op, k=1, which="LA", tol=1e-12, v0=v0, return_eigenvectors=False)[0])
+    bottom = float(eigsh(op, k=1, which="SA", tol=1e-12, v0=v0, return_eigenvectors=False)[0])
+    est = lanczos(matvec, n, n_iter=min(n, 120), seed=0)
+    eps = 1e-9 * max(abs(top), abs(bottom))
+    assert bottom - eps <= est.lambda_min <= est.lambda_max <= top + eps
+    assert est.converged_max and est.converged_min  # both ends are decided, not skipped
+    for theta, truth, residual in (
+        (est.lambda_max, top, est.residual_max),
+        (est.lambda_min, bottom, est.residual_min),
+    ):
+        assert abs(theta - truth) <= residual + eps, (theta, truth, residual)

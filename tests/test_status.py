@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import tiny_spec
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.core.packing import make_packs
 from mbc.core.runlog import read_log
 from mbc.status import main, status

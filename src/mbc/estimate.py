@@ -37,16 +37,15 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.core.crossing import first_crossing
-from mbc.core.layout import Layout
 from mbc.core.packing import pack_widths
-from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration
 from mbc.planning.cost import (
     D_EXPONENT,
     expected,
+    measured_taus,
     n_evaluations,
     run_seconds,
     shape_key,
@@ -75,31 +74,6 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
             if time.perf_counter() - t0 > budget_s:
                 break
     return step, False
-
-
-def measured_taus(
-    outdir: str, specs: dict[str, RunSpec], logs: dict[str, list[dict]] | None = None
-) -> dict[str, dict]:
-    """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress (`logs`: run
-    id -> its log's rows, where the caller has read them already)."""
-    out: dict[str, dict] = {}
-    layout = Layout(outdir)
-    tau_csv = Path(layout.table("tau"))
-    if tau_csv.exists():
-        df = pd.read_csv(tau_csv).drop_duplicates("run_id")
-        for row in df.itertuples():
-            if row.run_id in specs:
-                tau = None if pd.isna(row.tau) else float(row.tau)
-                steps = getattr(row, "steps", float("nan"))
-                out[row.run_id] = {"tau": tau, "steps": None if pd.isna(steps) else int(steps)}
-    for run_id in specs:
-        if run_id in out:
-            continue
-        rows = logs[run_id] if logs is not None else read_log(layout.run(run_id).log)
-        tau = logged_tau(rows)
-        if tau is not None:
-            out[run_id] = {"tau": float(tau), "steps": None}
-    return out
 
 
 def estimate(

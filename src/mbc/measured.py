@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.layout import Layout

@@ -30,7 +30,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from mbc.core import config as mbc_config
+from mbc import config as mbc_config
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_of
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log

@@ -8,7 +8,7 @@ from pathlib import Path
 import mbc.planning.banner
 import mbc.core.arithmetic
 import mbc.core.artifacts
-import mbc.core.config
+import mbc.config
 import mbc.core.integrity
 import mbc.core.layout
 import mbc.core.packing
@@ -19,9 +19,7 @@ import mbc.training.tensorboard_log
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
 try:
-    CFG = mbc.core.config.load(
-        config, overrides=workflow.config_settings.overwrite_config
-    )
+    CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
     if (
@@ -32,10 +30,10 @@ try:
         import torch
 
         if not torch.cuda.is_available():
-            raise mbc.core.config.ConfigError(
+            raise mbc.config.ConfigError(
                 "device", CFG.raw["device"], "CUDA is not available on this machine"
             )
-except mbc.core.config.ConfigError as exc:
+except mbc.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 # what `auto` resolved to here goes to every job (a cluster node of another make included),
@@ -51,9 +49,12 @@ os.environ[mbc.training.tensorboard_log.ENV] = (
 SPECS = CFG.specs  # run_id -> RunSpec
 MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 
-# The Snakefile is parsed before the executor exists: the command line says which, and
-# whether this is a dry run.
-DRY_RUN, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
+# The Snakefile is parsed before the executor exists (`workflow.dryrun` reads it: unset
+# here). Snakemake's own settings know a dry run (-n, or `dryrun: true` in a profile); the
+# command line says which executor, and names the other commands that run no job
+# (--lint, --list-changes, --summary, ...), which Snakemake does not mark here.
+_DRY_ARGV, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
+DRY_RUN = workflow.output_settings.dryrun or _DRY_ARGV
 # more threads per job than this machine has, where this machine runs the jobs
 if (
     MAIN_PROCESS
@@ -177,15 +178,30 @@ if MAIN_PROCESS:
     ):
         print(f"mbc: repair: {line}", file=sys.stderr)
 
-# What this invocation is about to do and what it costs (also under -n), after the repair:
-# a run whose state the repair moved aside counts as to train.
+# What this invocation is about to do (also under -n), after the repair: a run whose state
+# the repair moved aside counts as to train. Untimed: the steps/s and the wall time come in
+# `onstart`, which Snakemake runs only when it runs jobs (never under -n, --lint,
+# --list-changes), so an inspection command trains no step to time it.
 if MAIN_PROCESS:
     for line in mbc.planning.banner.banner_lines(
-        CFG, cores=workflow.resource_settings.cores, executor=EXECUTOR, dry_run=DRY_RUN
+        CFG,
+        cores=workflow.resource_settings.cores,
+        executor=EXECUTOR,
+        measure=False,
+        dry_run=DRY_RUN,
     ):
         print(line, file=sys.stderr)
     if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
         print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
+
+
+onstart:
+    for line in mbc.planning.banner.timing_lines(
+        CFG,
+        cores=workflow.resource_settings.cores,
+        executor="local" if workflow.local_exec else workflow.executor_plugin.name,
+    ):
+        print(line, file=sys.stderr)
 
 
 ALL_TARGETS = [

@@ -94,7 +94,8 @@ def agreement(measured, lo, hi, ref: dict, rule: dict) -> str:
     return "agree" if ok else "disagree"
 
 
-def _describe(ref: dict) -> str:
+def reference_text(ref: dict) -> str:
+    """A paper reference as the scorecard prints it: a value (and CI), a range or a sign."""
     if "sign" in ref:
         return "> 0 (grows)" if ref["sign"] > 0 else "< 0 (falls)"
     if "range" in ref:
@@ -105,7 +106,8 @@ def _describe(ref: dict) -> str:
     return s
 
 
-def _tolerance(rule: dict) -> str:
+def tolerance_text(rule: dict) -> str:
+    """An agreement rule as the scorecard prints it."""
     if "within" in rule:
         return f"whole CI within +/- {rule['within']:g}"
     if rule.get("sign"):
@@ -150,7 +152,7 @@ def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.
             agree, ours_agree = agreement(m, lo, hi, ref, rule), agreement(om, olo, ohi, ref, rule)
             out.append({
                 "claim": row.claim, "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
-                "n": cnt, "n_diverged": nd, "paper_reference": _describe(ref), "tolerance": _tolerance(rule),
+                "n": cnt, "n_diverged": nd, "paper_reference": reference_text(ref), "tolerance": tolerance_text(rule),
                 "agreement": agree, "ours_statistic": o, "ours_measured": om,
                 "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
                 "robust_to_definition": agree == ours_agree,

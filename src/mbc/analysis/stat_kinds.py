@@ -1,16 +1,18 @@
-"""The kinds of statistic config `statistics:` may declare, and the schema of that section.
+"""The kinds of statistic config `statistics:` may declare: the function computing each.
 
 A kind is a function of the rows a statistic reads (its table's rows of its experiments,
 filtered by `where`, the diverged runs left out) and of its declared parameters; it returns
 (value, ci_low, ci_high), n, n_censored and a note appended to the statistic's `what`.
-CIs are percentile bootstraps over runs. `PARAMS` and `KINDS` below are the only places a
-kind's parameters are spelled: config.schema.yaml's statistics section is derived from them.
+CIs are percentile bootstraps over runs (`percentile_bootstrap`: scipy's resampling). A kind's parameters, its table and the schema of
+config `statistics` are declared in `mbc.analysis.stat_schema` (no scipy: the config loads
+without it); `KINDS` below pairs each with its function.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,38 +20,67 @@ import pandas as pd
 from scipy import stats as sps
 
 from mbc.analysis.fits import percentile_ci
+from mbc.analysis.stat_schema import PARAMS
 from mbc.core.sections import Bootstrap
 
 NAN = float("nan")
 NO_VALUE = (NAN, NAN, NAN)
-TABLES = ("tau", "collective", "hessian", "routing_ablation")
+
+
+def percentile_bootstrap(
+    samples: Sequence[np.ndarray], fn: Callable, boot: Bootstrap, min_finite: float = 1
+) -> tuple[float, float]:
+    """The percentile CI (level boot.ci) of fn(*samples), each sample (a group of runs)
+    resampled apart by `scipy.stats.bootstrap`: boot.n_boot resamples drawn from boot.seed.
+    A sample of one value is held fixed (its every resample is itself); with none of two or
+    more there is no CI. The interval is over the finite replicates (a resample can have
+    no slope or no rho) and NaN when fewer than `min_finite` are finite."""
+    samples = [np.asarray(s) for s in samples]
+    free = [i for i, s in enumerate(samples) if len(s) > 1]
+    if not free:
+        return NAN, NAN
+
+    def statistic(*drawn: np.ndarray) -> float:
+        full = list(samples)
+        for i, d in zip(free, drawn, strict=True):
+            full[i] = d
+        return fn(*full)
+
+    with warnings.catch_warnings():  # non-finite replicates are left out below, not an error
+        warnings.simplefilter("ignore", sps.DegenerateDataWarning)
+        res = sps.bootstrap(
+            [samples[i] for i in free],
+            statistic,
+            n_resamples=boot.n_boot,
+            vectorized=False,
+            confidence_level=boot.ci,
+            method="percentile",
+            rng=np.random.default_rng(boot.seed),
+        )
+    reps = np.asarray(res.bootstrap_distribution, dtype=float)
+    reps = reps[np.isfinite(reps)]
+    if reps.size < max(min_finite, 1):
+        return NAN, NAN
+    return percentile_ci(reps, boot.ci)
 
 
 def bootstrap(values: np.ndarray, fn, boot: Bootstrap) -> tuple:
-    """(value, ci_low, ci_high) of fn(values), percentile bootstrap over rows (= runs)."""
+    """(value, ci_low, ci_high) of fn(values), percentile bootstrap over rows (= runs); a 2-D
+    array resamples whole rows (paired values). No CI when under half the resamples give a
+    finite value."""
     values = np.asarray(values, dtype=float)
     if values.size == 0 or not np.isfinite(values).any():
         return NO_VALUE
     v = float(fn(values))
-    n = len(values)  # rows: a 2-D array resamples whole rows (paired values)
-    if n < 2:
-        return v, NAN, NAN
-    rng = np.random.default_rng(boot.seed)
-    idx = rng.integers(0, n, size=(boot.n_boot, n))
-    reps = np.array([fn(values[i]) for i in idx], dtype=float)
-    reps = reps[np.isfinite(reps)]
-    if reps.size < boot.n_boot / 2:
-        return v, NAN, NAN
-    return v, *percentile_ci(reps, boot.ci)
+    rows = np.arange(len(values))  # resampled as indices: scipy would split a 2-D sample
+    return v, *percentile_bootstrap([rows], lambda i: fn(values[i]), boot, boot.n_boot / 2)
 
 
 def ratio_of_means(a: np.ndarray, b: np.ndarray, boot: Bootstrap) -> tuple[float, float, float]:
     """mean(a) / mean(b) with a bootstrap CI resampling the two groups of runs apart."""
     if a.size == 0 or b.size == 0:
         return NO_VALUE
-    rng = np.random.default_rng(boot.seed)
-    reps = [rng.choice(a, a.size).mean() / rng.choice(b, b.size).mean() for _ in range(boot.n_boot)]
-    ci = percentile_ci(reps, boot.ci) if a.size + b.size > 2 else (NAN, NAN)
+    ci = percentile_bootstrap([a, b], lambda x, y: x.mean() / y.mean(), boot)
     return float(a.mean() / b.mean()), *ci
 
 
@@ -201,16 +232,11 @@ def loglog_slope(rows: pd.DataFrame, st: dict, boot: Bootstrap):
         return NO_VALUE, len(rows), cens, f": fewer than 2 {st['x'].replace('_', ' ')}s"
     xs = np.array([x for x, _ in groups])
 
-    def slope(samples: list[np.ndarray]) -> float:
+    def slope(samples: Sequence[np.ndarray]) -> float:
         return _loglog_slope(xs, np.array([v.mean() + offset for v in samples]))
 
     v = slope([g for _, g in groups])
-    rng = np.random.default_rng(boot.seed)
-    reps = np.array([slope([rng.choice(g, g.size) for _, g in groups]) for _ in range(boot.n_boot)])
-    reps = reps[np.isfinite(reps)]
-    lo = hi = NAN
-    if reps.size and any(g.size > 1 for _, g in groups):
-        lo, hi = percentile_ci(reps, boot.ci)
+    lo, hi = percentile_bootstrap([g for _, g in groups], lambda *g: slope(g), boot)
     return (v, lo, hi), len(rows), cens, ""
 
 
@@ -242,110 +268,28 @@ def runs(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     return (float(len(first)), NAN, NAN), len(first), n_censored(first, st), ""
 
 
-# ---- the registry and the schema derived from it ----------------------------------------
-
-COL = {"type": "string", "minLength": 1}
-FLAG = {"type": "boolean"}
-Y = {"y": COL, "bound": FLAG, "times": COL}
-CENSORED = {"censored": COL}
+# ---- the registry: each declared kind (`mbc.analysis.stat_schema.PARAMS`) and its function
 
 
 @dataclass(frozen=True)
 class Kind:
     fn: Callable
-    params: dict  # parameter -> JSON schema
-    required: tuple[str, ...] = ()
-    table: str = "tau"  # the table it reads unless the statistic names another
-    keeps_diverged: bool = False
+    table: str  # the table it reads unless the statistic names another
+    keeps_diverged: bool
 
 
-AVERAGE = {"column": COL, "over_log_k": FLAG, "measured": COL} | CENSORED
-PAIR_VALUE = {"oneOf": [{"enum": ["max", "min"]}, {"type": "number"}]}
+FUNCTIONS: dict[str, Callable] = {
+    "mean": mean,
+    "median": median,
+    "fraction": fraction,
+    "spearman": spearman_of,
+    "ratio": ratio,
+    "paired_ratio": paired_ratio,
+    "loglog_slope": loglog_slope,
+    "nearest_fraction": nearest_fraction,
+    "mode_at_min": mode_at_min,
+    "runs": runs,
+}
 KINDS: dict[str, Kind] = {
-    "mean": Kind(mean, AVERAGE, ("column",)),
-    "median": Kind(median, AVERAGE, ("column",)),
-    "fraction": Kind(fraction, {"column": COL, "is": FLAG, "ci": FLAG} | CENSORED, ("column",)),
-    "spearman": Kind(spearman_of, {"x": COL, "abs": FLAG} | Y | CENSORED, ("x", "y")),
-    "ratio": Kind(
-        ratio,
-        {
-            "by": COL,
-            "pair": {"type": "array", "minItems": 2, "maxItems": 2, "items": PAIR_VALUE},
-            "censored_unmeasured": FLAG,
-        }
-        | Y
-        | CENSORED,
-        ("by", "pair", "y"),
-    ),  # fmt: skip
-    "paired_ratio": Kind(
-        paired_ratio,
-        {
-            "across": COL,
-            "pair_by": {"type": "array", "items": COL},
-            "numerator": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-            "denominator": {"type": "string"},
-        }
-        | Y
-        | CENSORED,
-        ("across", "pair_by", "numerator", "denominator", "y"),
-    ),  # fmt: skip
-    "loglog_slope": Kind(
-        loglog_slope,
-        {"x": COL, "y": COL, "y_bound": COL, "offset": {"type": "number", "minimum": 0}} | CENSORED,
-        ("x", "y"),
-    ),
-    "nearest_fraction": Kind(
-        nearest_fraction,
-        {"column": COL, "at": {"type": "number", "exclusiveMinimum": 0}},
-        ("column", "at"),
-        table="collective",
-    ),
-    "mode_at_min": Kind(
-        mode_at_min, {"column": COL, "at_min": COL}, ("column", "at_min"), "routing_ablation"
-    ),
-    "runs": Kind(runs, CENSORED, keeps_diverged=True),
+    name: Kind(FUNCTIONS[name], p.table, p.keeps_diverged) for name, p in PARAMS.items()
 }
-
-BOUNDS = {
-    "type": "object",
-    "additionalProperties": False,
-    "minProperties": 1,
-    "properties": {op: {"type": "number"} for op in ("min", "max", "above", "below")},
-}
-COMMON = {
-    "what": {"type": "string"},  # str.format'ed with the entry and {experiments}: E1+E2
-    "table": {"enum": list(TABLES)},
-    "experiments": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-    "where": {
-        "type": "object",
-        "additionalProperties": {
-            "oneOf": [BOUNDS, {"type": "array", "minItems": 1}, {"type": ["string", "number"]}]
-        },
-    },
-}
-
-
-def statistics_schema() -> dict:
-    """config `statistics`: name -> {kind, what, ...}, the kind's parameters and no other."""
-    per_kind = [
-        {
-            "if": {"properties": {"kind": {"const": name}}},
-            "then": {
-                "properties": {"kind": {"const": name}} | COMMON | k.params,
-                "additionalProperties": False,
-                "required": list(k.required),
-            },
-        }
-        for name, k in KINDS.items()
-    ]
-    entry = {
-        "type": "object",
-        "required": ["kind", "what"],
-        "properties": {"kind": {"enum": list(KINDS)}},
-        "allOf": per_kind,
-    }
-    return {
-        "type": "object",
-        "propertyNames": {"pattern": "^[a-z][a-z0-9_]*$"},
-        "additionalProperties": entry,
-    }

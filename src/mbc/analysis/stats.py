@@ -48,6 +48,12 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
     return out
 
 
+def what_text(st: dict) -> str:
+    """A declared statistic's `what`, its placeholders filled from the entry (`{experiments}`:
+    E1+E2): statistics.csv's column and the docs' table."""
+    return st["what"].format(**st | {"experiments": "+".join(st.get("experiments", []))})
+
+
 def statistic(declared: Statistic, tables: dict, boot: Bootstrap, diverged_ids: set) -> dict:
     """One declared statistic: its table's rows of its experiments (a run in two counts
     once), those meeting `where`, the diverged runs left out and counted; then its kind."""
@@ -60,8 +66,7 @@ def statistic(declared: Statistic, tables: dict, boot: Bootstrap, diverged_ids: 
     if not kind.keeps_diverged:
         rows, nd = div.drop(rows, diverged_ids)
     vci, n, n_cens, note = kind.fn(rows, st, boot)
-    what = st["what"].format(**st | {"experiments": "+".join(st.get("experiments", []))})
-    row = _row(name, vci, n, n_cens, what + note, nd)
+    row = _row(name, vci, n, n_cens, what_text(st) + note, nd)
     return row | {"n_diverged": len(diverged_ids)} if kind.keeps_diverged else row
 
 

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from mbc.paper.figure_tables import FIT_ROLES_BY  # the figures own their roles
-
 
 class ConfigError(ValueError):
     """A bad config value; the message names the key and the value."""
@@ -24,9 +22,10 @@ def dotted(path: tuple) -> str:
 
 def check_references(cfg: dict, written=dotted) -> None:
     """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
-    declared experiments, and figures declared fits (with a `by` where the role draws one
-    line per value, none elsewhere); the plateau band must contain 1 (height = log K). An
-    error names the key where the user wrote it (`written`)."""
+    declared experiments, and figures declared fits (whether a role needs a fit with `by`
+    is the figures' to check: `mbc.paper.figure_tables.check_fit_roles`); the plateau band
+    must contain 1 (height = log K). An error names the key where the user wrote it
+    (`written`)."""
     for name, diag in cfg.get("diagnostics", {}).items():
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
@@ -54,7 +53,6 @@ def check_references(cfg: dict, written=dotted) -> None:
             raise ConfigError(f"scorecard[{i}].id", row["id"], "used twice")
         ids.add(row["id"])
     fit_names = {f["name"] for f in cfg.get("fits", [])}
-    fit_by = {f["name"]: f.get("by") for f in cfg.get("fits", [])}
     for i, diff in enumerate(cfg.get("fit_differences", [])):
         for name in diff["of"]:  # a `by` fit's rows are named <name>_at_<by><value>
             if name not in fit_names and name.split("_at_")[0] not in fit_names:
@@ -68,14 +66,6 @@ def check_references(cfg: dict, written=dotted) -> None:
             key = written(("figures", fig, "fits", role))
             if fit not in fit_names:
                 raise ConfigError(key, fit, "no fit of that name")
-            need, has = FIT_ROLES_BY.get((fig, role)), fit_by.get(fit)
-            if need != has:  # the figure reads <name>_at_<by><value> rows, or one line
-                why = (
-                    f"this role draws a fit with `by: {need}`"
-                    if need
-                    else "this role draws one line: a fit without `by`"
-                )
-                raise ConfigError(key, fit, why + (f" (it has `by: {has}`)" if has else ""))
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:

@@ -8,6 +8,7 @@ spec always maps to the same directory and identical specs in two experiments tr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -216,7 +217,7 @@ class EvalSpec:
     n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
     threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
     # The author evaluated every 50 steps. Between two evaluations whose metrics lie on
-    # different sides of a transition mark (`mbc.training.train.TRANSITION_MARKS`), the weights
+    # different sides of a transition mark (`mbc.training.schedule.TRANSITION_MARKS`), the weights
     # kept every `dense_every` steps are evaluated too: each crossing is then located to
     # dense_every steps, at the cost of evaluating densely only around the transition.
     # 0: off. Must divide `every`.
@@ -304,7 +305,7 @@ class RunSpec:
         blob = json.dumps(d, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:8]
 
-    @property
+    @functools.cached_property  # hashed once: the workflow asks for ids thousands of times
     def run_id(self) -> str:
         """Readable prefix (what usually varies) plus a hash of the whole spec."""
         t, m, o = self.task, self.model, self.train

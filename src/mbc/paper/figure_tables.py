@@ -3,6 +3,8 @@ report's), and the roles of its entry in config `figures`: all the workflow need
 of the figures, without importing matplotlib at every job's start-up. `mbc.paper.figures`
 registers one drawing function per entry and refuses one that reads other tables."""
 
+from mbc.core.config_references import ConfigError, dotted
+
 FIGURE_TABLES: dict[str, list[str]] = {
     "loss_curves": ["metrics", "tau"],
     "tau_vs_d": ["tau", "fits"],
@@ -21,7 +23,7 @@ FIGURE_TABLES: dict[str, list[str]] = {
 
 # A figure's entry in config `figures`: `experiments` maps each role below to the experiments
 # it draws in that role, `fits` each role to the `fits` entry whose line it draws there (a
-# `by` fit: one line per value). The schema requires every role (mbc.core.config.schema).
+# `by` fit: one line per value). The schema requires every role (mbc.config.schema).
 # A figure without roles draws tables whose runs other sections choose (`diagnostics`,
 # `threshold_sensitivity`, `plateau_sensitivity`).
 FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
@@ -48,7 +50,7 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 # The fit roles that draw one line per value of a `by` fit, and the `by` they need (the
-# figure reads the fit's rows `<name>_at_<by><value>`; config_references checks it).
+# figure reads the fit's rows `<name>_at_<by><value>`; `check_fit_roles` checks it).
 FIT_ROLES_BY: dict[tuple[str, str], str] = {
     ("tau_vs_d", "inset"): "d",
     ("noise", "batch_steps"): "k",
@@ -59,7 +61,7 @@ FIT_ROLES_BY: dict[tuple[str, str], str] = {
 def figures_schema() -> dict:
     """The JSON schema of config `figures`: an entry per figure that has roles, with exactly
     its roles (the definitions `figure_experiments` and `figure_fits` say what a role holds);
-    a figure without roles may be left out. `mbc.core.config.schema` reads it."""
+    a figure without roles may be left out. `mbc.config.schema` reads it."""
 
     def closed(props: dict) -> dict:  # exactly these keys
         return {"type": "object", "additionalProperties": False, "required": list(props),
@@ -75,3 +77,21 @@ def figures_schema() -> dict:
         for name, roles in FIGURE_ROLES.items()
     }
     return {**closed(entries), "required": [n for n, roles in FIGURE_ROLES.items() if roles]}
+
+
+def check_fit_roles(cfg: dict, written=dotted) -> None:
+    """Each fit a figure's role draws has a `by` where the role draws one line per value and
+    none elsewhere (`mbc.config.load` runs it after core's checks, which know the fits
+    exist). An error names the key where the user wrote it (`written`)."""
+    fit_by = {f["name"]: f.get("by") for f in cfg.get("fits", [])}
+    for fig, entry in (cfg.get("figures") or {}).items():
+        for role, fit in (entry.get("fits") or {}).items():
+            need, has = FIT_ROLES_BY.get((fig, role)), fit_by.get(fit)
+            if need != has:  # the figure reads <name>_at_<by><value> rows, or one line
+                why = (
+                    f"this role draws a fit with `by: {need}`"
+                    if need
+                    else "this role draws one line: a fit without `by`"
+                )
+                key = written(("figures", fig, "fits", role))
+                raise ConfigError(key, fit, why + (f" (it has `by: {has}`)" if has else ""))

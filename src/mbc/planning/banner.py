@@ -8,7 +8,7 @@ presets' commands.
 
 It must be fast, so it trains nothing. Steps and seconds come from the cost model that
 `mbc.estimate` uses too (`mbc.planning.cost`): the expected steps from measured taus where
-they exist (tau.csv or run logs, `mbc.estimate.measured_taus`), else from the power law
+they exist (tau.csv or run logs, `mbc.planning.cost.measured_taus`), else from the power law
 tau = c D^1.2 fitted to those, else from the step budget (then an upper bound, said so).
 Steps/s is measured once per (machine, shape family) on the most common shape left to
 train, 5 eager steps (never compiled), and cached in `<outdir>/.mbc/steps_per_s.json` per
@@ -78,14 +78,6 @@ def invocation(argv: list[str]) -> tuple[bool, str]:
                 executor = (yaml.safe_load(cfg.read_text()) or {}).get("executor")
                 break
     return dry, str(executor or "local")
-
-
-def _n_params(spec: RunSpec) -> int:
-    import torch
-
-    from mbc.training.model import build_model, count_parameters
-
-    return count_parameters(build_model(spec.model, spec.task, torch.Generator().manual_seed(0)))
 
 
 def _cost(spec: RunSpec, n_params: int) -> float:
@@ -179,6 +171,16 @@ def arithmetic_lines(cfg: Config) -> list[str]:
     return lines
 
 
+def timing_lines(cfg: Config, *, cores: int | None, executor: str = "local") -> list[str]:
+    """The banner's timed lines alone (the steps/s of the most common shape left to train,
+    measured in 5 steps or cached, and the expected wall time), for Snakemake's `onstart`:
+    it runs them only when it runs jobs, so `-n`, `--lint` and `--list-changes` time
+    nothing. The lines the untimed banner printed at start-up are left out."""
+    untimed = set(banner_lines(cfg, cores=cores, executor=executor, measure=False))
+    timed = banner_lines(cfg, cores=cores, executor=executor, measure=True)
+    return [line for line in timed if line not in untimed]
+
+
 def banner_lines(
     cfg: Config,
     *,
@@ -237,8 +239,15 @@ def banner_lines(
 
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)
-    from mbc.estimate import measured_taus
-    from mbc.planning.cost import D_EXPONENT, expected, run_seconds, tau_law, wall_seconds
+    from mbc.planning.cost import (
+        D_EXPONENT,
+        expected,
+        measured_taus,
+        n_parameters,
+        run_seconds,
+        tau_law,
+        wall_seconds,
+    )
     from mbc.training.schedule import eval_schedule
 
     measured = measured_taus(cfg.outdir, specs, logs)
@@ -266,9 +275,7 @@ def banner_lines(
         )
     )
 
-    params = {}
-    for spec in todo.values():
-        params.setdefault(spec.model, _n_params(spec))
+    params = {r: n_parameters(spec) for r, spec in todo.items()}
     disk = 0.0
     for r, spec in todo.items():
         snaps = [
@@ -277,7 +284,7 @@ def banner_lines(
             if starts[r] < s <= steps[r]  # those before the resume point are on disk
         ]
         # snapshots, plus the resume state (weights and two Adam moments)
-        disk += (len(snaps) + 3) * params[spec.model] * BYTES_PER_PARAM
+        disk += (len(snaps) + 3) * params[r] * BYTES_PER_PARAM
     lines.append(
         f"mbc: disk for the runs left to train: {'at most' if upper else 'about'} {size(disk)}"
     )
@@ -297,10 +304,10 @@ def banner_lines(
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
         rate = _rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
-        ref_cost = _cost(ref, params[ref.model])
+        ref_cost = _cost(ref, n_parameters(ref))
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {
-            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[spec.model]))
+            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[r]))
             for r, spec in todo.items()
         }
         total = sum(seconds.values())

@@ -1,7 +1,8 @@
 """The cost model: the training steps, evaluations and seconds a set of runs is expected to
 take, as a pure function of their specs, the taus measured so far and measured step rates.
-It measures nothing: `mbc.planning.timing` times steps; the start-up banner (`mbc.planning.banner`)
-and `mbc.estimate` pass what they measured and print what this returns.
+It measures nothing: `mbc.planning.timing` times steps, `measured_taus` reads the taus an
+outdir holds so far; the start-up banner (`mbc.planning.banner`) and `mbc.estimate` pass
+what they measured and print what this returns.
 
 Expected steps of a run: its measured steps if it finished; else, once tau is known
 (measured, or from the law tau = c D^1.2 with c the median of tau / D^1.2 over the measured
@@ -16,8 +17,13 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
+from pathlib import Path
 
-from mbc.core.spec import RunSpec
+import pandas as pd
+
+from mbc.core.layout import Layout
+from mbc.core.runlog import logged_tau, read_log
+from mbc.core.spec import B_LEN, VOCAB, RunSpec
 from mbc.training.schedule import eval_schedule
 
 D_EXPONENT = 1.2  # the paper's tau ~ D^1.2, independent of K
@@ -31,6 +37,45 @@ def shape_key(spec: RunSpec) -> tuple:
     """Runs with equal keys cost the same per step."""
     t, o = spec.task, spec.train
     return (spec.model, o.batch_size, t.seq_len, t.n_targets, o.engine, o.compile, o.precision)
+
+
+def measured_taus(
+    outdir: str, specs: dict[str, RunSpec], logs: dict[str, list[dict]] | None = None
+) -> dict[str, dict]:
+    """run_id -> {"tau", "steps"} from tau.csv, else from run logs in progress (`logs`: run
+    id -> its log's rows, where the caller has read them already)."""
+    out: dict[str, dict] = {}
+    layout = Layout(outdir)
+    tau_csv = Path(layout.table("tau"))
+    if tau_csv.exists():
+        df = pd.read_csv(tau_csv).drop_duplicates("run_id")
+        for row in df.itertuples():
+            if row.run_id in specs:
+                tau = None if pd.isna(row.tau) else float(row.tau)
+                steps = getattr(row, "steps", float("nan"))
+                out[row.run_id] = {"tau": tau, "steps": None if pd.isna(steps) else int(steps)}
+    for run_id in specs:
+        if run_id in out:
+            continue
+        rows = logs[run_id] if logs is not None else read_log(layout.run(run_id).log)
+        tau = logged_tau(rows)
+        if tau is not None:
+            out[run_id] = {"tau": float(tau), "steps": None}
+    return out
+
+
+def n_parameters(spec: RunSpec) -> int:
+    """The parameters of a run's model, counted from its shape (no torch: the start-up banner
+    sizes the snapshots with it). tests/test_cost.py pins it to the built model's count."""
+    m, t = spec.model, spec.task
+    if m.kind == "linear":  # w1: one-hot [B; z] -> hidden, w2: hidden -> every target
+        n_in, n_out = (B_LEN + t.z_length) * VOCAB, t.n_targets * VOCAB
+        return n_in * m.linear_hidden + m.linear_hidden + m.linear_hidden * n_out + n_out
+    d, h = m.d_model, m.d_mlp
+    attention = 3 * d * d + 3 * d + d * d + d  # qkv and out projections, with biases
+    mlp = d * h + h + h * d + d
+    block = 2 * d + attention + 2 * d + mlp  # two LayerNorms (scale and shift)
+    return VOCAB * d + m.n_positions * d + m.n_layers * block + 2 * d + d * VOCAB + VOCAB
 
 
 def tau_law(specs: dict[str, RunSpec], measured: dict[str, dict]) -> tuple[float | None, int]:
