@@ -55,6 +55,11 @@ def test_benchmark_in_seconds_reports_structure_and_numerics(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("MBC_BENCH"),
+    reason="the full --quick benchmark takes 2-20 min by CPU (bf16 without AMX crawls): "
+    "MBC_BENCH=1 runs it; the seconds-long test above checks the same structure",
+)
 def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     out, res = _bench(tmp_path)
     assert "ours = train_run's step (train.engine=fast, train.compile=False)" in out
