@@ -251,3 +251,61 @@ def test_a_corrupt_resume_point_is_said_and_the_run_retrains_from_step_0(smoke, 
     wall = [c for c in metrics[0].columns if c.startswith("wall")]
     pd.testing.assert_frame_equal(*(m.drop(columns=wall) for m in metrics), check_exact=True)
     _equal_tables(out, smoke)
+
+
+@pytest.mark.parametrize("key", ["max_steps", "batch_size"])
+def test_a_whole_number_float_for_an_integer_is_one_line_before_any_repair(tmp_path, key):
+    """`max_steps: 300.0` passed Draft 2020-12's integer type, gave runs new ids, let the
+    start-up repair delete an altered table, and only then crashed in the banner: now one
+    line naming the key, and nothing under the outdir is touched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    table = out / "tau.csv"
+    table.write_text("run_id\nr\n")
+    (out / "tau.csv.sha256").write_text("0" * 64 + "\n")  # the repair would delete it
+    conf = tmp_path / "floats.yaml"
+    conf.write_text(f"defaults:\n  train:\n    {key}: 16.0\n")
+    res = snakemake("all", "--configfile", str(conf), *smoke_args(out), check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: config key 'defaults.train.{key}' = 16.0: must be an integer: write 16, "
+        "not 16.0 (config)"
+    )
+    assert table.read_text() == "run_id\nr\n", "nothing repaired before the config is valid"
+
+
+def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
+    tmp_path, monkeypatch, capsys
+):
+    """The outdir's `.mbc/steps_per_s.json` not a mapping, and the machine's rate cache
+    with a string where a rate belongs: each is one line and measured again (they were a
+    TypeError / ValueError traceback from the banner, after the start-up repair)."""
+    import json
+
+    import torch
+    from helpers import tiny_spec
+
+    import mbc.planning.timing
+    from mbc.core.provenance import cpu_model
+    from mbc.planning import banner
+    from mbc.planning.cost import shape_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(mbc.planning.timing, "measure_steps_per_s", lambda *a, **k: 123.0)
+    spec = tiny_spec()
+    key = f"cpu|1|{shape_key(spec)}"
+    machine = banner.machine_rates()
+    machine.parent.mkdir(parents=True)
+    machine.write_text(json.dumps({f"{cpu_model()}|torch {torch.__version__}|{key}": "fast"}))
+    cache = tmp_path / "out" / ".mbc" / "steps_per_s.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("[1, 2]")
+    assert banner._rate(spec, "cpu", 1, cache) == 123.0
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        f"mbc: {cache}: not a mapping of rates, discarded (measured again)",
+        f"mbc: {machine}: 1 entry(ies) not a steps/s number (such as 'fast'), discarded "
+        "(measured again)",
+    ]
+    assert json.loads(cache.read_text()) == {key: 123.0}, "rewritten with the new measurement"
+    assert banner._rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err

@@ -117,12 +117,25 @@ def schema() -> dict:
     return full
 
 
+def _is_integer(checker, value: Any) -> bool:
+    """An int, not a whole-number float: Draft 2020-12 accepts 300.0 as an integer, and a
+    float step count or batch size both changes the run ids and fails later in training."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# the draft's validator with integers that are ints (jsonschema.validators.extend)
+_Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
+
+
 @functools.cache
-def _validators() -> tuple[jsonschema.Draft202012Validator, jsonschema.Draft202012Validator]:
+def _validators() -> tuple[jsonschema.protocols.Validator, jsonschema.protocols.Validator]:
     """(the whole config's validator, one run's sections' validator), built once."""
     full = schema()
     sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
-    return jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(sub)
+    return _Validator(full), _Validator(sub)
 
 
 def _schema_check(cfg: dict, where: str) -> None:
@@ -141,7 +154,17 @@ def _schema_check(cfg: dict, where: str) -> None:
                 value = e.instance[unknown[0]]
                 hint = ", ".join(sorted(known))
                 raise ConfigError(".".join(path), value, f"unknown key ({where}); known: {hint}")
-        raise ConfigError(".".join(path) or "<top level>", value, f"{e.message} ({where})")
+        raise ConfigError(".".join(path) or "<top level>", value, f"{_why(e)} ({where})")
+
+
+def _why(e: jsonschema.ValidationError) -> str:
+    """The schema's message, with the fix for a whole number written as a float."""
+    wanted = e.validator_value if e.validator == "type" else None
+    if "integer" in ([wanted] if isinstance(wanted, str) else wanted or []) and (
+        isinstance(e.instance, float) and e.instance.is_integer()
+    ):
+        return f"must be an integer: write {int(e.instance)}, not {e.instance}"
+    return e.message
 
 
 def _coerce(value: Any) -> Any:
@@ -215,7 +238,7 @@ def _check_sections(sections: dict, origins: dict[str, str], written=dotted) -> 
     if errors:
         e = errors[0]
         key = ".".join(str(p) for p in e.absolute_path)
-        raise ConfigError(_origin(key, origins, written), e.instance, e.message)
+        raise ConfigError(_origin(key, origins, written), e.instance, _why(e))
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
