@@ -28,6 +28,7 @@ from typing import NamedTuple, Protocol
 import pandas as pd
 import torch
 
+from mbc.core import run_lock
 from mbc.core.artifacts import (
     CorruptArtifactError,
     dumps_strict,
@@ -119,6 +120,7 @@ class RunRecord:
         self.finished = False
         self.bound = bound(spec.train)
         self._fh = None
+        self._lock = None  # the run's lock, held from `resume` to `close`
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
         self._prev_row: dict | None = None
@@ -128,7 +130,9 @@ class RunRecord:
 
     def resume(self) -> dict | None:
         """Read the run's state: the resume point to load into the weights (None: start
-        from the initial weights, or the run has finished: `finished`). Sets `step`."""
+        from the initial weights, or the run has finished: `finished`). Sets `step`.
+        Holds the run's lock until `close` (`mbc.core.run_lock`: one writer per run)."""
+        self._lock = run_lock.hold(self.paths.state)
         self.paths.snapshots.mkdir(parents=True, exist_ok=True)
         rows = read_log(self.paths.log)
         if finished(rows):
@@ -241,6 +245,8 @@ class RunRecord:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        run_lock.release(self._lock)
+        self._lock = None
 
     def _diverge(self, step: int, view: RunView, row: dict | None = None) -> bool:
         """Stop the run as diverged at `step`: log its evaluation there (evaluated now when
