@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import smoke_args, snakemake
+from helpers import REPO, smoke_args, snakemake
 
 TABLES = ["tau", "statistics", "hypotheses", "scorecard"]
 
@@ -309,3 +309,264 @@ def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
     ]
     assert json.loads(cache.read_text()) == {key: 123.0}, "rewritten with the new measurement"
     assert banner._rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err
+
+
+def _measured(out, dest) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mbc.measured", "--preset", "smoke", "--outdir", str(out),
+           "--dest", str(dest)]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+
+
+def test_measured_refuses_an_outdir_that_is_not_complete_and_intact(smoke, tmp_path):
+    """A run folder deleted, then a table's checksum deleted: `python -m mbc.measured` says
+    what is missing in one line and writes no report (it wrote the report meant for
+    committing, saying the missing run "was trained before provenance was logged")."""
+    out, dest = _copy(smoke, tmp_path), tmp_path / "measured"
+    run = pd.read_csv(smoke / "tau.csv").run_id.iloc[0]
+    shutil.rmtree(out / "runs" / run)
+    res = _measured(out, dest)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"mbc.measured: {out}/ is not complete and intact, nothing written: ")
+    assert f"run {run}: its directory {out / 'runs' / run} is missing" in line, line
+    assert not dest.exists()
+    shutil.copytree(smoke / "runs" / run, out / "runs" / run)
+    (out / "statistics.csv.sha256").unlink()
+    (line,) = (res := _measured(out, dest)).stderr.strip().splitlines()
+    assert res.returncode != 0 and f"{out}/statistics.csv has no checksum beside it" in line
+    assert not dest.exists()
+    shutil.copyfile(smoke / "statistics.csv.sha256", out / "statistics.csv.sha256")
+    assert _measured(out, dest).returncode == 0 and (dest / "smoke" / "PROVENANCE").is_file()
+
+
+_HOLD_RUN = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from helpers import tiny_spec
+from mbc.training.record import RunRecord
+held = RunRecord(tiny_spec(), sys.argv[1], say=lambda m: None)
+held.resume()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_path):
+    """Two processes on one run, the second through a symlinked outdir (Snakemake's lock
+    compares paths as written: both invocations ran and rewrote one log): the second
+    refuses in one line before it writes anything; the outdir lock holds through the link
+    too. Once the first ends, the run resumes."""
+    from helpers import tiny_spec
+
+    from mbc.core.integrity import hold_outdir
+    from mbc.core.run_lock import RunBusyError
+    from mbc.training.record import RunRecord
+
+    out, link = tmp_path / "out", tmp_path / "link"
+    run = out / "runs" / "r"
+    link.symlink_to(out, target_is_directory=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_RUN, str(run), str(REPO / "tests")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        log = run / "state" / "log.jsonl"
+        before = log.read_bytes()
+        second = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
+        with pytest.raises(RunBusyError) as exc:
+            second.resume()
+        assert str(exc.value).startswith(f"{run.resolve()}: process {holder.pid} on ")
+        assert "\n" not in str(exc.value) and log.read_bytes() == before
+        lock = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time; from mbc.core.integrity import hold_outdir; "
+            "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)"
+        ), str(out)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert lock.stdout.readline().strip() == "True"
+            assert not hold_outdir(link), "the outdir lock holds whatever path reached it"
+        finally:
+            lock.kill()
+            lock.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    again = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
+    again.resume()  # released with its holder
+    again.close()
+
+
+_JOB = """
+import errno, sys
+from mbc.core.artifacts import CorruptArtifactError, write_text_atomic
+from mbc.core.rule_log import logged
+with logged(sys.argv[1]):
+    print("a job's own output")
+    if sys.argv[2] == "corrupt":
+        raise CorruptArtifactError(f"{sys.argv[3]}: snapshot checksum mismatch", sys.argv[3])
+    if sys.argv[2] == "interrupt":
+        raise KeyboardInterrupt
+    if sys.argv[2] == "enospc":
+        raise OSError(errno.ENOSPC, "No space left on device", sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("corrupt", "mbc: corrupt input detected: {bad}: snapshot checksum mismatch; moved {bad} "
+         "aside to snap.pt.corrupt-"),
+        ("interrupt", "mbc: interrupted; a run resumes from its last resume point at the next "
+         "snakemake"),
+        ("enospc", "mbc: no space left on the device writing {bad}: free some and rerun"),
+    ],
+)  # fmt: skip
+def test_a_known_fault_in_a_job_is_one_line_with_its_traceback_in_the_log(tmp_path, fault, said):
+    """A corrupt snapshot found inside a job, Ctrl-C, a full disk: the console gets the
+    job's output and one line (it got the line and two tracebacks); the job's log keeps
+    the traceback (`mbc.status` reads a failed job there), and the job fails."""
+    bad, log = tmp_path / "snap.pt", tmp_path / "job.log"
+    bad.write_bytes(b"x")
+    res = subprocess.run([sys.executable, "-c", _JOB, str(log), fault, str(bad)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert res.stdout == "a job's own output\n"
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(said.format(bad=bad)), line
+    assert "Traceback (most recent call last)" in log.read_text()
+    assert (not bad.exists()) == (fault == "corrupt"), "only a corrupt input is moved aside"
+
+
+def test_an_outdir_lock_that_is_a_directory_is_one_line_before_any_repair(tmp_path):
+    """`.mbc/outdir.lock` a directory: one line naming it (it was an IsADirectoryError
+    traceback), and the table the repair would delete is still there."""
+    out = tmp_path / "out"
+    (out / ".mbc" / "outdir.lock").mkdir(parents=True)
+    (out / "tau.csv").write_text("run_id\nr\n")
+    (out / "tau.csv.sha256").write_text("0" * 64 + "\n")  # the repair would delete it
+    res = snakemake("all", *smoke_args(out), check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: {out / '.mbc' / 'outdir.lock'} cannot be the outdir's lock (a directory): "
+        "remove it and run again"
+    )
+    assert (out / "tau.csv").read_text() == "run_id\nr\n"
+
+
+def test_an_unwritable_compile_cache_falls_back_to_a_temporary_one(tmp_path, monkeypatch, capsys):
+    """TORCHINDUCTOR_CACHE_DIR that cannot be written to (here under /sys, which refuses
+    even root): the job compiles in a temporary cache, said in one line (every compiled
+    training job died in Inductor with a traceback)."""
+    import os
+
+    from mbc import pipeline
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/sys/kernel/mbc-test-compile-cache")
+    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")
+    scratch = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert scratch != "/sys/kernel/mbc-test-compile-cache" and Path(scratch).is_dir()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("mbc: torch compile cache /sys/kernel/mbc-test-compile-cache cannot")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")  # the outdir's, writable
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "out" / ".mbc" / "torch_compile")
+
+
+def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkeypatch):
+    """latexmk writes paths as bytes (a non-Latin outdir in Latin-1, say): its output was
+    decoded as UTF-8 and the paper job died in a UnicodeDecodeError; now its failure is
+    reported with the output, undecodable bytes replaced."""
+    from mbc import pipeline
+
+    fake = tmp_path / "bin" / "latexmk"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nprintf 'cannot open /tmp/r\\351sultats/main.tex\\n'\nexit 12\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    with pytest.raises(RuntimeError, match="latexmk failed \\(12\\)") as exc:
+        pipeline.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
+    assert "cannot open /tmp/r\ufffdsultats/main.tex" in str(exc.value)
+
+
+def test_eval_every_0_and_a_configfile_error_are_blamed_on_what_was_written(tmp_path):
+    """`eval.every: 0` with dense_every set was reported against dense_every ("must divide
+    eval.every = 0"); a value from `--configfile FILE` was blamed on `--config`."""
+    from mbc.core.config import command_line_origin
+
+    conf = tmp_path / "bad.yaml"
+    conf.write_text("defaults:\n  eval:\n    every: 0\n")
+    res = snakemake(
+        "-n", "all", "--configfile", str(conf), *smoke_args(tmp_path / "o"), check=False
+    )
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: config key '--configfile {conf}: defaults.eval.every' = 0: must be a positive "
+        "multiple of eval.dense_every = 5 (or set eval.dense_every: 0)"
+    )
+    path = ("defaults", "eval", "every")
+    argv = ["snakemake", "--configfile", str(conf), "--config", "defaults={}", "outdir=x"]
+    assert command_line_origin(path, argv) == "--config", "--config is merged last: it wins"
+    assert command_line_origin(path, argv[:3] + ["--config", "outdir=x"]).startswith("--configfile")
+
+
+def test_a_dataset_file_names_its_identity_and_a_swapped_one_is_refused(tmp_path):
+    """Another dataset's file copied over this one's together with its sidecar passes the
+    checksum; the dataset id the file and its sidecar record does not."""
+    from helpers import tiny_spec
+
+    from mbc.core.artifacts import CorruptArtifactError, read_sidecar
+    from mbc.pipeline import load_dataset, make_dataset
+
+    a, b = tiny_spec(), tiny_spec(n_groups=13)
+    pa, pb = (tmp_path / f"{s.dataset_id}.pt" for s in (a, b))
+    make_dataset(a.task, a.seed, pa)
+    make_dataset(b.task, b.seed, pb)
+    assert read_sidecar(pa)[1] == a.dataset_id and load_dataset(pa).task == a.task
+    shutil.copyfile(pb, pa)
+    shutil.copyfile(f"{pb}.sha256", f"{pa}.sha256")
+    with pytest.raises(
+        CorruptArtifactError, match=f"holds dataset {b.dataset_id}, not {a.dataset_id}"
+    ):
+        load_dataset(pa)
+
+
+def _least_used_dataset(out) -> tuple[Path, Path]:
+    """(the dataset file fewest runs train on, another dataset's file)."""
+    from collections import Counter
+
+    from mbc.core import config as mbc_config
+
+    cfg = mbc_config.load(mbc_config.read_yaml(str(REPO / "config.yaml")),
+                          {"preset": "smoke", "outdir": str(out)})  # fmt: skip
+    uses = Counter(s.dataset_id for s in cfg.specs.values())
+    (least, _), (other, _) = sorted(uses.items(), key=lambda kv: (kv[1], kv[0]))[:2]
+    return out / "datasets" / f"{least}.pt", out / "datasets" / f"{other}.pt"
+
+
+@pytest.mark.slow
+def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trusted(
+    smoke, tmp_path
+):
+    """A dataset replaced by another's file with that file's sidecar (6 runs retrained on
+    the wrong data, rc 0), a run's metrics.csv replaced by another run's with its sidecar,
+    and tau.csv edited with its sidecar deleted (the edit spread to every table, rc 0):
+    each is found at start-up, moved aside and rebuilt; the tables equal the clean run's."""
+    out = _copy(smoke, tmp_path)
+    dataset, other = _least_used_dataset(out)
+    shutil.copyfile(other, dataset)
+    shutil.copyfile(f"{other}.sha256", f"{dataset}.sha256")
+    runs = pd.read_csv(smoke / "tau.csv").drop_duplicates("run_id").run_id
+    metrics, theirs = (out / "runs" / r / "metrics.csv" for r in runs.iloc[:2])
+    shutil.copyfile(theirs, metrics)
+    shutil.copyfile(f"{theirs}.sha256", f"{metrics}.sha256")
+    tau = pd.read_csv(out / "tau.csv")
+    tau.loc[0, "tau"] = tau.loc[0, "tau"] + 1000
+    tau.to_csv(out / "tau.csv", index=False)
+    (out / "tau.csv.sha256").unlink()
+    said = (res := _tables(out)).stdout + res.stderr
+    assert f"{dataset}: holds dataset {other.stem}, by the checksum copied in with it" in said, (
+        said[-3000:]
+    )
+    assert f"{metrics}: is runs/{runs.iloc[1]}/metrics.csv, by the checksum copied in" in said
+    assert f"{out}/tau.csv: no checksum beside it (unverified), moved aside to" in said
+    _equal_tables(out, smoke)
+    _nothing_left(out)

@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import functools
 import itertools
+import sys
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -340,7 +341,8 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         """Where the user wrote the value at `path`: on the command line (`--config`,
         which wins), in the preset, else at its own place in config.yaml."""
         if given_as and _holds(overrides or {}, path):
-            return f"{given_as} {dotted(path)}"
+            how = command_line_origin(path, sys.argv) if given_as == "--config" else given_as
+            return f"{how} {dotted(path)}"
         if _holds(preset_raw, path):
             return f"presets.{cfg['preset']}.{dotted(path)}"
         return dotted(path)
@@ -358,6 +360,31 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         # the schema lets a section leave a key out; the analysis needs every key
         raise ConfigError(*missing, "missing key")
     return out
+
+
+def command_line_origin(path: tuple, argv: list[str]) -> str:
+    """Which part of a snakemake command line gave the value at `path`: Snakemake hands
+    `--config k=v` and `--configfile FILE` over as one dict. `--config` wins (it is merged
+    last), then the last file that holds the path; `--config` when the line says neither."""
+    keys, files, into = set(), [], None
+    for a in argv:
+        if a in ("--config", "-C", "--configfile", "--configfiles"):
+            into = keys if a in ("--config", "-C") else files
+        elif a.startswith("-"):
+            into = None
+        elif into is keys:
+            keys.add(a.split("=", 1)[0])
+        elif into is files:
+            files.append(a)
+    if path[0] in keys:
+        return "--config"
+    for f in reversed(files):
+        try:
+            if _holds(read_yaml(f), path):
+                return f"--configfile {f}:"
+        except ConfigFileError:
+            continue
+    return "--config"
 
 
 def resolve_like(name: str, experiments: dict) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from mbc.core.artifacts import read_sidecar_sha256, sha256_file
+from mbc.core.artifacts import identity_of, read_sidecar, read_sidecar_sha256, sha256_file
 from mbc.core.layout import Layout, RunPaths
 from mbc.core.runlog import finished, read_log
 
@@ -43,12 +43,19 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     """Hold `<outdir>/.mbc/outdir.lock` for the rest of this process (the main Snakemake
     process of an invocation): False when another invocation holds it. Repair runs only
     under it, so a second `snakemake` on a running outdir, refused later by Snakemake's
-    own lock, never deletes what the first is writing."""
+    own lock, never deletes what the first is writing. A lock that cannot be opened (a
+    directory in its place) stops the process in one line (SystemExit), before any repair."""
     path = Layout(str(outdir)).lock.resolve()
     if path in _HELD:  # (the Snakefile parsed again in this process)
         return True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
+    except OSError as exc:  # checked before the repair touches anything: one line, stop
+        what = "a directory" if path.is_dir() else exc.strerror
+        raise SystemExit(
+            f"mbc: {path} cannot be the outdir's lock ({what}): remove it and run again"
+        ) from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -134,10 +141,8 @@ def scan(
             finding = None
             if not f.dataset.is_file():
                 finding = Finding(f.run_id, 0, f.dataset, "dataset missing", False)
-            else:
-                digest = read_sidecar_sha256(f.dataset)
-                if digest is not None and sha256_file(f.dataset) != digest:
-                    finding = Finding(f.run_id, 0, f.dataset, "dataset checksum mismatch", True)
+            elif (why := _dataset_mismatch(f.dataset)) is not None:
+                finding = Finding(f.run_id, 0, f.dataset, why, True)
             checked_datasets[f.dataset] = finding
         if checked_datasets[f.dataset] is not None:
             d = checked_datasets[f.dataset]
@@ -174,6 +179,18 @@ def scan(
     return out
 
 
+def _dataset_mismatch(path: Path) -> str | None:
+    """Why a dataset file is not the one its name says, by its sidecar: the bytes differ,
+    or the sidecar names another dataset (its file and sidecar copied over this one's)."""
+    rec = read_sidecar(path)
+    if rec is None:
+        return None
+    digest, identity = rec
+    if identity is not None and identity != path.name.removesuffix(".pt"):
+        return f"holds dataset {identity}, by the checksum copied in with it"
+    return "dataset checksum mismatch" if sha256_file(path) != digest else None
+
+
 def _unparsable(run_id: str, summary: Path) -> Finding | None:
     """A summary.json that is not JSON, where no checksum was written with it (an older
     outdir): found here, so one rerun heals it (the job reading it would move it aside
@@ -193,8 +210,7 @@ def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
     log, which says the run finished: no retraining). Tables written before checksums
     were recorded (no sidecar) are not checked."""
     for p in paths:
-        if _differs(p):
-            why = "differs from the checksum written with it (cut or edited since)"
+        if why := _differs(p):
             return Finding(run_id, level, p, why, True)
     return None
 
@@ -204,10 +220,24 @@ def altered_aggregates(aggregates: list[Path]) -> list[Path]:
     return [p for p in aggregates if p.is_file() and _differs(p)]
 
 
-def _differs(path: Path) -> bool:
-    """The file's bytes differ from its `.sha256` sidecar (False without one)."""
-    digest = read_sidecar_sha256(path)
-    return digest is not None and sha256_file(path) != digest
+def unverified_tables(outdirs: set[Path]) -> list[Path]:
+    """The outdirs' tables without a checksum beside them (deleted, or an outdir from before
+    checksums): an edit to one would spread downstream unseen, so it is rebuilt."""
+    return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
+
+
+def _differs(path: Path) -> str | None:
+    """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
+    another table (another run's, copied in with its sidecar), or the bytes differ. None
+    without a sidecar."""
+    if (rec := read_sidecar(path)) is None:
+        return None
+    digest, identity = rec
+    if identity is not None and identity != identity_of(path):
+        return f"is {identity}, by the checksum copied in with it"
+    if sha256_file(path) != digest:
+        return "differs from the checksum written with it (cut or edited since)"
+    return None
 
 
 def repair(
@@ -218,6 +248,15 @@ def repair(
     by_id = {f.run_id: f for f in runs}
     stamp = int(time.time())
     lines: list[str] = []
+    for p in unverified_tables({a.parent for a in aggregates}):
+        aside = f"{p.name}.unverified-{stamp}"
+        lines.append(
+            f"{p}: no checksum beside it (unverified), "
+            + (f"would be moved aside to {aside}" if dry_run else f"moved aside to {aside}")
+            + " so that it is rebuilt"
+        )
+        if not dry_run:
+            p.rename(p.with_name(aside))
     shown = 0
     doomed: set[Path] = set()
     for fd in findings:
