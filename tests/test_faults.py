@@ -14,6 +14,10 @@ of the shared smoke run. Where a class is tested elsewhere, the test is named he
 | all-censored selections | empty tables, "not enough data", figures say "no data" | test_figures |
 | kill -9 and resume | resumes; final tables bitwise equal an uninterrupted run's | test_reliability (slow) |
 | a stale Snakemake lock | recognised at start-up, one line with the fix | here |
+
+The second round (issue 38: identity bound to content, one writer per run, validation
+before repair, no tracebacks, words that match) has its table, each row with its test here,
+in docs/reliability-faults.md.
 """
 
 import fcntl
@@ -570,3 +574,82 @@ def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trus
     assert f"{out}/tau.csv: no checksum beside it (unverified), moved aside to" in said
     _equal_tables(out, smoke)
     _nothing_left(out)
+
+
+@pytest.mark.slow
+def test_a_damaged_line_in_a_finished_runs_log_is_kept_aside_and_the_run_trains_on(smoke, tmp_path):
+    """A line of garbage in the middle of a finished run's log: the banner counted the run
+    "to train" while nothing trained, and a resume rewrote the log. Now the start-up says
+    so and the run trains on from its resume point before the damage, the damaged log kept
+    aside; its metrics and every table equal the clean run's."""
+    out = _copy(smoke, tmp_path)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E1"].run_id.iloc[0]
+    log = out / "runs" / run / "state" / "log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
+    damaged = "".join([*lines[: first + 1], "garbage\n", *lines[first + 1 :]])
+    log.write_text(damaged)
+    said = (res := _tables(out)).stdout + res.stderr
+    assert (
+        f"mbc: repair: {log}: line {first + 2} of {len(lines) + 1} is not JSON: the run trains "
+        "on from its last resume point before it" in said
+    ), said[-3000:]
+    assert "mbc: 20 distinct runs: 19 trained, 1 to train" in said, said[-3000:]
+    warned = [x for x in said.splitlines() if x.startswith(f"WARNING: {log}: line")]
+    assert len(warned) == 1 and "the log as it was is kept as log.jsonl.corrupt-" in warned[0]
+    (aside,) = log.parent.glob("log.jsonl.corrupt-*")
+    assert aside.read_text() == damaged, "nothing lost"
+    metrics = [pd.read_csv(d / "runs" / run / "metrics.csv") for d in (out, smoke)]
+    wall = [c for c in metrics[0].columns if c.startswith("wall")]
+    pd.testing.assert_frame_equal(*(m.drop(columns=wall) for m in metrics), check_exact=True)
+    _equal_tables(out, smoke)
+
+
+def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_path, monkeypatch):
+    """TMPDIR that cannot be written to: LaTeX's scratch directory goes beside the PDF and is
+    removed after (it was a FileNotFoundError traceback from tempfile)."""
+    import tempfile
+
+    from mbc import pipeline
+
+    fake = tmp_path / "bin" / "latexmk"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor a; do case "$a" in -output-directory=*) d="${a#*=}";; esac; '
+                    'done\necho pdf > "$d/main.pdf"; echo log > "$d/main.log"\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setattr(tempfile, "tempdir", "/sys/kernel/mbc-test-tmp")
+    pdf = tmp_path / "paper" / "main.pdf"
+    pipeline.compile_paper(tmp_path / "main.tex", [], pdf)
+    assert pdf.read_text() == "pdf\n" and sorted(p.name for p in pdf.parent.iterdir()) == [
+        "main.log",
+        "main.pdf",
+    ], "the scratch directory is removed"
+
+
+def test_a_damaged_log_is_found_and_kept_aside_a_torn_last_line_is_not(tmp_path):
+    from mbc.core.runlog import damage, keep_damaged
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 0}\n{"step": 10}\n{"step": 2')  # torn last line: a kill
+    assert damage(log) is None and keep_damaged(log) is None
+    log.write_bytes(b'{"step": 0}\n\xff\xfe garbage\n{"step": 10}\n')
+    assert damage(log) == (2, 3)
+    said = keep_damaged(log)
+    (aside,) = tmp_path.glob("log.jsonl.corrupt-*")
+    assert said == (
+        f"{log}: line 2 of 3 is not JSON; the log as it was is kept as {aside.name}, and the "
+        "run goes on from its last resume point before that line"
+    )
+    assert aside.read_bytes() == log.read_bytes()
+
+
+def test_the_fault_table_names_tests_that_exist():
+    """docs/reliability-faults.md names a test for every row: each one is defined here."""
+    import re
+
+    doc = (REPO / "docs" / "reliability-faults.md").read_text()
+    named = set(re.findall(r"`(test_\w+)`", doc))
+    defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), re.M))
+    assert named and named <= defined, named - defined

@@ -429,7 +429,12 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
     if not shutil.which("latexmk"):
         raise RuntimeError("latexmk not found: install the TeX toolchain (paper/README_TEX.md)")
     env = dict(os.environ, TEXINPUTS=":".join(str(Path(p).resolve()) for p in texinputs) + ":")
-    with tempfile.TemporaryDirectory() as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="mbc-latex-")
+    except OSError:  # no writable temporary directory: beside the PDF, removed all the same
+        Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
+        scratch = tempfile.TemporaryDirectory(prefix=".mbc-latex-", dir=Path(out_pdf).parent)
+    with scratch as tmp:
         cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
                f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
         # TeX's messages are bytes in whatever encoding the paths and fonts gave them

@@ -33,7 +33,7 @@ import pandas as pd
 
 from mbc.core.artifacts import identity_of, read_sidecar, read_sidecar_sha256, sha256_file
 from mbc.core.layout import Layout, RunPaths
-from mbc.core.runlog import finished, read_log
+from mbc.core.runlog import damage, finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 _HELD: dict[Path, object] = {}  # outdir lock path -> its open file, held by this process
@@ -158,6 +158,15 @@ def scan(
             continue
         if (bad := _altered(f.run_id, 1, f.train)) is not None:
             out.append(bad)
+            continue
+        if (hurt := damage(log := RunPaths(f.run_dir).log)) is not None:
+            # its tables would be rebuilt from a cut log: train the rest again (its job
+            # keeps the damaged log aside and resumes from the resume point before it)
+            why = (
+                f"line {hurt[0]} of {hurt[1]} is not JSON: the run trains on from its last "
+                "resume point before it"
+            )
+            out.append(Finding(f.run_id, 1, log, why, False))
             continue
         # snapshots are a link only toward the diagnostics: a run no diagnostic reads is
         # complete without them (its snapshots may have stayed where it trained)

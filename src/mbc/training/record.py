@@ -43,6 +43,7 @@ from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import (
     finished,
+    keep_damaged,
     last_resume,
     logged_divergence,
     logged_first_target_tau,
@@ -134,6 +135,8 @@ class RunRecord:
         Holds the run's lock until `close` (`mbc.core.run_lock`: one writer per run)."""
         self._lock = run_lock.hold(self.paths.state)
         self.paths.snapshots.mkdir(parents=True, exist_ok=True)
+        if (kept := keep_damaged(self.paths.log)) is not None:  # rewritten below: keep it
+            self.say(f"WARNING: {kept}")
         rows = read_log(self.paths.log)
         if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
