@@ -653,3 +653,34 @@ def test_the_fault_table_names_tests_that_exist():
     named = set(re.findall(r"`(test_\w+)`", doc))
     defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), re.M))
     assert named and named <= defined, named - defined
+
+
+def test_a_kill_between_the_last_resume_point_and_done_does_not_train_past_the_early_stop(
+    tmp_path,
+):
+    """An early-stopped run whose `done` line was lost (killed after its resume point at
+    the stop step, or cut there by a damaged log): resumed, it trained on past its early
+    stop and its tables changed; now it finishes where it stopped."""
+    import dataclasses
+
+    import torch
+    from helpers import tiny_spec
+
+    from mbc.training.data import build_dataset
+    from mbc.training.train import train_run
+
+    spec = tiny_spec()
+    spec = dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, early_stop_tau_factor=2.0, max_steps=400)
+    )
+    ds = build_dataset(spec.task, spec.seed)
+    ref = train_run(spec, ds, tmp_path / "ref", torch.device("cpu"), say=lambda m: None)
+    assert ref.step.iloc[-1] < spec.train.max_steps, "the early stop ended it"
+    run = tmp_path / "cut"
+    shutil.copytree(tmp_path / "ref", run)
+    log = run / "state" / "log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    assert '"event": "resume"' in lines[-2] and '"event": "done"' in lines[-1]
+    log.write_text("".join(lines[:-1]))
+    got = train_run(spec, ds, run, torch.device("cpu"), say=lambda m: None)
+    pd.testing.assert_frame_equal(got.drop(columns=["wall_s"]), ref.drop(columns=["wall_s"]))

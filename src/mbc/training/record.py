@@ -146,14 +146,22 @@ class RunRecord:
         if state is not None:
             self.step = self.last_resume = state["step"]
             self.say(f"resuming {self.spec.run_id} from step {self.step}")
-        if self.step >= self.spec.train.max_steps:  # finished, its `done` line not written
+        self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
+        self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
+        # finished, its `done` line not written (killed between the two): the budget, or
+        # the early stop decided at the resume point's own step
+        prev = self._prev_row
+        stopped = (
+            prev is not None
+            and prev["step"] == self.step > 0
+            and _converged(self.spec, self.stop_clock(), self.step, prev)
+        )
+        if self.step >= self.spec.train.max_steps or stopped:
             rows.append({"event": "done", "step": self.step, "time": now()})
-            self.finished, self.tau = True, logged_tau(rows)
+            self.finished = True
             write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
             return None
         write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
-        self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
-        self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
