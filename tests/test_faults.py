@@ -46,10 +46,11 @@ def _equal_tables(out, smoke):
         pd.testing.assert_frame_equal(a.drop(columns=wall), b.drop(columns=wall), check_exact=True)
 
 
-def _tables(out, *flags):
+def _tables(out, *flags, check=True):
     """snakemake on the tables a statistic reads (figures and the PDF would rebuild too,
     at CI's expense)."""
-    return snakemake(*flags, *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    targets = (str(out / f"{t}.csv") for t in TABLES)
+    return snakemake(*flags, *targets, *smoke_args(out), check=check)
 
 
 def _cut_rows(path, keep: int) -> None:
@@ -684,3 +685,39 @@ def test_a_kill_between_the_last_resume_point_and_done_does_not_train_past_the_e
     log.write_text("".join(lines[:-1]))
     got = train_run(spec, ds, run, torch.device("cpu"), say=lambda m: None)
     pd.testing.assert_frame_equal(got.drop(columns=["wall_s"]), ref.drop(columns=["wall_s"]))
+
+
+@pytest.mark.slow
+def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, tmp_path):
+    """A run being trained (its lock held, as by the first invocation's training job) and
+    a second `snakemake` reaching the outdir through a symlink: its job for that run stops
+    in one line and leaves the run's log as it was; once the first ends, a rerun gives
+    tables equal to the clean run's."""
+    out = _copy(smoke, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E1"].run_id.iloc[0]
+    state = out / "runs" / run / "state"
+    lines = (state / "log.jsonl").read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
+    (state / "log.jsonl").write_text("".join(lines[: first + 1]))  # killed after a resume point
+    (out / "runs" / run / "metrics.csv").unlink()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from mbc.core.run_lock import hold; h = hold(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(600)"
+    ), str(state)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = (state / "log.jsonl").read_bytes()
+        res = _tables(link, check=False)
+        said = res.stdout + res.stderr
+        assert res.returncode != 0, said[-3000:]
+        refused = [x for x in said.splitlines() if x.startswith(f"mbc: {out / 'runs' / run}:")]
+        assert len(refused) == 1 and f"process {holder.pid} on " in refused[0], said[-3000:]
+        assert "Traceback" not in said and (state / "log.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    _tables(link)
+    _equal_tables(out, smoke)
