@@ -117,7 +117,7 @@ def stale_lock(locks_dir: str | os.PathLike, outdir: str | os.PathLike) -> bool:
     for lock in Path(locks_dir).glob("*.lock"):
         try:
             lines = lock.read_text().splitlines()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             continue
         held = (str(Path(p).resolve()) for p in lines)
         if any(q == root or q.startswith(root + os.sep) for q in held):
