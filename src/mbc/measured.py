@@ -128,14 +128,15 @@ def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[
     return lines
 
 
-def _unverified(path: Path) -> str | None:
+def _unverified(path: Path, sidecar_needed: bool = True) -> str | None:
     """Why a table cannot be trusted as written by the pipeline, or None: missing, no
-    checksum written with it (a sidecar gone), or bytes that differ from it."""
+    checksum written with it (a sidecar gone: an aggregated table, which a plain rerun
+    rebuilds with one; a run's table from before sidecars passes), or bytes that differ."""
     if not path.is_file():
         return f"{path} is missing"
     digest = read_sidecar_sha256(path)
     if digest is None:
-        return f"{path} has no checksum beside it (unverified)"
+        return f"{path} has no checksum beside it (unverified)" if sidecar_needed else None
     return f"{path} differs from its checksum" if sha256_file(path) != digest else None
 
 
@@ -154,7 +155,7 @@ def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]
             continue
         if not finished(logs[r]):
             problems.append(f"run {r}: {run.log} does not record it finished")
-        problems += [why for p in (run.metrics, run.summary) if (why := _unverified(p))]
+        problems += [why for p in (run.metrics, run.summary) if (why := _unverified(p, False))]
         if tau_path.is_file() and r not in in_tau:
             problems.append(f"run {r}: not in {tau_path}")
     for r in sorted(in_tau - set(cfg.specs)):
