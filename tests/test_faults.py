@@ -496,7 +496,7 @@ def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkey
 def test_eval_every_0_and_a_configfile_error_are_blamed_on_what_was_written(tmp_path):
     """`eval.every: 0` with dense_every set was reported against dense_every ("must divide
     eval.every = 0"); a value from `--configfile FILE` was blamed on `--config`."""
-    from mbc.core.config import command_line_origin
+    from mbc.core.config_references import command_line_origin
 
     conf = tmp_path / "bad.yaml"
     conf.write_text("defaults:\n  eval:\n    every: 0\n")

@@ -22,7 +22,13 @@ from typing import Any
 import jsonschema
 import yaml
 
-from mbc.core.config_references import ConfigError, check_references, dotted
+from mbc.core.config_references import (
+    ConfigError,
+    check_references,
+    command_line_origin,
+    dotted,
+    holds,
+)
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout
 from mbc.core.sections import TypedSections
@@ -218,15 +224,6 @@ def resolve(raw: dict, overrides: dict | None = None) -> dict:
     return merged
 
 
-def _holds(node: Any, path: tuple) -> bool:
-    """Whether the nested dict `node` has a value at `path`."""
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def _origin(key: str, origins: dict[str, str], written=dotted) -> str:
     """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
     set/grid/variants entry that assigned it, else its `defaults` entry."""
@@ -340,10 +337,10 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
     def written(path: tuple) -> str:
         """Where the user wrote the value at `path`: on the command line (`--config`,
         which wins), in the preset, else at its own place in config.yaml."""
-        if given_as and _holds(overrides or {}, path):
+        if given_as and holds(overrides or {}, path):
             how = command_line_origin(path, sys.argv) if given_as == "--config" else given_as
             return f"{how} {dotted(path)}"
-        if _holds(preset_raw, path):
+        if holds(preset_raw, path):
             return f"presets.{cfg['preset']}.{dotted(path)}"
         return dotted(path)
 
@@ -360,31 +357,6 @@ def load(raw: dict, overrides: dict | None = None, given_as: str | None = "--con
         # the schema lets a section leave a key out; the analysis needs every key
         raise ConfigError(*missing, "missing key")
     return out
-
-
-def command_line_origin(path: tuple, argv: list[str]) -> str:
-    """Which part of a snakemake command line gave the value at `path`: Snakemake hands
-    `--config k=v` and `--configfile FILE` over as one dict. `--config` wins (it is merged
-    last), then the last file that holds the path; `--config` when the line says neither."""
-    keys, files, into = set(), [], None
-    for a in argv:
-        if a in ("--config", "-C", "--configfile", "--configfiles"):
-            into = keys if a in ("--config", "-C") else files
-        elif a.startswith("-"):
-            into = None
-        elif into is keys:
-            keys.add(a.split("=", 1)[0])
-        elif into is files:
-            files.append(a)
-    if path[0] in keys:
-        return "--config"
-    for f in reversed(files):
-        try:
-            if _holds(read_yaml(f), path):
-                return f"--configfile {f}:"
-        except ConfigFileError:
-            continue
-    return "--config"
 
 
 def resolve_like(name: str, experiments: dict) -> dict:
