@@ -721,3 +721,30 @@ def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, 
         holder.wait()
     _tables(link)
     _equal_tables(out, smoke)
+
+
+def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_have_one(tmp_path):
+    """A run's summary.json edited and its sidecar deleted, while the run's other tables
+    have theirs: the start-up check takes it as unverified and rebuilds it (it trusted
+    it). A run whose tables all predate sidecars is not checked (nothing to compare)."""
+    from mbc.core.artifacts import write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import RunFiles, scan
+
+    run = tmp_path / "runs" / "r"
+    dataset = tmp_path / "datasets" / "d.pt"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"a dataset")
+    files = RunFiles("r", dataset, [run / "metrics.csv", run / "checkpoints.csv"],
+                     run / "summary.json")  # fmt: skip
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
+    assert scan([files], []) == []
+    files.summary.write_text('{"run_id": "r", "tau": 3000}\n')
+    Path(f"{files.summary}.sha256").unlink()
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (files.summary, 2, True)
+    assert found.why == "no checksum beside it, while the run's other tables have one (unverified)"
+    for p in files.train:
+        Path(f"{p}.sha256").unlink()
+    assert scan([files], []) == [], "an outdir from before sidecars"

@@ -156,7 +156,7 @@ def scan(
         if missing is not None:
             out.append(Finding(f.run_id, 1, missing, "missing", False))
             continue
-        if (bad := _altered(f.run_id, 1, f.train)) is not None:
+        if (bad := _altered(f, 1, f.train)) is not None:
             out.append(bad)
             continue
         if (hurt := damage(log := RunPaths(f.run_dir).log)) is not None:
@@ -177,13 +177,13 @@ def scan(
         if not f.summary.is_file():
             out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue
-        if bad := _altered(f.run_id, 2, [f.summary]) or _unparsable(f.run_id, f.summary):
+        if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary]):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
         if gone is not None:
             out.append(Finding(f.run_id, 3, gone, "missing", False))
-        elif (bad := _altered(f.run_id, 3, f.diagnostics)) is not None:
+        elif (bad := _altered(f, 3, f.diagnostics)) is not None:
             out.append(bad)
     return out
 
@@ -213,14 +213,20 @@ def _unparsable(run_id: str, summary: Path) -> Finding | None:
     return None
 
 
-def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
+def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     """The first table whose bytes differ from the checksum written with it (rows cut, a
-    line torn, an edit): it is rebuilt from what it derives from (a run's tables from its
-    log, which says the run finished: no retraining). Tables written before checksums
-    were recorded (no sidecar) are not checked."""
+    line torn, an edit), or without one while the run's other tables have one (its sidecar
+    deleted: unverified): it is rebuilt from what it derives from (a run's tables from its
+    log, which says the run finished: no retraining). A run whose tables were all written
+    before checksums were recorded (no sidecar) is not checked, nor is a diagnostic without
+    one (costly to rebuild, and perhaps from before sidecars where its run's are not)."""
     for p in paths:
         if why := _differs(p):
-            return Finding(run_id, level, p, why, True)
+            return Finding(f.run_id, level, p, why, True)
+        siblings = (*f.train, f.summary)
+        if level < 3 and read_sidecar(p) is None and any(map(read_sidecar, siblings)):
+            why = "no checksum beside it, while the run's other tables have one (unverified)"
+            return Finding(f.run_id, level, p, why, True)
     return None
 
 
