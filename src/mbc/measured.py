@@ -147,7 +147,8 @@ def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]
     layout = Layout(cfg.outdir)
     problems = [why for t in TABLES if (why := _unverified(Path(layout.table(t))))]
     tau_path = Path(layout.table("tau"))
-    in_tau = set(pd.read_csv(tau_path).run_id) if tau_path.is_file() else set()
+    tau_ok = _unverified(tau_path) is None  # read only as it was written
+    in_tau = set(pd.read_csv(tau_path).run_id) if tau_ok else set()
     for r in cfg.specs:
         run = layout.run(r)
         if not run.dir.is_dir():
@@ -156,7 +157,7 @@ def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]
         if not finished(logs[r]):
             problems.append(f"run {r}: {run.log} does not record it finished")
         problems += [why for p in (run.metrics, run.summary) if (why := _unverified(p, False))]
-        if tau_path.is_file() and r not in in_tau:
+        if tau_ok and r not in in_tau:
             problems.append(f"run {r}: not in {tau_path}")
     for r in sorted(in_tau - set(cfg.specs)):
         problems.append(f"{tau_path} lists run {r}, which the config does not give")
