@@ -7,10 +7,13 @@ the chain its files form (README: Reliability):
 
     dataset -> train (metrics.csv, checkpoints.csv, snapshots) -> summary.json -> diagnostics
 
-and finds the first broken link: a missing file, a dataset whose sha256 differs from its
-sidecar, a snapshot listed in checkpoints.csv that is missing (or, with `verify=full`, whose
-sha256 differs from the index) in a run that a diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`,
-nothing is lost), deletes what was derived from it (the run's later links and the
+and finds the first broken link: a missing file, a dataset or table whose sha256 differs
+from its sidecar or whose sidecar names another artefact (a file swapped in with its own
+sidecar), a run's table whose sidecar is gone while its siblings have theirs, a log with a
+line that is not JSON before its last, a snapshot listed in checkpoints.csv that is
+missing (or, with `verify=full`, whose sha256 differs from the index) in a run that a
+diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`, nothing is
+lost; an outdir table without a sidecar, `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad or missing (the run is retrained: the same seed gives the same bits on a
 CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
