@@ -748,3 +748,29 @@ def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_hav
     for p in files.train:
         Path(f"{p}.sha256").unlink()
     assert scan([files], []) == [], "an outdir from before sidecars"
+
+
+def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monkeypatch, capsys):
+    """flock refused by the file system (ENOLCK on some network mounts): the run trains and
+    the start-up goes on, each saying in one line that a second writer is not refused
+    (every job, and the start-up, failed there)."""
+    import errno
+    import fcntl
+
+    from mbc.core import run_lock
+    from mbc.core.integrity import hold_outdir
+
+    def no_locks(fh, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    fh = run_lock.hold(tmp_path / "state")
+    run_lock.release(fh)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"mbc: {tmp_path.resolve() / 'state' / 'run.lock'}: no file locks on this file system "
+        "(No locks available): a second process on this run is not refused"
+    )
+    assert hold_outdir(tmp_path / "out"), "the start-up goes on, unguarded"
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("(No locks available): a second snakemake on this outdir is not detected")

@@ -25,9 +25,11 @@ pack runs again.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +66,11 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     except BlockingIOError:
         fh.close()
         return False
+    except OSError as exc:  # a network file system without flock: repair, unguarded
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+              "snakemake on this outdir is not detected", file=sys.stderr)  # fmt: skip
     _HELD[path] = fh
     return True
 
