@@ -43,8 +43,9 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL_FILES = ("metrics.csv", "checkpoints.csv", "checkpoints.csv.sha256", "train_log.csv",
-               "train_log.csv.sha256", "state/log.jsonl")  # fmt: skip
+# each table with its sidecar: a run's table without one beside its siblings' is unverified
+SMALL_FILES = ("metrics.csv", "metrics.csv.sha256", "checkpoints.csv", "checkpoints.csv.sha256",
+               "train_log.csv", "train_log.csv.sha256", "state/log.jsonl")  # fmt: skip
 
 
 def load(preset: str, overrides: dict | None = None):

@@ -14,6 +14,10 @@ of the shared smoke run. Where a class is tested elsewhere, the test is named he
 | all-censored selections | empty tables, "not enough data", figures say "no data" | test_figures |
 | kill -9 and resume | resumes; final tables bitwise equal an uninterrupted run's | test_reliability (slow) |
 | a stale Snakemake lock | recognised at start-up, one line with the fix | here |
+
+The second round (issue 38: identity bound to content, one writer per run, validation
+before repair, no tracebacks, words that match) has its table, each row with its test here,
+in docs/reliability-faults.md.
 """
 
 import fcntl
@@ -24,7 +28,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import smoke_args, snakemake
+from helpers import REPO, smoke_args, snakemake
 
 TABLES = ["tau", "statistics", "hypotheses", "scorecard"]
 
@@ -42,10 +46,11 @@ def _equal_tables(out, smoke):
         pd.testing.assert_frame_equal(a.drop(columns=wall), b.drop(columns=wall), check_exact=True)
 
 
-def _tables(out, *flags):
+def _tables(out, *flags, check=True):
     """snakemake on the tables a statistic reads (figures and the PDF would rebuild too,
     at CI's expense)."""
-    return snakemake(*flags, *(str(out / f"{t}.csv") for t in TABLES), *smoke_args(out))
+    targets = (str(out / f"{t}.csv") for t in TABLES)
+    return snakemake(*flags, *targets, *smoke_args(out), check=check)
 
 
 def _cut_rows(path, keep: int) -> None:
@@ -251,3 +256,521 @@ def test_a_corrupt_resume_point_is_said_and_the_run_retrains_from_step_0(smoke, 
     wall = [c for c in metrics[0].columns if c.startswith("wall")]
     pd.testing.assert_frame_equal(*(m.drop(columns=wall) for m in metrics), check_exact=True)
     _equal_tables(out, smoke)
+
+
+@pytest.mark.parametrize("key", ["max_steps", "batch_size"])
+def test_a_whole_number_float_for_an_integer_is_one_line_before_any_repair(tmp_path, key):
+    """`max_steps: 300.0` passed Draft 2020-12's integer type, gave runs new ids, let the
+    start-up repair delete an altered table, and only then crashed in the banner: now one
+    line naming the key, and nothing under the outdir is touched."""
+    out = tmp_path / "out"
+    out.mkdir()
+    table = out / "tau.csv"
+    table.write_text("run_id\nr\n")
+    (out / "tau.csv.sha256").write_text("0" * 64 + "\n")  # the repair would delete it
+    conf = tmp_path / "floats.yaml"
+    conf.write_text(f"defaults:\n  train:\n    {key}: 16.0\n")
+    res = snakemake("all", "--configfile", str(conf), *smoke_args(out), check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: config key 'defaults.train.{key}' = 16.0: must be an integer: write 16, "
+        "not 16.0 (config)"
+    )
+    assert table.read_text() == "run_id\nr\n", "nothing repaired before the config is valid"
+
+
+def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
+    tmp_path, monkeypatch, capsys
+):
+    """The outdir's `.mbc/steps_per_s.json` not a mapping, and the machine's rate cache
+    with a string where a rate belongs: each is one line and measured again (they were a
+    TypeError / ValueError traceback from the banner, after the start-up repair)."""
+    import json
+
+    import torch
+    from helpers import tiny_spec
+
+    import mbc.planning.timing
+    from mbc.core.provenance import cpu_model
+    from mbc.planning import banner
+    from mbc.planning.cost import shape_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(mbc.planning.timing, "measure_steps_per_s", lambda *a, **k: 123.0)
+    spec = tiny_spec()
+    key = f"cpu|1|{shape_key(spec)}"
+    machine = banner.machine_rates()
+    machine.parent.mkdir(parents=True)
+    machine.write_text(json.dumps({f"{cpu_model()}|torch {torch.__version__}|{key}": "fast"}))
+    cache = tmp_path / "out" / ".mbc" / "steps_per_s.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("[1, 2]")
+    assert banner._rate(spec, "cpu", 1, cache) == 123.0
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        f"mbc: {cache}: not a mapping of rates, discarded (measured again)",
+        f"mbc: {machine}: 1 entry(ies) not a steps/s number (such as 'fast'), discarded "
+        "(measured again)",
+    ]
+    assert json.loads(cache.read_text()) == {key: 123.0}, "rewritten with the new measurement"
+    assert banner._rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err
+
+
+def _measured(out, dest) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "mbc.measured", "--preset", "smoke", "--outdir", str(out),
+           "--dest", str(dest)]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+
+
+def test_measured_refuses_an_outdir_that_is_not_complete_and_intact(smoke, tmp_path):
+    """A run folder deleted, then a table's checksum deleted: `python -m mbc.measured` says
+    what is missing in one line and writes no report (it wrote the report meant for
+    committing, saying the missing run "was trained before provenance was logged")."""
+    out, dest = _copy(smoke, tmp_path), tmp_path / "measured"
+    run = pd.read_csv(smoke / "tau.csv").run_id.iloc[0]
+    shutil.rmtree(out / "runs" / run)
+    res = _measured(out, dest)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    (line,) = res.stderr.strip().splitlines()
+    assert line.startswith(f"mbc.measured: {out}/ is not complete and intact, nothing written: ")
+    assert f"run {run}: its directory {out / 'runs' / run} is missing" in line, line
+    assert not dest.exists()
+    shutil.copytree(smoke / "runs" / run, out / "runs" / run)
+    (out / "statistics.csv.sha256").unlink()
+    (line,) = (res := _measured(out, dest)).stderr.strip().splitlines()
+    assert res.returncode != 0 and f"{out}/statistics.csv has no checksum beside it" in line
+    assert not dest.exists()
+    shutil.copyfile(smoke / "statistics.csv.sha256", out / "statistics.csv.sha256")
+    assert _measured(out, dest).returncode == 0 and (dest / "smoke" / "PROVENANCE").is_file()
+
+
+_HOLD_RUN = """
+import sys, time
+sys.path.insert(0, sys.argv[2])
+from helpers import tiny_spec
+from mbc.training.record import RunRecord
+held = RunRecord(tiny_spec(), sys.argv[1], say=lambda m: None)
+held.resume()
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_path):
+    """Two processes on one run, the second through a symlinked outdir (Snakemake's lock
+    compares paths as written: both invocations ran and rewrote one log): the second
+    refuses in one line before it writes anything; the outdir lock holds through the link
+    too. Once the first ends, the run resumes."""
+    from helpers import tiny_spec
+
+    from mbc.core.integrity import hold_outdir
+    from mbc.core.run_lock import RunBusyError
+    from mbc.training.record import RunRecord
+
+    out, link = tmp_path / "out", tmp_path / "link"
+    run = out / "runs" / "r"
+    link.symlink_to(out, target_is_directory=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD_RUN, str(run), str(REPO / "tests")],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        log = run / "state" / "log.jsonl"
+        before = log.read_bytes()
+        second = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
+        with pytest.raises(RunBusyError) as exc:
+            second.resume()
+        assert str(exc.value).startswith(f"{run.resolve()}: process {holder.pid} on ")
+        assert "\n" not in str(exc.value) and log.read_bytes() == before
+        lock = subprocess.Popen([sys.executable, "-c", (
+            "import sys, time; from mbc.core.integrity import hold_outdir; "
+            "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)"
+        ), str(out)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert lock.stdout.readline().strip() == "True"
+            assert not hold_outdir(link), "the outdir lock holds whatever path reached it"
+        finally:
+            lock.kill()
+            lock.wait()
+    finally:
+        holder.kill()
+        holder.wait()
+    again = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
+    again.resume()  # released with its holder
+    again.close()
+
+
+_JOB = """
+import errno, sys
+from mbc.core.artifacts import CorruptArtifactError, write_text_atomic
+from mbc.core.rule_log import logged
+with logged(sys.argv[1]):
+    print("a job's own output")
+    if sys.argv[2] == "corrupt":
+        raise CorruptArtifactError(f"{sys.argv[3]}: snapshot checksum mismatch", sys.argv[3])
+    if sys.argv[2] == "interrupt":
+        raise KeyboardInterrupt
+    if sys.argv[2] == "enospc":
+        raise OSError(errno.ENOSPC, "No space left on device", sys.argv[3])
+"""
+
+
+@pytest.mark.parametrize(
+    ("fault", "said"),
+    [
+        ("corrupt", "mbc: corrupt input detected: {bad}: snapshot checksum mismatch; moved {bad} "
+         "aside to snap.pt.corrupt-"),
+        ("interrupt", "mbc: interrupted; a run resumes from its last resume point at the next "
+         "snakemake"),
+        ("enospc", "mbc: no space left on the device writing {bad}: free some and rerun"),
+    ],
+)  # fmt: skip
+def test_a_known_fault_in_a_job_is_one_line_with_its_traceback_in_the_log(tmp_path, fault, said):
+    """A corrupt snapshot found inside a job, Ctrl-C, a full disk: the console gets the
+    job's output and one line (it got the line and two tracebacks); the job's log keeps
+    the traceback (`mbc.status` reads a failed job there), and the job fails."""
+    bad, log = tmp_path / "snap.pt", tmp_path / "job.log"
+    bad.write_bytes(b"x")
+    res = subprocess.run([sys.executable, "-c", _JOB, str(log), fault, str(bad)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 1, res.stderr
+    assert res.stdout == "a job's own output\n"
+    (line,) = res.stderr.splitlines()
+    assert line.startswith(said.format(bad=bad)), line
+    assert "Traceback (most recent call last)" in log.read_text()
+    assert (not bad.exists()) == (fault == "corrupt"), "only a corrupt input is moved aside"
+
+
+def test_an_outdir_lock_that_is_a_directory_is_one_line_before_any_repair(tmp_path):
+    """`.mbc/outdir.lock` a directory: one line naming it (it was an IsADirectoryError
+    traceback), and the table the repair would delete is still there."""
+    out = tmp_path / "out"
+    (out / ".mbc" / "outdir.lock").mkdir(parents=True)
+    (out / "tau.csv").write_text("run_id\nr\n")
+    (out / "tau.csv.sha256").write_text("0" * 64 + "\n")  # the repair would delete it
+    res = snakemake("all", *smoke_args(out), check=False)
+    assert res.returncode != 0 and "Traceback" not in res.stderr, res.stderr[-2000:]
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: {out / '.mbc' / 'outdir.lock'} cannot be the outdir's lock (a directory): "
+        "remove it and run again"
+    )
+    assert (out / "tau.csv").read_text() == "run_id\nr\n"
+
+
+def test_an_unwritable_compile_cache_falls_back_to_a_temporary_one(tmp_path, monkeypatch, capsys):
+    """TORCHINDUCTOR_CACHE_DIR that cannot be written to (here under /sys, which refuses
+    even root): the job compiles in a temporary cache, said in one line (every compiled
+    training job died in Inductor with a traceback)."""
+    import os
+
+    from mbc import pipeline
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/sys/kernel/mbc-test-compile-cache")
+    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")
+    scratch = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    assert scratch != "/sys/kernel/mbc-test-compile-cache" and Path(scratch).is_dir()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("mbc: torch compile cache /sys/kernel/mbc-test-compile-cache cannot")
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
+    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")  # the outdir's, writable
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "out" / ".mbc" / "torch_compile")
+
+
+def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkeypatch):
+    """latexmk writes paths as bytes (a non-Latin outdir in Latin-1, say): its output was
+    decoded as UTF-8 and the paper job died in a UnicodeDecodeError; now its failure is
+    reported with the output, undecodable bytes replaced."""
+    from mbc import pipeline
+
+    fake = tmp_path / "bin" / "latexmk"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nprintf 'cannot open /tmp/r\\351sultats/main.tex\\n'\nexit 12\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    with pytest.raises(RuntimeError, match="latexmk failed \\(12\\)") as exc:
+        pipeline.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
+    assert "cannot open /tmp/r\ufffdsultats/main.tex" in str(exc.value)
+
+
+def test_eval_every_0_and_a_configfile_error_are_blamed_on_what_was_written(tmp_path):
+    """`eval.every: 0` with dense_every set was reported against dense_every ("must divide
+    eval.every = 0"); a value from `--configfile FILE` was blamed on `--config`."""
+    from mbc.core.config_references import command_line_origin
+
+    conf = tmp_path / "bad.yaml"
+    conf.write_text("defaults:\n  eval:\n    every: 0\n")
+    res = snakemake(
+        "-n", "all", "--configfile", str(conf), *smoke_args(tmp_path / "o"), check=False
+    )
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"mbc: config key '--configfile {conf}: defaults.eval.every' = 0: must be a positive "
+        "multiple of eval.dense_every = 5 (or set eval.dense_every: 0)"
+    )
+    path = ("defaults", "eval", "every")
+    argv = ["snakemake", "--configfile", str(conf), "--config", "defaults={}", "outdir=x"]
+    assert command_line_origin(path, argv) == "--config", "--config is merged last: it wins"
+    assert command_line_origin(path, argv[:3] + ["--config", "outdir=x"]).startswith("--configfile")
+
+
+def test_a_dataset_file_names_its_identity_and_a_swapped_one_is_refused(tmp_path):
+    """Another dataset's file copied over this one's together with its sidecar passes the
+    checksum; the dataset id the file and its sidecar record does not."""
+    from helpers import tiny_spec
+
+    from mbc.core.artifacts import CorruptArtifactError, read_sidecar
+    from mbc.pipeline import load_dataset, make_dataset
+
+    a, b = tiny_spec(), tiny_spec(n_groups=13)
+    pa, pb = (tmp_path / f"{s.dataset_id}.pt" for s in (a, b))
+    make_dataset(a.task, a.seed, pa)
+    make_dataset(b.task, b.seed, pb)
+    assert read_sidecar(pa)[1] == a.dataset_id and load_dataset(pa).task == a.task
+    shutil.copyfile(pb, pa)
+    shutil.copyfile(f"{pb}.sha256", f"{pa}.sha256")
+    with pytest.raises(
+        CorruptArtifactError, match=f"holds dataset {b.dataset_id}, not {a.dataset_id}"
+    ):
+        load_dataset(pa)
+
+
+def _least_used_dataset(out) -> tuple[Path, Path]:
+    """(the dataset file fewest runs train on, another dataset's file)."""
+    from collections import Counter
+
+    from mbc.core import config as mbc_config
+
+    cfg = mbc_config.load(mbc_config.read_yaml(str(REPO / "config.yaml")),
+                          {"preset": "smoke", "outdir": str(out)})  # fmt: skip
+    uses = Counter(s.dataset_id for s in cfg.specs.values())
+    (least, _), (other, _) = sorted(uses.items(), key=lambda kv: (kv[1], kv[0]))[:2]
+    return out / "datasets" / f"{least}.pt", out / "datasets" / f"{other}.pt"
+
+
+@pytest.mark.slow
+def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trusted(
+    smoke, tmp_path
+):
+    """A dataset replaced by another's file with that file's sidecar (6 runs retrained on
+    the wrong data, rc 0), a run's metrics.csv replaced by another run's with its sidecar,
+    and tau.csv edited with its sidecar deleted (the edit spread to every table, rc 0):
+    each is found at start-up, moved aside and rebuilt; the tables equal the clean run's."""
+    out = _copy(smoke, tmp_path)
+    dataset, other = _least_used_dataset(out)
+    shutil.copyfile(other, dataset)
+    shutil.copyfile(f"{other}.sha256", f"{dataset}.sha256")
+    runs = pd.read_csv(smoke / "tau.csv").drop_duplicates("run_id").run_id
+    metrics, theirs = (out / "runs" / r / "metrics.csv" for r in runs.iloc[:2])
+    shutil.copyfile(theirs, metrics)
+    shutil.copyfile(f"{theirs}.sha256", f"{metrics}.sha256")
+    tau = pd.read_csv(out / "tau.csv")
+    tau.loc[0, "tau"] = tau.loc[0, "tau"] + 1000
+    tau.to_csv(out / "tau.csv", index=False)
+    (out / "tau.csv.sha256").unlink()
+    said = (res := _tables(out)).stdout + res.stderr
+    assert f"{dataset}: holds dataset {other.stem}, by the checksum copied in with it" in said, (
+        said[-3000:]
+    )
+    assert f"{metrics}: is runs/{runs.iloc[1]}/metrics.csv, by the checksum copied in" in said
+    assert f"{out}/tau.csv: no checksum beside it (unverified), moved aside to" in said
+    _equal_tables(out, smoke)
+    _nothing_left(out)
+
+
+@pytest.mark.slow
+def test_a_damaged_line_in_a_finished_runs_log_is_kept_aside_and_the_run_trains_on(smoke, tmp_path):
+    """A line of garbage in the middle of a finished run's log: the banner counted the run
+    "to train" while nothing trained, and a resume rewrote the log. Now the start-up says
+    so and the run trains on from its resume point before the damage, the damaged log kept
+    aside; its metrics and every table equal the clean run's."""
+    out = _copy(smoke, tmp_path)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E1"].run_id.iloc[0]
+    log = out / "runs" / run / "state" / "log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
+    damaged = "".join([*lines[: first + 1], "garbage\n", *lines[first + 1 :]])
+    log.write_text(damaged)
+    said = (res := _tables(out)).stdout + res.stderr
+    assert (
+        f"mbc: repair: {log}: line {first + 2} of {len(lines) + 1} is not JSON: the run trains "
+        "on from its last resume point before it" in said
+    ), said[-3000:]
+    assert "mbc: 20 distinct runs: 19 trained, 1 to train" in said, said[-3000:]
+    warned = [x for x in said.splitlines() if x.startswith(f"WARNING: {log}: line")]
+    assert len(warned) == 1 and "the log as it was is kept as log.jsonl.corrupt-" in warned[0]
+    (aside,) = log.parent.glob("log.jsonl.corrupt-*")
+    assert aside.read_text() == damaged, "nothing lost"
+    metrics = [pd.read_csv(d / "runs" / run / "metrics.csv") for d in (out, smoke)]
+    wall = [c for c in metrics[0].columns if c.startswith("wall")]
+    pd.testing.assert_frame_equal(*(m.drop(columns=wall) for m in metrics), check_exact=True)
+    _equal_tables(out, smoke)
+
+
+def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_path, monkeypatch):
+    """TMPDIR that cannot be written to: LaTeX's scratch directory goes beside the PDF and is
+    removed after (it was a FileNotFoundError traceback from tempfile)."""
+    import tempfile
+
+    from mbc import pipeline
+
+    fake = tmp_path / "bin" / "latexmk"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\nfor a; do case "$a" in -output-directory=*) d="${a#*=}";; esac; '
+                    'done\necho pdf > "$d/main.pdf"; echo log > "$d/main.log"\n')  # fmt: skip
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
+    monkeypatch.setattr(tempfile, "tempdir", "/sys/kernel/mbc-test-tmp")
+    pdf = tmp_path / "paper" / "main.pdf"
+    pipeline.compile_paper(tmp_path / "main.tex", [], pdf)
+    assert pdf.read_text() == "pdf\n" and sorted(p.name for p in pdf.parent.iterdir()) == [
+        "main.log",
+        "main.pdf",
+    ], "the scratch directory is removed"
+
+
+def test_a_damaged_log_is_found_and_kept_aside_a_torn_last_line_is_not(tmp_path):
+    from mbc.core.runlog import damage, keep_damaged
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 0}\n{"step": 10}\n{"step": 2')  # torn last line: a kill
+    assert damage(log) is None and keep_damaged(log) is None
+    log.write_bytes(b'{"step": 0}\n\xff\xfe garbage\n{"step": 10}\n')
+    assert damage(log) == (2, 3)
+    said = keep_damaged(log)
+    (aside,) = tmp_path.glob("log.jsonl.corrupt-*")
+    assert said == (
+        f"{log}: line 2 of 3 is not JSON; the log as it was is kept as {aside.name}, and the "
+        "run goes on from its last resume point before that line"
+    )
+    assert aside.read_bytes() == log.read_bytes()
+
+
+def test_the_fault_table_names_tests_that_exist():
+    """docs/reliability-faults.md names a test for every row: each one is defined here."""
+    import re
+
+    doc = (REPO / "docs" / "reliability-faults.md").read_text()
+    named = set(re.findall(r"`(test_\w+)`", doc))
+    defined = set(re.findall(r"^def (test_\w+)", Path(__file__).read_text(), re.M))
+    assert named and named <= defined, named - defined
+
+
+def test_a_kill_between_the_last_resume_point_and_done_does_not_train_past_the_early_stop(
+    tmp_path,
+):
+    """An early-stopped run whose `done` line was lost (killed after its resume point at
+    the stop step, or cut there by a damaged log): resumed, it trained on past its early
+    stop and its tables changed; now it finishes where it stopped."""
+    import dataclasses
+
+    import torch
+    from helpers import tiny_spec
+
+    from mbc.training.data import build_dataset
+    from mbc.training.train import train_run
+
+    spec = tiny_spec()
+    spec = dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, early_stop_tau_factor=2.0, max_steps=400)
+    )
+    ds = build_dataset(spec.task, spec.seed)
+    ref = train_run(spec, ds, tmp_path / "ref", torch.device("cpu"), say=lambda m: None)
+    assert ref.step.iloc[-1] < spec.train.max_steps, "the early stop ended it"
+    run = tmp_path / "cut"
+    shutil.copytree(tmp_path / "ref", run)
+    log = run / "state" / "log.jsonl"
+    lines = log.read_text().splitlines(keepends=True)
+    assert '"event": "resume"' in lines[-2] and '"event": "done"' in lines[-1]
+    log.write_text("".join(lines[:-1]))
+    got = train_run(spec, ds, run, torch.device("cpu"), say=lambda m: None)
+    pd.testing.assert_frame_equal(got.drop(columns=["wall_s"]), ref.drop(columns=["wall_s"]))
+
+
+@pytest.mark.slow
+def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, tmp_path):
+    """A run being trained (its lock held, as by the first invocation's training job) and
+    a second `snakemake` reaching the outdir through a symlink: its job for that run stops
+    in one line and leaves the run's log as it was; once the first ends, a rerun gives
+    tables equal to the clean run's."""
+    out = _copy(smoke, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    tau = pd.read_csv(smoke / "tau.csv")
+    run = tau[tau.experiment == "E1"].run_id.iloc[0]
+    state = out / "runs" / run / "state"
+    lines = (state / "log.jsonl").read_text().splitlines(keepends=True)
+    first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
+    (state / "log.jsonl").write_text("".join(lines[: first + 1]))  # killed after a resume point
+    (out / "runs" / run / "metrics.csv").unlink()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from mbc.core.run_lock import hold; h = hold(sys.argv[1]); "
+        "print('held', flush=True); time.sleep(600)"
+    ), str(state)], stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        before = (state / "log.jsonl").read_bytes()
+        res = _tables(link, check=False)
+        said = res.stdout + res.stderr
+        assert res.returncode != 0, said[-3000:]
+        refused = [x for x in said.splitlines() if x.startswith(f"mbc: {out / 'runs' / run}:")]
+        assert len(refused) == 1 and f"process {holder.pid} on " in refused[0], said[-3000:]
+        assert "Traceback" not in said and (state / "log.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    _tables(link)
+    _equal_tables(out, smoke)
+
+
+def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_have_one(tmp_path):
+    """A run's summary.json edited and its sidecar deleted, while the run's other tables
+    have theirs: the start-up check takes it as unverified and rebuilds it (it trusted
+    it). A run whose tables all predate sidecars is not checked (nothing to compare)."""
+    from mbc.core.artifacts import write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import RunFiles, scan
+
+    run = tmp_path / "runs" / "r"
+    dataset = tmp_path / "datasets" / "d.pt"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"a dataset")
+    files = RunFiles("r", dataset, [run / "metrics.csv", run / "checkpoints.csv"],
+                     run / "summary.json")  # fmt: skip
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
+    assert scan([files], []) == []
+    files.summary.write_text('{"run_id": "r", "tau": 3000}\n')
+    Path(f"{files.summary}.sha256").unlink()
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (files.summary, 2, True)
+    assert found.why == "no checksum beside it, while the run's other tables have one (unverified)"
+    for p in files.train:
+        Path(f"{p}.sha256").unlink()
+    assert scan([files], []) == [], "an outdir from before sidecars"
+
+
+def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monkeypatch, capsys):
+    """flock refused by the file system (ENOLCK on some network mounts): the run trains and
+    the start-up goes on, each saying in one line that a second writer is not refused
+    (every job, and the start-up, failed there)."""
+    import errno
+    import fcntl
+
+    from mbc.core import run_lock
+    from mbc.core.integrity import hold_outdir
+
+    def no_locks(fh, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    fh = run_lock.hold(tmp_path / "state")
+    run_lock.release(fh)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        f"mbc: {tmp_path.resolve() / 'state' / 'run.lock'}: no file locks on this file system "
+        "(No locks available): a second process on this run is not refused"
+    )
+    assert hold_outdir(tmp_path / "out"), "the start-up goes on, unguarded"
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.endswith("(No locks available): a second snakemake on this outdir is not detected")

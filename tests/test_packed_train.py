@@ -11,6 +11,7 @@ import pytest
 import torch
 from helpers import tiny_spec
 
+from mbc.core.artifacts import write_json_atomic
 from mbc.core.integrity import RunFiles, repair, scan
 from mbc.core.packing import make_packs, pack_key
 from mbc.core.runlog import logged_tau, read_log
@@ -195,7 +196,7 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
 
     unpack_run(spec, run_dir)
     next((run_dir / "state" / "snapshots").glob("*.pt")).unlink()
-    (run_dir / "summary.json").write_text("{}")
+    write_json_atomic(run_dir / "summary.json", {})  # with its sidecar, as its rule writes it
     assert scan([files], []) == [], "no diagnostic reads its snapshots: nothing is broken"
     files = dataclasses.replace(files, diagnostics=[run_dir / "hessian.csv"])
     (run_dir / "hessian.csv").write_text("x\n")

@@ -26,10 +26,10 @@ import pandas as pd
 
 from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
-from mbc.core.artifacts import write_text_atomic
+from mbc.core.artifacts import read_sidecar_sha256, sha256_file, write_text_atomic
 from mbc.core.layout import Layout
 from mbc.core.provenance import code_version
-from mbc.core.runlog import read_log
+from mbc.core.runlog import finished, read_log
 
 TABLES = ("tau", "fits", "statistics", "hypotheses", "scorecard", "robustness", "init_scale")
 
@@ -130,20 +130,62 @@ def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[
     return lines
 
 
+def _unverified(path: Path, sidecar_needed: bool = True) -> str | None:
+    """Why a table cannot be trusted as written by the pipeline, or None: missing, no
+    checksum written with it (a sidecar gone: an aggregated table, which a plain rerun
+    rebuilds with one; a run's table from before sidecars passes), or bytes that differ."""
+    if not path.is_file():
+        return f"{path} is missing"
+    digest = read_sidecar_sha256(path)
+    if digest is None:
+        return f"{path} has no checksum beside it (unverified)" if sidecar_needed else None
+    return f"{path} differs from its checksum" if sha256_file(path) != digest else None
+
+
+def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]:
+    """What keeps the outdir from being the complete, intact record of its preset: every
+    table verified, every configured run in tau.csv with its directory, its finished log
+    and its verified tables. Empty: the report may be committed."""
+    layout = Layout(cfg.outdir)
+    problems = [why for t in TABLES if (why := _unverified(Path(layout.table(t))))]
+    tau_path = Path(layout.table("tau"))
+    tau_ok = _unverified(tau_path) is None  # read only as it was written
+    in_tau = set(pd.read_csv(tau_path).run_id) if tau_ok else set()
+    for r in cfg.specs:
+        run = layout.run(r)
+        if not run.dir.is_dir():
+            problems.append(f"run {r}: its directory {run.dir} is missing")
+            continue
+        if not finished(logs[r]):
+            problems.append(f"run {r}: {run.log} does not record it finished")
+        problems += [why for p in (run.metrics, run.summary) if (why := _unverified(p, False))]
+        if tau_ok and r not in in_tau:
+            problems.append(f"run {r}: not in {tau_path}")
+    for r in sorted(in_tau - set(cfg.specs)):
+        problems.append(f"{tau_path} lists run {r}, which the config does not give")
+    return problems
+
+
 def collect(preset: str, config_path: str, dest: str, overrides: dict | None = None) -> Path:
-    """Copy the preset's tables and PDF into dest/<preset>/ and write PROVENANCE."""
+    """Copy the preset's tables and PDF into dest/<preset>/ and write PROVENANCE; an outdir
+    that is not complete and intact (`incomplete`) is refused in one line, nothing written."""
     collector = _commit(code_version())  # before writing: what it writes is not the code
     cfg = mbc_config.load(
         mbc_config.read_yaml(config_path), {"preset": preset, **(overrides or {})}
     )
     out, layout = Path(cfg.outdir), Layout(cfg.outdir)
+    logs = read_logs(out, sorted(cfg.specs))
+    if problems := incomplete(cfg, logs):
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise SystemExit(
+            f"mbc.measured: {out}/ is not complete and intact, nothing written: {problems[0]}"
+            f"{more}; rebuild it first (snakemake all --config preset={preset} outdir={out})"
+        )
     tau = pd.read_csv(layout.table("tau"))
     target = Path(dest) / preset
     target.mkdir(parents=True, exist_ok=True)
     for t in TABLES:
         src = Path(layout.table(t))
-        if not src.exists():
-            raise SystemExit(f"mbc.measured: {src} does not exist: has the preset run end to end?")
         shutil.copyfile(src, target / src.name)
     pdf = Path(cfg.raw["paper_pdf"])
     if pdf.exists():
@@ -151,7 +193,7 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     run_ids = sorted(set(tau.run_id))
     steps = int(pd.to_numeric(tau.drop_duplicates("run_id")["steps"]).sum())
     lines = [f"preset: {preset}", f"outdir: {out}"]
-    logs = read_logs(out, run_ids)
+    logs = {r: logs[r] for r in run_ids}
     lines += provenance(logs)
     if cfg.arithmetic is not None:  # what `auto` chose: check() rebuilds the ids with it
         lines.append(f"arithmetic: {cfg.arithmetic.matrix_unit} ({cfg.arithmetic.why()})")

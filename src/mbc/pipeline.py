@@ -21,12 +21,14 @@ from mbc.analysis.robustness import comparison_table, init_scale_table, robustne
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import (
+    CorruptArtifactError,
     dumps_strict,
     read_csv_checked,
     read_json_checked,
     read_sidecar_sha256,
     torch_load_checked,
     torch_save_atomic,
+    unwritable,
     write_bytes_atomic,
     write_csv_atomic,
     write_json_atomic,
@@ -49,7 +51,7 @@ from mbc.core.sections import (
     Statistics,
     Summary,
 )
-from mbc.core.spec import RunSpec, TaskSpec, grid_rows
+from mbc.core.spec import RunSpec, TaskSpec, dataset_id, grid_rows
 from mbc.diagnostics.collective import (
     SUMMARY_COLUMNS,
     collective_tables,
@@ -89,24 +91,47 @@ from mbc.training.train import pick_device, train_run
 
 
 def load_dataset(path) -> Dataset:
-    """The dataset, its sha256 checked against the sidecar written with it (when present)."""
-    return Dataset.from_state(torch_load_checked(path, sha256=read_sidecar_sha256(path)))
+    """The dataset, its sha256 checked against the sidecar written with it (when present),
+    and its identity: the task and seed it holds must give the id its file is named by
+    (another dataset's file copied in with its own sidecar passes the checksum)."""
+    state = torch_load_checked(path, sha256=read_sidecar_sha256(path))
+    seed = state.pop("seed", None)  # absent in a file written before it was recorded
+    want = Path(path).name.removesuffix(".pt")
+    if seed is not None and (got := dataset_id(TaskSpec(**state["task"]), seed)) != want:
+        raise CorruptArtifactError(f"{path}: holds dataset {got}, not {want}", path)
+    return Dataset.from_state(state)
 
 
 def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
-    """Only the task and the seed enter: every run sharing them shares this file. Its
-    sha256 goes to `<file>.sha256` beside it (checked by every reader and at start-up)."""
+    """Only the task and the seed enter: every run sharing them shares this file, which
+    records the seed (the task it records already). Its sha256 and its dataset id go to
+    `<file>.sha256` beside it (checked by every reader and at start-up)."""
     ds = build_dataset(task, seed)
-    write_sidecar_sha256(out_path, torch_save_atomic(out_path, ds.to_state()))
+    digest = torch_save_atomic(out_path, {**ds.to_state(), "seed": seed})
+    write_sidecar_sha256(out_path, digest, dataset_id(task, seed))
     print(f"dataset: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]} seed={seed}")
 
 
 def _compile_cache(run_dir) -> None:
     """One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
     same shape loads the compiled kernels instead of compiling them again (README:
-    "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins."""
-    cache = Layout.of_run_dir(Path(run_dir).resolve()).compile_cache
-    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(cache))
+    "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins. One that cannot be
+    written to (Inductor would fail every job) is replaced by a temporary one, said in one
+    line and removed when the job ends."""
+    import atexit
+    import shutil
+    import tempfile
+
+    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
+        Layout.of_run_dir(Path(run_dir).resolve()).compile_cache
+    )
+    if (why := unwritable(cache)) is not None:
+        scratch = tempfile.mkdtemp(prefix="mbc-torch-compile-")
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        print(f"mbc: torch compile cache {cache} cannot be written to ({why}): this job "
+              f"compiles in {scratch} (removed when it ends)")  # fmt: skip
+        cache = scratch
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
 
 
 def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads: int = 1) -> None:
@@ -416,10 +441,16 @@ def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
     if not shutil.which("latexmk"):
         raise RuntimeError("latexmk not found: install the TeX toolchain (paper/README_TEX.md)")
     env = dict(os.environ, TEXINPUTS=":".join(str(Path(p).resolve()) for p in texinputs) + ":")
-    with tempfile.TemporaryDirectory() as tmp:
+    try:
+        scratch = tempfile.TemporaryDirectory(prefix="mbc-latex-")
+    except OSError:  # no writable temporary directory: beside the PDF, removed all the same
+        Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
+        scratch = tempfile.TemporaryDirectory(prefix=".mbc-latex-", dir=Path(out_pdf).parent)
+    with scratch as tmp:
         cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
                f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        # TeX's messages are bytes in whatever encoding the paths and fonts gave them
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
         print(res.stdout)  # latexmk's transcript: the rule's log, not the console
         if res.returncode != 0:
             raise RuntimeError(

@@ -2,6 +2,7 @@
 import os
 import re
 import sys
+import time
 
 from pathlib import Path
 
@@ -166,13 +167,18 @@ if MAIN_PROCESS:
             file=sys.stderr,
         )
     for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
+        _aside = _p.with_name(f"{_p.name}.corrupt-{int(time.time())}")
         print(
             f"mbc: repair: {_p}: differs from the checksum written with it, "
-            + ("would be deleted" if _report_only else "deleted so that it is rebuilt"),
+            + (
+                "would be moved aside"
+                if _report_only
+                else f"moved aside to {_aside.name} so that it is rebuilt"
+            ),
             file=sys.stderr,
         )
         if not _report_only:
-            _p.unlink()
+            _p.rename(_aside)
     for line in mbc.core.integrity.repair(
         _findings, _runs, _aggregates, dry_run=_report_only
     ):

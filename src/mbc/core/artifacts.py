@@ -48,6 +48,11 @@ def _atomic_write(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o666 & ~_UMASK)  # mkstemp makes 0600; artefacts are shared files
         os.replace(tmp, path)
+    except OSError as exc:  # a full disk names no file: name the artefact
+        Path(tmp).unlink(missing_ok=True)
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -108,7 +113,18 @@ def _write_table(path: str | os.PathLike, text: str) -> None:
     between the two writes leaves a mismatch too: rebuilt, never trusted."""
     data = text.encode("utf-8")
     _atomic_write(path, data)
-    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest())
+    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest(), identity_of(path))
+
+
+def identity_of(path: str | os.PathLike) -> str:
+    """What a table is, as its sidecar records it: a run's table with its run id
+    (`runs/<run_id>/metrics.csv`), a diagnostic's with its kind and run
+    (`diagnostics/hessian/<run_id>.csv`), else its name (`tau.csv`). A file copied over
+    another's place together with its sidecar then names the wrong identity."""
+    p = Path(path)
+    if p.parent.parent.name in ("runs", "diagnostics"):
+        return f"{p.parent.parent.name}/{p.parent.name}/{p.name}"
+    return p.name
 
 
 def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
@@ -128,17 +144,25 @@ def sidecar(path: str | os.PathLike) -> Path:
     return Path(f"{path}.sha256")
 
 
-def write_sidecar_sha256(path: str | os.PathLike, digest: str) -> None:
-    write_text_atomic(sidecar(path), digest + "\n")
+def write_sidecar_sha256(path: str | os.PathLike, digest: str, identity: str = "") -> None:
+    """`<digest>  <identity>` (sha256sum's layout): the bytes, and what they are (a
+    dataset id, a run's table), so that a file swapped in with its own sidecar is found."""
+    write_text_atomic(sidecar(path), f"{digest}  {identity}".rstrip() + "\n")
+
+
+def read_sidecar(path: str | os.PathLike) -> tuple[str, str | None] | None:
+    """(sha256, identity) recorded beside `path` (identity None in a sidecar written before
+    identities were), or None without a (readable, well-formed) sidecar."""
+    try:
+        digest, _, identity = sidecar(path).read_text().strip().partition("  ")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (digest, identity or None) if len(digest) == 64 else None
 
 
 def read_sidecar_sha256(path: str | os.PathLike) -> str | None:
     """The recorded sha256 of `path`, or None without a (readable) sidecar."""
-    try:
-        text = sidecar(path).read_text().strip()
-    except OSError:
-        return None
-    return text if len(text) == 64 else None
+    return None if (rec := read_sidecar(path)) is None else rec[0]
 
 
 def sha256_file(path: str | os.PathLike) -> str:

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import itertools
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -27,7 +28,13 @@ import jsonschema
 import yaml
 
 from mbc.core.arithmetic import Arithmetic, AutoArithmetic, pack_pays, resolve_auto, slow_precision
-from mbc.core.config_references import ConfigError, check_references, dotted
+from mbc.core.config_references import (
+    ConfigError,
+    check_references,
+    command_line_origin,
+    dotted,
+    holds,
+)
 from mbc.core.frozen import thaw
 from mbc.core.layout import Layout
 from mbc.core.sections import TypedSections
@@ -130,8 +137,18 @@ def schema() -> dict:
     return full
 
 
+def _is_integer(checker, value: Any) -> bool:
+    """An int, not a whole-number float: Draft 2020-12 accepts 300.0 as an integer, and a
+    float step count or batch size both changes the run ids and fails later in training."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+# the draft's validator with integers that are ints (jsonschema.validators.extend)
+Validator = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_integer),
+)
 Schema = Callable[[], dict]  # the config schema, read once: this module's or mbc.config's
-Validator = jsonschema.Draft202012Validator
 
 
 @functools.cache
@@ -139,7 +156,7 @@ def _validators(schema_fn: Schema = schema) -> tuple[Validator, Validator]:
     """(the whole config's validator, one run's sections' validator), built once per schema."""
     full = schema_fn()
     sub = {"$ref": "#/definitions/sections", "definitions": full["definitions"]}
-    return jsonschema.Draft202012Validator(full), jsonschema.Draft202012Validator(sub)
+    return Validator(full), Validator(sub)
 
 
 def _schema_check(cfg: dict, where: str, schema_fn: Schema = schema) -> None:
@@ -158,7 +175,17 @@ def _schema_check(cfg: dict, where: str, schema_fn: Schema = schema) -> None:
                 value = e.instance[unknown[0]]
                 hint = ", ".join(sorted(known))
                 raise ConfigError(".".join(path), value, f"unknown key ({where}); known: {hint}")
-        raise ConfigError(".".join(path) or "<top level>", value, f"{e.message} ({where})")
+        raise ConfigError(".".join(path) or "<top level>", value, f"{_why(e)} ({where})")
+
+
+def _why(e: jsonschema.ValidationError) -> str:
+    """The schema's message, with the fix for a whole number written as a float."""
+    wanted = e.validator_value if e.validator == "type" else None
+    if "integer" in ([wanted] if isinstance(wanted, str) else wanted or []) and (
+        isinstance(e.instance, float) and e.instance.is_integer()
+    ):
+        return f"must be an integer: write {int(e.instance)}, not {e.instance}"
+    return e.message
 
 
 def _coerce(value: Any) -> Any:
@@ -211,15 +238,6 @@ def resolve(raw: dict, overrides: dict | None = None, schema_fn: Schema = schema
     return merged
 
 
-def _holds(node: Any, path: tuple) -> bool:
-    """Whether the nested dict `node` has a value at `path`."""
-    for part in path:
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
-
-
 def _origin(key: str, origins: dict[str, str], written=dotted) -> str:
     """Where the user wrote the value of run key `key` (e.g. train.lr): the experiment's
     set/grid/variants entry that assigned it, else its `defaults` entry."""
@@ -232,7 +250,7 @@ def _check_sections(sections: dict, origins: dict[str, str], written=dotted) -> 
     if errors:
         e = errors[0]
         key = ".".join(str(p) for p in e.absolute_path)
-        raise ConfigError(_origin(key, origins, written), e.instance, e.message)
+        raise ConfigError(_origin(key, origins, written), e.instance, _why(e))
 
 
 def _get(spec: RunSpec, dotted: str) -> Any:
@@ -352,9 +370,10 @@ def load(
     def written(path: tuple) -> str:
         """Where the user wrote the value at `path`: on the command line (`--config`,
         which wins), in the preset, else at its own place in config.yaml."""
-        if given_as and _holds(overrides or {}, path):
-            return f"{given_as} {dotted(path)}"
-        if _holds(preset_raw, path):
+        if given_as and holds(overrides or {}, path):
+            how = command_line_origin(path, sys.argv) if given_as == "--config" else given_as
+            return f"{how} {dotted(path)}"
+        if holds(preset_raw, path):
             return f"presets.{cfg['preset']}.{dotted(path)}"
         return dotted(path)
 

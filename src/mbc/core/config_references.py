@@ -1,10 +1,14 @@
 """The config's checks across sections (`mbc.core.config.load` runs them after the schema):
 what a section names must be declared elsewhere. And `ConfigError`, the one error every
-config check raises, naming the key where the user wrote it and its value."""
+config check raises, naming the key where the user wrote it and its value, and which part
+of a snakemake command line (`--config`, `--configfile FILE`) wrote it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 
 class ConfigError(ValueError):
@@ -18,6 +22,40 @@ class ConfigError(ValueError):
 def dotted(path: tuple) -> str:
     """A config path as the user writes it: `diagnostics.hessian.source`."""
     return ".".join(str(p) for p in path)
+
+
+def holds(node: Any, path: tuple) -> bool:
+    """Whether the nested dict `node` has a value at `path`."""
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def command_line_origin(path: tuple, argv: list[str]) -> str:
+    """Which part of a snakemake command line gave the value at `path`: Snakemake hands
+    `--config k=v` and `--configfile FILE` over as one dict. `--config` wins (it is merged
+    last), then the last file that holds the path; `--config` when the line says neither."""
+    keys, files, into = set(), [], None
+    for a in argv:
+        if a in ("--config", "-C", "--configfile", "--configfiles"):
+            into = keys if a in ("--config", "-C") else files
+        elif a.startswith("-"):
+            into = None
+        elif into is keys:
+            keys.add(a.split("=", 1)[0])
+        elif into is files:
+            files.append(a)
+    if path[0] in keys:
+        return "--config"
+    for f in reversed(files):
+        try:
+            if holds(yaml.safe_load(Path(f).read_text(encoding="utf-8")), path):
+                return f"--configfile {f}:"
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+    return "--config"
 
 
 def check_references(cfg: dict, written=dotted) -> None:

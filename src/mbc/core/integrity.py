@@ -7,10 +7,13 @@ the chain its files form (README: Reliability):
 
     dataset -> train (metrics.csv, checkpoints.csv, snapshots) -> summary.json -> diagnostics
 
-and finds the first broken link: a missing file, a dataset whose sha256 differs from its
-sidecar, a snapshot listed in checkpoints.csv that is missing (or, with `verify=full`, whose
-sha256 differs from the index) in a run that a diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`,
-nothing is lost), deletes what was derived from it (the run's later links and the
+and finds the first broken link: a missing file, a dataset or table whose sha256 differs
+from its sidecar or whose sidecar names another artefact (a file swapped in with its own
+sidecar), a run's table whose sidecar is gone while its siblings have theirs, a log with a
+line that is not JSON before its last, a snapshot listed in checkpoints.csv that is
+missing (or, with `verify=full`, whose sha256 differs from the index) in a run that a
+diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`, nothing is
+lost; an outdir table without a sidecar, `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad or missing (the run is retrained: the same seed gives the same bits on a
 CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
@@ -22,18 +25,20 @@ pack runs again.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from mbc.core.artifacts import read_sidecar_sha256, sha256_file
+from mbc.core.artifacts import identity_of, read_sidecar, read_sidecar_sha256, sha256_file
 from mbc.core.layout import Layout, RunPaths
-from mbc.core.runlog import finished, read_log
+from mbc.core.runlog import damage, finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 _HELD: dict[Path, object] = {}  # outdir lock path -> its open file, held by this process
@@ -43,17 +48,29 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     """Hold `<outdir>/.mbc/outdir.lock` for the rest of this process (the main Snakemake
     process of an invocation): False when another invocation holds it. Repair runs only
     under it, so a second `snakemake` on a running outdir, refused later by Snakemake's
-    own lock, never deletes what the first is writing."""
+    own lock, never deletes what the first is writing. A lock that cannot be opened (a
+    directory in its place) stops the process in one line (SystemExit), before any repair."""
     path = Layout(str(outdir)).lock.resolve()
     if path in _HELD:  # (the Snakefile parsed again in this process)
         return True
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
+    except OSError as exc:  # checked before the repair touches anything: one line, stop
+        what = "a directory" if path.is_dir() else exc.strerror
+        raise SystemExit(
+            f"mbc: {path} cannot be the outdir's lock ({what}): remove it and run again"
+        ) from None
     try:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         fh.close()
         return False
+    except OSError as exc:  # a network file system without flock: repair, unguarded
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+              "snakemake on this outdir is not detected", file=sys.stderr)  # fmt: skip
     _HELD[path] = fh
     return True
 
@@ -110,7 +127,7 @@ def stale_lock(locks_dir: str | os.PathLike, outdir: str | os.PathLike) -> bool:
     for lock in Path(locks_dir).glob("*.lock"):
         try:
             lines = lock.read_text().splitlines()
-        except OSError:
+        except (OSError, UnicodeDecodeError):
             continue
         held = (str(Path(p).resolve()) for p in lines)
         if any(q == root or q.startswith(root + os.sep) for q in held):
@@ -134,10 +151,8 @@ def scan(
             finding = None
             if not f.dataset.is_file():
                 finding = Finding(f.run_id, 0, f.dataset, "dataset missing", False)
-            else:
-                digest = read_sidecar_sha256(f.dataset)
-                if digest is not None and sha256_file(f.dataset) != digest:
-                    finding = Finding(f.run_id, 0, f.dataset, "dataset checksum mismatch", True)
+            elif (why := _dataset_mismatch(f.dataset)) is not None:
+                finding = Finding(f.run_id, 0, f.dataset, why, True)
             checked_datasets[f.dataset] = finding
         if checked_datasets[f.dataset] is not None:
             d = checked_datasets[f.dataset]
@@ -151,8 +166,17 @@ def scan(
         if missing is not None:
             out.append(Finding(f.run_id, 1, missing, "missing", False))
             continue
-        if (bad := _altered(f.run_id, 1, f.train)) is not None:
+        if (bad := _altered(f, 1, f.train)) is not None:
             out.append(bad)
+            continue
+        if (hurt := damage(log := RunPaths(f.run_dir).log)) is not None:
+            # its tables would be rebuilt from a cut log: train the rest again (its job
+            # keeps the damaged log aside and resumes from the resume point before it)
+            why = (
+                f"line {hurt[0]} of {hurt[1]} is not JSON: the run trains on from its last "
+                "resume point before it"
+            )
+            out.append(Finding(f.run_id, 1, log, why, False))
             continue
         # snapshots are a link only toward the diagnostics: a run no diagnostic reads is
         # complete without them (its snapshots may have stayed where it trained)
@@ -163,15 +187,27 @@ def scan(
         if not f.summary.is_file():
             out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue
-        if bad := _altered(f.run_id, 2, [f.summary]) or _unparsable(f.run_id, f.summary):
+        if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary]):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
         if gone is not None:
             out.append(Finding(f.run_id, 3, gone, "missing", False))
-        elif (bad := _altered(f.run_id, 3, f.diagnostics)) is not None:
+        elif (bad := _altered(f, 3, f.diagnostics)) is not None:
             out.append(bad)
     return out
+
+
+def _dataset_mismatch(path: Path) -> str | None:
+    """Why a dataset file is not the one its name says, by its sidecar: the bytes differ,
+    or the sidecar names another dataset (its file and sidecar copied over this one's)."""
+    rec = read_sidecar(path)
+    if rec is None:
+        return None
+    digest, identity = rec
+    if identity is not None and identity != path.name.removesuffix(".pt"):
+        return f"holds dataset {identity}, by the checksum copied in with it"
+    return "dataset checksum mismatch" if sha256_file(path) != digest else None
 
 
 def _unparsable(run_id: str, summary: Path) -> Finding | None:
@@ -187,15 +223,20 @@ def _unparsable(run_id: str, summary: Path) -> Finding | None:
     return None
 
 
-def _altered(run_id: str, level: int, paths: list[Path]) -> Finding | None:
+def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     """The first table whose bytes differ from the checksum written with it (rows cut, a
-    line torn, an edit): it is rebuilt from what it derives from (a run's tables from its
-    log, which says the run finished: no retraining). Tables written before checksums
-    were recorded (no sidecar) are not checked."""
+    line torn, an edit), or without one while the run's other tables have one (its sidecar
+    deleted: unverified): it is rebuilt from what it derives from (a run's tables from its
+    log, which says the run finished: no retraining). A run whose tables were all written
+    before checksums were recorded (no sidecar) is not checked, nor is a diagnostic without
+    one (costly to rebuild, and perhaps from before sidecars where its run's are not)."""
     for p in paths:
-        if _differs(p):
-            why = "differs from the checksum written with it (cut or edited since)"
-            return Finding(run_id, level, p, why, True)
+        if why := _differs(p):
+            return Finding(f.run_id, level, p, why, True)
+        siblings = (*f.train, f.summary)
+        if level < 3 and read_sidecar(p) is None and any(map(read_sidecar, siblings)):
+            why = "no checksum beside it, while the run's other tables have one (unverified)"
+            return Finding(f.run_id, level, p, why, True)
     return None
 
 
@@ -204,10 +245,24 @@ def altered_aggregates(aggregates: list[Path]) -> list[Path]:
     return [p for p in aggregates if p.is_file() and _differs(p)]
 
 
-def _differs(path: Path) -> bool:
-    """The file's bytes differ from its `.sha256` sidecar (False without one)."""
-    digest = read_sidecar_sha256(path)
-    return digest is not None and sha256_file(path) != digest
+def unverified_tables(outdirs: set[Path]) -> list[Path]:
+    """The outdirs' tables without a checksum beside them (deleted, or an outdir from before
+    checksums): an edit to one would spread downstream unseen, so it is rebuilt."""
+    return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
+
+
+def _differs(path: Path) -> str | None:
+    """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
+    another table (another run's, copied in with its sidecar), or the bytes differ. None
+    without a sidecar."""
+    if (rec := read_sidecar(path)) is None:
+        return None
+    digest, identity = rec
+    if identity is not None and identity != identity_of(path):
+        return f"is {identity}, by the checksum copied in with it"
+    if sha256_file(path) != digest:
+        return "differs from the checksum written with it (cut or edited since)"
+    return None
 
 
 def repair(
@@ -218,6 +273,15 @@ def repair(
     by_id = {f.run_id: f for f in runs}
     stamp = int(time.time())
     lines: list[str] = []
+    for p in unverified_tables({a.parent for a in aggregates}):
+        aside = f"{p.name}.unverified-{stamp}"
+        lines.append(
+            f"{p}: no checksum beside it (unverified), "
+            + (f"would be moved aside to {aside}" if dry_run else f"moved aside to {aside}")
+            + " so that it is rebuilt"
+        )
+        if not dry_run:
+            p.rename(p.with_name(aside))
     shown = 0
     doomed: set[Path] = set()
     for fd in findings:

@@ -5,12 +5,15 @@ training run's "done" line), its WARNING lines and, when a job fails, one line n
 log, then the traceback that Python prints on the way out.
 
 A corrupt input (CorruptArtifactError) is moved aside with a clear message, so that the
-next workflow run regenerates it instead of reading it as data.
+next workflow run regenerates it instead of reading it as data. A known fault (a corrupt
+input, a run another process trains, Ctrl-C, a full disk) ends the job in one console
+line; its traceback goes to the job's log only.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import time
@@ -19,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from mbc.core.artifacts import CorruptArtifactError
+from mbc.core.run_lock import RunBusyError
 
 _TERMINAL: list = []  # the console streams of the `logged` block in force (innermost last)
 
@@ -67,20 +71,39 @@ def logged(path: str | os.PathLike | None) -> Iterator[None]:
         _TERMINAL.append(err)
         try:
             yield
-        except CorruptArtifactError as exc:
-            traceback.print_exc()
-            for bad in exc.invalidate:
-                if bad.exists():
-                    aside = bad.with_name(bad.name + f".corrupt-{int(time.time())}")
-                    bad.rename(aside)
-                    console(f"mbc: moved {bad} aside to {aside}")
-            console(f"mbc: corrupt input detected: {exc}. Rerun the workflow to regenerate it.")
-            raise
-        except BaseException:
-            traceback.print_exc()
-            print(f"mbc: failed, the whole story is in {path}", file=err, flush=True)
-            raise
+        except BaseException as exc:
+            traceback.print_exc()  # into the job's log (mbc.status reads it there)
+            if (line := _fault_line(exc)) is None:  # a bug: the log has the whole story
+                print(f"mbc: failed, the whole story is in {path}", file=err, flush=True)
+                raise
+            # a fault the pipeline knows: one line on the console, in the log too, and the
+            # job fails without a second traceback
+            print(line, file=fh, flush=True)
+            print(line, file=err, flush=True)
+            raise SystemExit(1) from None
         finally:
             fh.flush()
             _TERMINAL.pop()
             sys.stdout, sys.stderr = out, err
+
+
+def _fault_line(exc: BaseException) -> str | None:
+    """The one line a known fault ends in (a corrupt input moved aside first), else None."""
+    if isinstance(exc, CorruptArtifactError):
+        moved = []
+        for bad in exc.invalidate:
+            if bad.exists():
+                aside = bad.with_name(bad.name + f".corrupt-{int(time.time())}")
+                bad.rename(aside)
+                moved.append(f"; moved {bad} aside to {aside.name}")
+        return f"mbc: corrupt input detected: {exc}{''.join(moved)}. Rerun the workflow to regenerate it."
+    if isinstance(exc, RunBusyError):
+        return f"mbc: {exc}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "mbc: interrupted; a run resumes from its last resume point at the next snakemake"
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return (
+            f"mbc: no space left on the device writing {exc.filename or 'a file'}: free some "
+            "and rerun (a run resumes from its last resume point)"
+        )
+    return None

@@ -9,6 +9,8 @@ metrics.csv, `mbc.status`, `mbc.estimate` and the tests that wait for a resume p
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 
@@ -17,8 +19,8 @@ def read_log(path: str | Path) -> list[dict]:
     job killed mid-write, or a line still being written when another process reads) is
     dropped, and so is everything after a corrupt line, which a resume must not trust.
     A log not written yet reads as no rows."""
-    try:
-        text = Path(path).read_text()
+    try:  # undecodable bytes become a line that is not JSON, where reading stops
+        text = Path(path).read_text(errors="replace")
     except FileNotFoundError:
         return []
     rows = []
@@ -28,6 +30,35 @@ def read_log(path: str | Path) -> list[dict]:
         except json.JSONDecodeError:
             break
     return rows
+
+
+def damage(path: str | Path) -> tuple[int, int] | None:
+    """(number, count) of the log's first line that is not JSON before its last line:
+    damage, not a torn last line (a kill mid-write). None: the log is sound or absent."""
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for n, line in enumerate(lines[:-1], start=1):
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            return n, len(lines)
+    return None
+
+
+def keep_damaged(path: str | Path) -> str | None:
+    """A damaged log (`damage`) is copied aside as `log.jsonl.corrupt-<time>` before the
+    resume rewrites it from the rows before the damage; the one line saying so."""
+    path = Path(path)
+    if (found := damage(path)) is None:
+        return None
+    aside = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
+    shutil.copy2(path, aside)
+    return (
+        f"{path}: line {found[0]} of {found[1]} is not JSON; the log as it was is kept as "
+        f"{aside.name}, and the run goes on from its last resume point before that line"
+    )
 
 
 def finished(rows: list[dict]) -> bool:

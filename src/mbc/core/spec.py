@@ -319,14 +319,17 @@ class RunSpec:
     @property
     def dataset_id(self) -> str:
         """Runs that share task and seed share one dataset file."""
-        blob = json.dumps(
-            {"task": dataclasses.asdict(self.task), "seed": self.seed}, sort_keys=True
-        )
-        t = self.task
-        return (
-            f"{t.direction}-K{t.k}-G{t.n_groups}-s{self.seed}-"
-            + hashlib.sha256(blob.encode()).hexdigest()[:8]
-        )
+        return dataset_id(self.task, self.seed)
+
+
+def dataset_id(task: TaskSpec, seed: int) -> str:
+    """The id of the dataset of `task` drawn with `seed` (its file's name, and what the file
+    and its sidecar record: `mbc.pipeline.load_dataset` compares them)."""
+    blob = json.dumps({"task": dataclasses.asdict(task), "seed": seed}, sort_keys=True)
+    return (
+        f"{task.direction}-K{task.k}-G{task.n_groups}-s{seed}-"
+        + hashlib.sha256(blob.encode()).hexdigest()[:8]
+    )
 
 
 # tau.csv's columns of a run's spec. The first are the flat names tau.csv had before every

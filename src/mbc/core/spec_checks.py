@@ -72,7 +72,14 @@ def first_problem(spec: RunSpec, where: Callable[[str], str]) -> tuple[str, Any,
             f"larger than the dataset D={t.d} = K {t.k} x task.n_groups {t.n_groups} "
             f"(n_groups from '{groups}')",
         )
-    if e.dense_every and (e.every <= 0 or e.every % e.dense_every):
+    if e.dense_every and e.every <= 0:  # the slip is every's: dense_every has no grid to divide
+        return (
+            "eval.every",
+            e.every,
+            f"must be a positive multiple of eval.dense_every = {e.dense_every} "
+            "(or set eval.dense_every: 0)",
+        )
+    if e.dense_every and e.every % e.dense_every:
         return ("eval.dense_every", e.dense_every, f"must divide eval.every = {e.every}")
     if not 0 < e.threshold < 1:
         return ("eval.threshold", e.threshold, "must be in (0, 1) (a fraction of log K)")

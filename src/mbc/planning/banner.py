@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -92,11 +94,35 @@ def machine_rates() -> Path:
     return Path(root) / "mbc" / "steps_per_s.json"
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict[str, float]:
+    """A rate cache: shape key -> steps/s. An entry that is not a positive finite number,
+    or a file that is not such a mapping, is discarded with one line (measured again): a
+    hand-edited or foreign cache must not stop the start-up after the repair."""
     try:
-        return json.loads(path.read_text())
+        known = json.loads(path.read_text())
     except (OSError, ValueError):  # missing, or torn by a concurrent writer: measure again
         return {}
+    if not isinstance(known, dict):
+        print(f"mbc: {path}: not a mapping of rates, discarded (measured again)", file=sys.stderr)
+        return {}
+    good = {k: float(v) for k, v in known.items() if _is_rate(v)}
+    if len(good) < len(known):
+        bad = next(v for k, v in known.items() if k not in good)
+        print(
+            f"mbc: {path}: {len(known) - len(good)} entry(ies) not a steps/s number (such as "
+            f"{bad!r}), discarded (measured again)",
+            file=sys.stderr,
+        )
+    return good
+
+
+def _is_rate(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
 
 
 def _write_json(path: Path, known: dict) -> None:

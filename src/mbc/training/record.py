@@ -28,6 +28,7 @@ from typing import NamedTuple, Protocol
 import pandas as pd
 import torch
 
+from mbc.core import run_lock
 from mbc.core.artifacts import (
     CorruptArtifactError,
     dumps_strict,
@@ -42,6 +43,7 @@ from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.provenance import now, start_event
 from mbc.core.runlog import (
     finished,
+    keep_damaged,
     last_resume,
     logged_divergence,
     logged_first_target_tau,
@@ -123,6 +125,7 @@ class RunRecord:
         self.finished = False
         self.bound = bound(spec.train)
         self._fh = None
+        self._lock = None  # the run's lock, held from `resume` to `close`
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
         self._prev_row: dict | None = None
@@ -132,8 +135,12 @@ class RunRecord:
 
     def resume(self) -> dict | None:
         """Read the run's state: the resume point to load into the weights (None: start
-        from the initial weights, or the run has finished: `finished`). Sets `step`."""
+        from the initial weights, or the run has finished: `finished`). Sets `step`.
+        Holds the run's lock until `close` (`mbc.core.run_lock`: one writer per run)."""
+        self._lock = run_lock.hold(self.paths.state)
         self.paths.snapshots.mkdir(parents=True, exist_ok=True)
+        if (kept := keep_damaged(self.paths.log)) is not None:  # rewritten below: keep it
+            self.say(f"WARNING: {kept}")
         rows = read_log(self.paths.log)
         if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
@@ -143,16 +150,24 @@ class RunRecord:
         if state is not None:
             self.step = self.last_resume = state["step"]
             self.say(f"resuming {self.spec.run_id} from step {self.step}")
-        if self.step >= self.spec.train.max_steps:  # finished, its `done` line not written
-            rows.append({"event": "done", "step": self.step, "time": now()})
-            self.finished, self.tau = True, logged_tau(rows)
-            write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
-            return None
-        write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
         self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
         for window in (r for r in rows if r.get("event") == train_log.EVENT):
             self._window(window, replay=True)
         self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
+        # finished, its `done` line not written (killed between the two): the budget, or
+        # the early stop decided at the resume point's own step
+        prev = self._prev_row
+        stopped = (
+            prev is not None
+            and prev["step"] == self.step > 0
+            and _converged(self.spec, self.stop_clock(), self.step, self._stop_loss(prev))
+        )
+        if self.step >= self.spec.train.max_steps or stopped:
+            rows.append({"event": "done", "step": self.step, "time": now()})
+            self.finished = True
+            write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
+            return None
+        write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
         self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
@@ -279,6 +294,8 @@ class RunRecord:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+        run_lock.release(self._lock)
+        self._lock = None
 
     def _diverge(self, step: int, view: RunView, row: dict | None = None) -> bool:
         """Stop the run as diverged at `step`: log its evaluation there (evaluated now when

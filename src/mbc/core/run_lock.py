@@ -1,0 +1,59 @@
+"""One writer per run: its training process holds `<run>/state/run.lock` while it writes
+the run's state (log, resume points, snapshots).
+
+Snakemake's own lock compares paths as written, and the outdir lock guards only the
+start-up repair, so two invocations reaching one outdir by two paths (a symlink) could
+resume the same run at once and interleave its log. `flock` locks the file itself, not a
+path: a second process refuses whatever path reached the run, in one line, before it
+writes anything. The lock goes with its process (a kill -9 included), so nothing stale
+is left behind.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import IO
+
+LOCK = "run.lock"
+
+
+class RunBusyError(RuntimeError):
+    """Another process is training this run; the message is one line naming it."""
+
+
+def hold(state_dir: str | os.PathLike) -> IO:
+    """Hold the run's lock until the returned file is closed (`release`) or the process
+    ends; RunBusyError when another process holds it."""
+    path = Path(state_dir).resolve() / LOCK  # the message names the run, not the link
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fh = open(path, "a+")  # noqa: SIM115 - held open on purpose until release()
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise RunBusyError(
+            f"{path.parent.parent}: {holder} is training this run; this job wrote nothing "
+            "(two snakemake invocations on one outdir, by two paths?): wait for it to end"
+        ) from None
+    except OSError as exc:  # a network file system without flock: train, unguarded
+        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            raise
+        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+              "process on this run is not refused", file=sys.stderr)  # fmt: skip
+        return fh
+    fh.truncate(0)
+    fh.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    fh.flush()
+    return fh
+
+
+def release(fh: IO | None) -> None:
+    if fh is not None:
+        fh.close()  # closing the file releases its flock
