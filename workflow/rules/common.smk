@@ -19,8 +19,21 @@ import mbc.training.tensorboard_log
 
 # Validate once at start-up (JSON schema + semantic checks); a bad value stops the
 # workflow here, before any job runs, with one line naming the key and the value.
+# A file named on the command line under a preset's outdir selects that preset (no
+# `--config preset=...` needed to rebuild one figure). Snakemake's targets are not known
+# while the Snakefile is parsed, so they are read off the command line.
+_OVERRIDES = dict(workflow.config_settings.overwrite_config or {})
+if _preset := mbc.config.preset_of_targets(
+    config, _OVERRIDES, mbc.config.command_line_targets(sys.argv)
+):
+    _OVERRIDES["preset"] = _preset
+    if not (workflow.remote_exec or workflow.subprocess_exec):
+        print(
+            f"mbc: preset {_preset}: the outdir of the file(s) named on the command line",
+            file=sys.stderr,
+        )
 try:
-    CFG = mbc.config.load(config, overrides=workflow.config_settings.overwrite_config)
+    CFG = mbc.config.load(config, overrides=_OVERRIDES)
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
     if (

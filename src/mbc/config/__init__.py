@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import os
 from pathlib import Path
 
 from mbc.analysis.stat_schema import statistics_schema
@@ -24,6 +25,8 @@ __all__ = [
     "Run",
     "check_files",
     "load",
+    "command_line_targets",
+    "preset_of_targets",
     "read_yaml",
     "schema",
 ]
@@ -60,3 +63,48 @@ def check_files(paths: list[str], base: str | Path = "config.yaml") -> Config:
     for path in paths:
         over = deep_merge(over, read_yaml(path))
     return load(deep_merge(read_yaml(base), over), over, given_as=None)
+
+
+def preset_of_targets(raw: dict, overrides: dict | None, targets) -> str | None:
+    """The preset whose outdir holds every file named on the command line, when the command
+    names no preset and no outdir: `snakemake results/smoke/figures/noise.pdf` builds that
+    figure with the smoke preset (the deepest outdir holding it wins; rule names such as
+    `all` are not files). None: the config's own preset decides."""
+    if {"preset", "outdir"} & set(overrides or {}):
+        return None
+    files = [os.path.normpath(str(t)) for t in targets or () if "/" in str(t) or "." in str(t)]
+    outdirs = {"paper": raw.get("outdir", "results")} | {
+        name: p["outdir"] for name, p in (raw.get("presets") or {}).items() if p.get("outdir")
+    }
+
+    def owner(path: str) -> str | None:
+        holding = [
+            (len(os.path.normpath(o)), name)
+            for name, o in outdirs.items()
+            if path.startswith(os.path.normpath(str(o)) + os.sep)
+        ]
+        return max(holding)[1] if holding else None
+
+    owners = {owner(f) for f in files}
+    return owners.pop() if len(owners) == 1 and None not in owners else None
+
+
+# snakemake options whose value may look like a file (the value is not a target)
+_PATH_OPTIONS = {
+    "--configfile", "--configfiles", "-s", "--snakefile", "-d", "--directory", "--profile",
+    "--workflow-profile", "--report", "--conda-prefix", "--shadow-prefix", "--apptainer-prefix",
+    "--singularity-prefix", "--log-handler-script", "--stats", "--dag", "--d3dag",
+}  # fmt: skip
+
+
+def command_line_targets(argv: list[str]) -> list[str]:
+    """The files a snakemake command line names as targets: arguments that look like a
+    path (a / or a .), are no option, hold no `=` (`--config k=v`), and are not the value
+    of an option that takes a path (`--configfile my.yaml`)."""
+    out = []
+    for prev, a in zip(["", *argv[1:]], argv[1:], strict=False):
+        if a.startswith("-") or "=" in a or prev in _PATH_OPTIONS:
+            continue
+        if "/" in a or "." in a:
+            out.append(a)
+    return out
