@@ -8,6 +8,14 @@ def _one_thread():
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _machine_caches(tmp_path_factory, monkeypatch):
+    """The machine caches (rates, calibrations, the arithmetic probe) live under the test
+    session's own directory, not the user's ~/.cache: no test reads what an earlier run on
+    this machine left there, and none writes into it."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+
+
 @pytest.fixture(scope="session")
 def smoke(tmp_path_factory):
     """The smoke preset run once, locally (--cores 2), for every test that reads its outputs:

@@ -10,7 +10,7 @@ import torch
 from helpers import tiny_spec
 
 from mbc import config as mbc_config
-from mbc.estimate import calibrate_tau, estimate, main
+from mbc.estimate import calibrate_tau, estimate, main, report
 from mbc.planning.timing import measure_steps_per_s
 
 # the live config: these tests plan the smoke and paper presets the workflow runs
@@ -215,12 +215,12 @@ def test_a_shape_is_timed_once_per_machine_even_by_dry_runs(tmp_path, monkeypatc
     )
     outdir_cache = tmp_path / "out" / ".mbc" / "steps_per_s.json"
     for _ in range(2):  # two dry runs
-        assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, write=False) == 42.0
+        assert banner.cached_rate(tiny_spec(), "cpu", 1, outdir_cache, write=False) == 42.0
     assert len(calls) == 1 and not outdir_cache.exists()
     assert banner.machine_rates() == tmp_path / "cache" / "mbc" / "steps_per_s.json"
-    assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, write=True) == 42.0
+    assert banner.cached_rate(tiny_spec(), "cpu", 1, outdir_cache, write=True) == 42.0
     assert len(calls) == 1 and list(json.loads(outdir_cache.read_text()).values()) == [42.0]
-    assert banner._rate(tiny_spec(), "cpu", 1, outdir_cache, width=4) == 42.0
+    assert banner.cached_rate(tiny_spec(), "cpu", 1, outdir_cache, width=4) == 42.0
     assert len(calls) == 2, "another width is another measurement"
 
 
@@ -239,3 +239,61 @@ def test_estimate_for_a_gpu_from_its_rates_calibrates_tau_on_this_cpu(tmp_path, 
     assert "calibrating tau on cpu" in said
     assert out["tau_coef"] > 0 and "on cpu" in out["tau_coef_note"]
     assert out["device"] == "cuda" and math.isfinite(out["packed"]["wall_s"])
+
+
+def test_a_second_estimate_measures_nothing_and_counts_a_shared_run_once(
+    tmp_path, monkeypatch, capsys
+):
+    """The estimate says what it measures while it does, caches its calibration and its
+    rates per machine (the banner's rate cache: one figure per shape), and counts a run two
+    experiments list in each of their rows but once in `all`."""
+    import mbc.estimate as est
+    import mbc.planning.timing
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    calls = {"tau": 0, "rate": 0}
+
+    def fake_tau(spec, device, cap):
+        calls["tau"] += 1
+        return 100, True
+
+    def fake_rate(*a, **k):
+        calls["rate"] += 1
+        return 50.0
+
+    monkeypatch.setattr(est, "calibrate_tau", fake_tau)
+    monkeypatch.setattr(mbc.planning.timing, "measure_steps_per_s", fake_rate)
+    first = estimate("smoke", CONFIG, str(tmp_path / "a"))
+    said = capsys.readouterr().out
+    assert calls["tau"] == 1 and calls["rate"] >= 1
+    assert "calibrating tau on cpu" in said and "timing 20 training steps of" in said
+    timed = calls["rate"]
+    # another outdir, the same machine: nothing trained, nothing timed
+    again = estimate("smoke", CONFIG, str(tmp_path / "b"))
+    said = capsys.readouterr().out
+    assert calls == {"tau": 1, "rate": timed}
+    assert "timing" not in said and again["expected_steps"] == first["expected_steps"]
+    report(again)
+    said = capsys.readouterr().out
+    (all_row,) = [line for line in said.splitlines() if line.startswith("all ")]
+    assert int(all_row.split()[1]) == again["runs"]  # each distinct run once
+    assert "are listed by two or more experiments" in said and "E15 + E2 1" in said
+
+
+def test_the_banner_uses_the_estimates_calibration_where_no_tau_is_measured(tmp_path, monkeypatch):
+    """Without a measured tau the banner costed every run at its budget while the estimate
+    calibrated a law (9.1 against 5.8 days for one preset): it now reads that calibration."""
+    import mbc.estimate as est
+    from mbc.planning.banner import banner_lines
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(CONFIG), {"preset": "smoke", "outdir": str(tmp_path)}
+    )
+    before = banner_lines(cfg, cores=2, measure=False)
+    assert any("every run at its full budget" in line for line in before)
+    monkeypatch.setattr(est, "calibrate_tau", lambda spec, device, cap: (40, True))
+    estimate("smoke", CONFIG, str(tmp_path), steps_per_s=50.0)
+    after = banner_lines(cfg, cores=2, measure=False)
+    (law,) = [line for line in after if "tau = c D^" in line]
+    assert "c from the calibration run" in law

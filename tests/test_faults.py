@@ -305,7 +305,7 @@ def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
     cache = tmp_path / "out" / ".mbc" / "steps_per_s.json"
     cache.parent.mkdir(parents=True)
     cache.write_text("[1, 2]")
-    assert banner._rate(spec, "cpu", 1, cache) == 123.0
+    assert banner.cached_rate(spec, "cpu", 1, cache) == 123.0
     said = capsys.readouterr().err.splitlines()
     assert said == [
         f"mbc: {cache}: not a mapping of rates, discarded (measured again)",
@@ -313,7 +313,7 @@ def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
         "(measured again)",
     ]
     assert json.loads(cache.read_text()) == {key: 123.0}, "rewritten with the new measurement"
-    assert banner._rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err
+    assert banner.cached_rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err
 
 
 def _measured(out, dest) -> subprocess.CompletedProcess:

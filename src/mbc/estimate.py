@@ -28,6 +28,7 @@ number of steps and the expected wall time on this machine. The assumptions, kep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import time
@@ -38,10 +39,13 @@ import pandas as pd
 import torch
 
 from mbc import config as mbc_config
+from mbc.core.artifacts import write_text_atomic
 from mbc.core.crossing import first_crossing
+from mbc.core.layout import Layout
 from mbc.core.packing import pack_widths
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration
+from mbc.planning.banner import cached_rate, machine_rates
 from mbc.planning.cost import (
     D_EXPONENT,
     expected,
@@ -52,7 +56,7 @@ from mbc.planning.cost import (
     tau_law,
     wall_seconds,
 )
-from mbc.planning.timing import measure_rates, measure_steps_per_s, packed_wall_seconds, shape_of
+from mbc.planning.timing import measure_rates, packed_wall_seconds, shape_of
 from mbc.training.data import build_dataset
 from mbc.training.schedule import eval_schedule
 from mbc.training.train import fresh_run, pick_device
@@ -74,6 +78,31 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
             if time.perf_counter() - t0 > budget_s:
                 break
     return step, False
+
+
+def calibration_cache() -> Path:
+    """Calibration runs' taus on this machine, kept outside every outdir (beside the rate
+    cache, `mbc.planning.banner.machine_rates`): a second estimate trains nothing."""
+    return machine_rates().with_name("calibration.json")
+
+
+def cached_calibration(spec, device, calibrate_s: float) -> tuple[int, bool]:
+    """`calibrate_tau`, cached per run id, device and time cap (its tau is a step count: the
+    same wherever it trained, but a cap can cut it short)."""
+    key = f"{spec.run_id}|{device}|{calibrate_s:g}"
+    path = calibration_cache()
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):  # none yet, or torn: calibrate again
+        known = {}
+    known = known if isinstance(known, dict) else {}
+    hit = known.get(key)
+    if isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], int):
+        return hit[0], bool(hit[1])
+    tau, crossed = calibrate_tau(spec, device, calibrate_s)
+    with contextlib.suppress(OSError):  # a read-only cache costs a calibration next time
+        write_text_atomic(path, json.dumps({**known, key: [tau, crossed]}, indent=1))
+    return tau, crossed
 
 
 def estimate(
@@ -121,7 +150,7 @@ def estimate(
                 here = torch.device("cpu")
             say(f"calibrating tau on {here}: training {cal.run_id} to its first crossing "
                 f"(at most {calibrate_s:.0f} s)")  # fmt: skip
-            tau, crossed = calibrate_tau(cal, here, calibrate_s)
+            tau, crossed = cached_calibration(cal, here, calibrate_s)
             tau_coef = tau / cal.task.d**D_EXPONENT
             coef_note = (
                 f"calibration run {cal.run_id} (D={cal.task.d}, on {here}): "
@@ -139,10 +168,16 @@ def estimate(
         steps_per_s = steps_per_s or 1.0  # the per-run table's rate is not used
     rate_key = lambda r: (*shape_key(specs[r]), widths.get(r, 0))  # noqa: E731
     if steps_per_s is None:
+        # the start-up banner's measurement and cache (`cached_rate`, eager step): one figure
+        # per shape and machine, each shape timed once, and said while it is
+        cache = Layout(cfg.outdir).steps_per_s
         for run_id, spec in specs.items():
             key = rate_key(run_id)
             if key not in rates:
-                rates[key] = measure_steps_per_s(spec, device, width=widths.get(run_id, 0))
+                rates[key] = cached_rate(
+                    spec, str(device), threads, cache, width=widths.get(run_id, 0), steps=20,
+                    say=say,
+                )  # fmt: skip
 
     rows = []
     for run_id, e in expected(specs, measured, tau_coef).items():
@@ -248,6 +283,24 @@ def report(out: dict, say=print) -> None:
             f"{name:<6}{int(r.runs):>5}{int(r.budget):>12,}{int(r.steps):>12,}"
             + ("" if packed else f"{duration(r.seconds):>10}")
         )
+    shared = df[df.experiments.str.contains(",")]
+    say(
+        f"{'all':<6}{len(df):>5}{int(df.max_steps.sum()):>12,}{int(df.expected_steps.sum()):>12,}"
+        + ("" if packed else f"{duration(df.expected_s.sum()):>10}")
+        + "  (distinct runs: each once)"
+    )
+    if not shared.empty:
+        pairs = Counter(shared.experiments)
+        say(
+            f"  {len(shared)} run(s) are listed by two or more experiments and count in each of "
+            "their rows above, once in `all`: "
+            + ", ".join(f"{k.replace(',', ' + ')} {n}" for k, n in sorted(pairs.items()))
+        )
+    say(
+        "the start-up banner reads the same rate cache and calibration, but times only the "
+        "most common shape and scales the others by parameters x tokens: its total differs "
+        "by that scaling alone"
+    )
     p = out.get("packed")
     if p is None:
         say(

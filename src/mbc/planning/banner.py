@@ -130,13 +130,41 @@ def _write_json(path: Path, known: dict) -> None:
         write_text_atomic(path, dumps_strict(known, indent=1))
 
 
-def _rate(
-    spec: RunSpec, device: str, threads: int, cache: Path, write: bool = True, width: int = 0
+def calibrated_coef(specs: dict[str, RunSpec]) -> tuple[float, str] | None:
+    """c of tau = c D^1.2 from a calibration run `mbc.estimate` trained on this machine for
+    one of these runs (its cache beside the rate cache), where no tau is measured yet: the
+    banner and the estimate then give one figure. None: no such calibration (or it did not
+    cross: a lower bound only, which the banner does not use)."""
+    from mbc.planning.cost import D_EXPONENT
+
+    try:
+        known = json.loads(machine_rates().with_name("calibration.json").read_text())
+    except (OSError, ValueError):  # none, or torn: the banner falls back to the budget
+        return None
+    for key, hit in (known if isinstance(known, dict) else {}).items():
+        run_id = key.split("|", 1)[0]
+        if run_id in specs and isinstance(hit, list) and len(hit) == 2 and hit[1] is True:
+            d = specs[run_id].task.d
+            return float(hit[0]) / d**D_EXPONENT, f"c from the calibration run {run_id}"
+    return None
+
+
+def cached_rate(
+    spec: RunSpec,
+    device: str,
+    threads: int,
+    cache: Path,
+    write: bool = True,
+    width: int = 0,
+    steps: int = 5,
+    say=None,
 ) -> float:
     """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
     width > 0, `mbc.planning.timing.measure_steps_per_s`), cached per shape and width in the
     outdir (not written when `write` is false: a dry run leaves the outdir as it was) and in
-    `machine_rates()`, so that no shape is timed twice on one machine."""
+    `machine_rates()`, so that no shape is timed twice on one machine (`mbc.estimate` reads
+    and writes the same entries: the two give one figure for one shape). say: told what is
+    timed, before it is (a measurement takes seconds to minutes)."""
     import dataclasses
 
     from mbc.planning.cost import shape_key
@@ -162,7 +190,14 @@ def _rate(
         from mbc.training.train import pick_device
 
         torch.set_num_threads(threads)
-        rate = measure_steps_per_s(spec, pick_device(device), steps=5, width=width)
+        if say is not None:
+            m = spec.model
+            arch = "linear" if m.kind == "linear" else f"L{m.n_layers} d{m.d_model}"
+            say(
+                f"timing {steps} training steps of {arch}, batch {spec.train.batch_size}, "
+                f"{spec.train.precision}" + (f", packs of {width}" if width else "")
+            )
+        rate = measure_steps_per_s(spec, pick_device(device), steps=steps, width=width)
         _write_json(machine_rates(), {**mine, machine_key: rate})
     if write:
         _write_json(cache, {**known, key: rate})
@@ -278,6 +313,9 @@ def banner_lines(
 
     measured = measured_taus(cfg.outdir, specs, logs)
     coef, n_law = tau_law(specs, measured)
+    law = f"c from {n_law} measured taus"
+    if coef is None and (cal := calibrated_coef(specs)) is not None:
+        coef, law = cal  # the same law `python -m mbc.estimate` calibrated on this machine
     # a resume point counts only with its file: without it the run starts again from 0
     starts = {r: resume_point(logs[r]) if layout.run(r).resume.exists() else 0 for r in todo}
     exp = expected(todo, measured, coef, starts)
@@ -295,7 +333,7 @@ def banner_lines(
         )
         + "); "
         + (
-            f"tau = c D^{D_EXPONENT} with c from {n_law} measured taus"
+            f"tau = c D^{D_EXPONENT} with {law}"
             if coef is not None
             else "no tau measured yet: every run at its full budget (an upper bound)"
         )
@@ -329,7 +367,7 @@ def banner_lines(
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
-        rate = _rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
+        rate = cached_rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
         ref_cost = _cost(ref, n_parameters(ref))
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {
