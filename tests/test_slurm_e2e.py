@@ -60,8 +60,11 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
 TEST_PROFILE = REPO / "profiles" / "slurm-test"
 # CPUs the test node declares: more than the machine has, on purpose (module docstring).
-# Slurm believes it (SlurmdParameters=config_overrides); nothing enforces CPU binding.
-NODE_CPUS = 8
+# Slurm believes it (SlurmdParameters=config_overrides); nothing enforces CPU binding. A
+# group job asks for the CPUs of the jobs it could run side by side: smoke's most shared
+# dataset carries 9 training runs (E1, E5, E6, E7, E7_30k, E11, E12, E14, E14_author at
+# K = 3), so a node of 8 left that group pending for ever (Reason=PartitionConfig).
+NODE_CPUS = 16
 # Finished jobs stay visible to squeue this long; the checks below look at job states
 # long after the jobs ended (the default, 300 s, is shorter than a smoke run).
 MIN_JOB_AGE_S = 3600
