@@ -89,10 +89,13 @@ def smoke_args(out: Path) -> list[str]:
     return ["--config", "preset=smoke", f"outdir={out}", f"paper_pdf={out}/paper/main.pdf"]
 
 
-def snakemake(*args, check=True) -> subprocess.CompletedProcess:
-    """`snakemake --cores 2 ARGS` in the repository; a failure raises with the output's tail."""
+def snakemake(*args, check=True, full_console=False) -> subprocess.CompletedProcess:
+    """`snakemake --cores 2 ARGS` in the repository; a failure raises with the output's tail.
+    full_console: Snakemake's per-job lines on the console too (MBC_CONSOLE=full), for a
+    test that reads which rules ran."""
     cmd = [snakemake_exe(), "--cores", "2", *args]
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    env = {**os.environ, "MBC_CONSOLE": "full"} if full_console else None
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
     return res

@@ -76,7 +76,7 @@ def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path,
         mbc_config.read_yaml(str(ROOT / "config.yaml")),
         {"preset": "smoke", "outdir": str(tmp_path / "out")},
     )
-    monkeypatch.setattr(banner, "_rate", lambda *a, **k: 100.0)  # a rate this machine cached
+    monkeypatch.setattr(banner, "cached_rate", lambda *a, **k: 100.0)  # a rate this machine cached
     (wall,) = [x for x in banner.banner_lines(cfg, cores=2, dry_run=True) if "wall time" in x]
     assert "training only" in wall and "measured earlier here" in wall
     assert " in 0.0 s" not in wall

@@ -106,6 +106,7 @@ class Run:
         self.proc = subprocess.Popen(
             [snakemake_exe(), *args],
             cwd=REPO,
+            env={**os.environ, "MBC_CONSOLE": "full"},  # the Job stats and job blocks read here
             stdout=self._fh,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

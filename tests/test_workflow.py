@@ -246,7 +246,7 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
     members = [r["run_id"] for p in packs for r in json.loads(p.read_text())["runs"]]
     assert sorted(members) == packed
     (out / "runs" / packed[0] / "metrics.csv").unlink()
-    res = snakemake(str(out / "runs" / packed[0] / "metrics.csv"), *args)
+    res = snakemake(str(out / "runs" / packed[0] / "metrics.csv"), *args, full_console=True)
     assert "localrule unpack_run:" in res.stdout + res.stderr
 
     for run in runs:
