@@ -2,6 +2,7 @@
 per-job chatter to its log file (mbc.core.console), and the banner says what its time covers."""
 
 import logging
+import re
 import sys
 from pathlib import Path
 
@@ -80,6 +81,14 @@ def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path,
     (wall,) = [x for x in banner.banner_lines(cfg, cores=2, dry_run=True) if "wall time" in x]
     assert "training only" in wall and "measured earlier here" in wall
     assert " in 0.0 s" not in wall
+
+    def timed_now(*a, say=None, **k):  # a rate measured by this call: it says so first
+        say("timing 5 training steps")
+        return 100.0
+
+    monkeypatch.setattr(banner, "cached_rate", timed_now)
+    (wall,) = [x for x in banner.banner_lines(cfg, cores=2, dry_run=True) if "wall time" in x]
+    assert re.search(r"steps/s on the most common shape, measured in \d+\.\d s;", wall), wall
 
 
 def test_a_jobs_warning_lines_reach_the_console_too(tmp_path, capsys):

@@ -367,7 +367,10 @@ def banner_lines(
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
         )
-        rate = cached_rate(ref, device, threads, layout.steps_per_s, not dry_run, width)
+        timed: list[str] = []  # cached_rate says what it times, only when it times it
+        rate = cached_rate(
+            ref, device, threads, layout.steps_per_s, not dry_run, width, say=timed.append
+        )
         ref_cost = _cost(ref, n_parameters(ref))
         # other shapes at the measured rate scaled by their work per step (`_cost`)
         seconds = {
@@ -380,9 +383,9 @@ def banner_lines(
             # --cores above this machine's count does not run more jobs at once
             jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
             wall = wall_seconds(list(seconds.values()), jobs)
-            # a rate read from this machine's cache took no time to measure: say so
+            # a rate read from a cache was measured earlier: say so, not "in 0.1 s"
             took = time.perf_counter() - t0
-            how = f"measured in {took:.1f} s" if took >= 0.05 else "measured earlier here"
+            how = f"measured in {took:.1f} s" if timed else "measured earlier here"
             lines.append(
                 f"mbc: expected training wall time {bound}{duration(wall)} with {jobs} parallel "
                 f"job(s), training only: diagnostics, figures and the report come on top "
