@@ -8,26 +8,18 @@ memory a run holds.
 from __future__ import annotations
 
 import dataclasses
-import os
-import re
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 import torch
 
+from mbc.core.arithmetic import cpu_flags, probe
+from mbc.core.provenance import cpu_model
 from mbc.core.spec import VOCAB, ModelSpec, RunSpec
 from mbc.training.data import build_dataset
 from mbc.training.packed import PackedRuns
 
 # ----------------------------------------------------------------------------- the machine
-
-_ONEDNN_PROBE = (
-    "import torch; torch.set_num_threads(1); a = torch.randn(256, 128, dtype=torch.bfloat16);"
-    "b = torch.randn(128, 512, dtype=torch.bfloat16); [a @ b for _ in range(2)];"
-    "torch.bmm(a.expand(4, 256, 128), b.expand(4, 128, 512))"
-)
 
 
 def matrix_unit() -> dict:
@@ -36,44 +28,20 @@ def matrix_unit() -> dict:
     cpu_flags: the AMX / AVX-512 bf16 flags of /proc/cpuinfo (what `lscpu` shows);
     onednn_kernels: the implementation names oneDNN's verbose mode prints for one bf16
     matmul of this process's torch (e.g. `brg_matmul:avx512_core_amx`): AMX runs only if
-    a name says `amx`. Both are facts of this machine, read at run time.
+    a name says `amx`. Both are facts of this machine, read at run time, by the probe that
+    `train.precision: auto` decides with (`mbc.core.arithmetic`).
     """
-    flags: set[str] = set()
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("flags") and not flags:
-                    flags = set(line.split(":", 1)[1].split())
-                elif line.startswith("model name") and not model:
-                    model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    flags = cpu_flags()
+    seen = probe()
+    kernels = seen.get("kernels", [])
     wanted = ("amx_bf16", "amx_tile", "amx_int8", "avx512_bf16", "avx512f")
-    env = dict(os.environ, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", _ONEDNN_PROBE], env=env, capture_output=True, text=True,
-            timeout=120, check=False,
-        ).stdout  # fmt: skip
-    except (OSError, subprocess.SubprocessError) as e:
-        out = f"probe failed: {e}"
-    kernels = sorted(
-        {
-            m.group(1)
-            for m in re.finditer(
-                r"onednn_verbose,(?:v\d+,)?(?:primitive,)?exec,cpu,matmul,([^,]+),", out
-            )
-        }
-    )
-    isa = re.search(r"cpu,isa:([^\n]+)", out)
     amx = "amx_bf16" in flags
     return {
-        "cpu_model": model or "unknown",
+        "cpu_model": cpu_model(),
         "cpu_flags": [f for f in wanted if f in flags],
         "amx_bf16": amx,
         "onednn_kernels": kernels,
-        "onednn_isa": isa.group(1).strip() if isa else None,
+        "onednn_isa": seen.get("isa"),
         "amx_in_use": any("amx" in k for k in kernels),
         "note": (
             ""
