@@ -45,7 +45,7 @@ from mbc.core.layout import Layout
 from mbc.core.packing import pack_widths
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration
-from mbc.planning.banner import cached_rate, machine_rates
+from mbc.planning.banner import cached_rate, calibration_cache, read_calibrations
 from mbc.planning.cost import (
     D_EXPONENT,
     expected,
@@ -80,28 +80,18 @@ def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple
     return step, False
 
 
-def calibration_cache() -> Path:
-    """Calibration runs' taus on this machine, kept outside every outdir (beside the rate
-    cache, `mbc.planning.banner.machine_rates`): a second estimate trains nothing."""
-    return machine_rates().with_name("calibration.json")
-
-
 def cached_calibration(spec, device, calibrate_s: float) -> tuple[int, bool]:
     """`calibrate_tau`, cached per run id, device and time cap (its tau is a step count: the
-    same wherever it trained, but a cap can cut it short)."""
+    same wherever it trained, but a cap can cut it short) in `calibration_cache`, which the
+    banner reads too."""
     key = f"{spec.run_id}|{device}|{calibrate_s:g}"
-    path = calibration_cache()
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):  # none yet, or torn: calibrate again
-        known = {}
-    known = known if isinstance(known, dict) else {}
-    hit = known.get(key)
-    if isinstance(hit, list) and len(hit) == 2 and isinstance(hit[0], int):
-        return hit[0], bool(hit[1])
+    known = read_calibrations()
+    if key in known:
+        return known[key]
     tau, crossed = calibrate_tau(spec, device, calibrate_s)
+    entries = {k: list(v) for k, v in {**known, key: (tau, crossed)}.items()}
     with contextlib.suppress(OSError):  # a read-only cache costs a calibration next time
-        write_text_atomic(path, json.dumps({**known, key: [tau, crossed]}, indent=1))
+        write_text_atomic(calibration_cache(), json.dumps(entries, indent=1))
     return tau, crossed
 
 

@@ -130,22 +130,38 @@ def _write_json(path: Path, known: dict) -> None:
         write_text_atomic(path, dumps_strict(known, indent=1))
 
 
+def calibration_cache() -> Path:
+    """Calibration runs' taus on this machine (`mbc.estimate`), kept outside every outdir
+    beside the rate cache (`machine_rates`): a second estimate trains nothing."""
+    return machine_rates().with_name("calibration.json")
+
+
+def read_calibrations() -> dict[str, tuple[int, bool]]:
+    """The calibration cache: "run id|device|cap" -> (tau, crossed). Missing, torn or
+    foreign: {} (calibrated again); an entry of another shape is left out."""
+    try:
+        known = json.loads(calibration_cache().read_text())
+    except (OSError, ValueError):
+        return {}
+    return {
+        k: (v[0], v[1])
+        for k, v in (known if isinstance(known, dict) else {}).items()
+        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and isinstance(v[1], bool)
+    }
+
+
 def calibrated_coef(specs: dict[str, RunSpec]) -> tuple[float, str] | None:
     """c of tau = c D^1.2 from a calibration run `mbc.estimate` trained on this machine for
-    one of these runs (its cache beside the rate cache), where no tau is measured yet: the
-    banner and the estimate then give one figure. None: no such calibration (or it did not
-    cross: a lower bound only, which the banner does not use)."""
+    one of these runs, where no tau is measured yet: the banner and the estimate then give
+    one figure. None: no such calibration (or it did not cross: a lower bound only, which
+    the banner does not use)."""
     from mbc.planning.cost import D_EXPONENT
 
-    try:
-        known = json.loads(machine_rates().with_name("calibration.json").read_text())
-    except (OSError, ValueError):  # none, or torn: the banner falls back to the budget
-        return None
-    for key, hit in (known if isinstance(known, dict) else {}).items():
+    for key, (tau, crossed) in read_calibrations().items():
         run_id = key.split("|", 1)[0]
-        if run_id in specs and isinstance(hit, list) and len(hit) == 2 and hit[1] is True:
+        if run_id in specs and crossed:
             d = specs[run_id].task.d
-            return float(hit[0]) / d**D_EXPONENT, f"c from the calibration run {run_id}"
+            return tau / d**D_EXPONENT, f"c from the calibration run {run_id}"
     return None
 
 
