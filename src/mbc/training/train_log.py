@@ -119,8 +119,8 @@ def sampled_batch_fn(
         return None
 
     def batch(step: int) -> EvalBatch:
-        full = make_eval_batch(dataset, sampled_contexts(spec.task, n, step), None)
-        return EvalBatch(full.task, full.examples, full.candidates, full.target, None).to(device)
+        # no rng: no z-shuffle batch (make_eval_batch), only L_cand is read
+        return make_eval_batch(dataset, sampled_contexts(spec.task, n, step), None).to(device)
 
     return batch
 
