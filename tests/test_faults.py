@@ -20,6 +20,7 @@ before repair, no tracebacks, words that match) has its table, each row with its
 in docs/reliability-faults.md.
 """
 
+import contextlib
 import fcntl
 import shutil
 import subprocess
@@ -31,6 +32,21 @@ import pytest
 from helpers import REPO, smoke_args, snakemake
 
 from mbc import config as mbc_config
+
+
+@contextlib.contextmanager
+def _held(code: str, *args, ready: str = "held"):
+    """A process running `code` (args after it) that prints `ready` once it holds what it
+    holds (a lock, a run); killed, and so releasing it, when the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout.readline().strip() == ready
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
 
 # the smoke preset's distinct runs (the banner's counts name them)
 N_SMOKE = len(
@@ -101,19 +117,15 @@ def test_inspection_commands_and_a_second_invocation_repair_nothing(smoke, tmp_p
     assert metrics.read_bytes() == cut
     # another invocation holds the outdir (as a running `snakemake` does)
     lock = out / ".mbc" / "outdir.lock"
-    holder = subprocess.Popen([sys.executable, "-c", (
+    with _held(
         "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
-        "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)"
-    ), str(lock)], stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+        "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+        lock,
+    ):
         res = snakemake(str(out / "tau.csv"), *smoke_args(out), check=False)
         assert "another snakemake is running on" in res.stderr, res.stderr[-2000:]
         assert metrics.read_bytes() == cut, "a second invocation never repairs"
         assert not list(metrics.parent.glob("metrics.csv.corrupt-*"))
-    finally:
-        holder.kill()
-        holder.wait()
     with open(lock, "a") as fh:  # released with its holder
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
@@ -378,12 +390,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
     out, link = tmp_path / "out", tmp_path / "link"
     run = out / "runs" / "r"
     link.symlink_to(out, target_is_directory=True)
-    holder = subprocess.Popen(
-        [sys.executable, "-c", _HOLD_RUN, str(run), str(REPO / "tests")],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+    with _held(_HOLD_RUN, run, REPO / "tests") as holder:
         log = run / "state" / "log.jsonl"
         before = log.read_bytes()
         second = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
@@ -391,19 +398,13 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
             second.resume()
         assert str(exc.value).startswith(f"{run.resolve()}: process {holder.pid} on ")
         assert "\n" not in str(exc.value) and log.read_bytes() == before
-        lock = subprocess.Popen([sys.executable, "-c", (
+        with _held(
             "import sys, time; from mbc.core.integrity import hold_outdir; "
-            "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)"
-        ), str(out)], stdout=subprocess.PIPE, text=True)  # fmt: skip
-        try:
-            assert lock.stdout.readline().strip() == "True"
+            "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)",
+            out,
+            ready="True",
+        ):
             assert not hold_outdir(link), "the outdir lock holds whatever path reached it"
-        finally:
-            lock.kill()
-            lock.wait()
-    finally:
-        holder.kill()
-        holder.wait()
     again = RunRecord(tiny_spec(), link / "runs" / "r", say=lambda m: None)
     again.resume()  # released with its holder
     again.close()
@@ -712,12 +713,11 @@ def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, 
     first = next(i for i, x in enumerate(lines) if '"event": "resume"' in x)
     (state / "log.jsonl").write_text("".join(lines[: first + 1]))  # killed after a resume point
     (out / "runs" / run / "metrics.csv").unlink()
-    holder = subprocess.Popen([sys.executable, "-c", (
+    with _held(
         "import sys, time; from mbc.core.run_lock import hold; h = hold(sys.argv[1]); "
-        "print('held', flush=True); time.sleep(600)"
-    ), str(state)], stdout=subprocess.PIPE, text=True)  # fmt: skip
-    try:
-        assert holder.stdout.readline().strip() == "held"
+        "print('held', flush=True); time.sleep(600)",
+        state,
+    ) as holder:
         before = (state / "log.jsonl").read_bytes()
         res = _tables(link, check=False)
         said = res.stdout + res.stderr
@@ -725,9 +725,6 @@ def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, 
         refused = [x for x in said.splitlines() if x.startswith(f"mbc: {out / 'runs' / run}:")]
         assert len(refused) == 1 and f"process {holder.pid} on " in refused[0], said[-3000:]
         assert "Traceback" not in said and (state / "log.jsonl").read_bytes() == before
-    finally:
-        holder.kill()
-        holder.wait()
     _tables(link)
     _equal_tables(out, smoke)
 
