@@ -15,6 +15,7 @@ include: "workflow/rules/summary.smk"
 include: "workflow/rules/diagnostics.smk"
 include: "workflow/rules/fits.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/startup.smk"
 
 
 rule all:

@@ -91,23 +91,6 @@ def test_calibrate_tau_is_the_first_scheduled_evaluation_below_the_threshold(tmp
     assert calibrate_tau(short, cpu, budget_s=1e9) == (20, False)
 
 
-def test_invocation_reads_dry_runs_and_the_executor(tmp_path, monkeypatch):
-    from mbc.planning.banner import invocation
-
-    assert invocation(["snakemake", "--cores", "8", "all"]) == (False, "local")
-    assert invocation(["snakemake", "-n", "all"])[0]
-    assert invocation(["snakemake", "-pn", "all"])[0]
-    assert invocation(["snakemake", "--lint"])[0]
-    assert invocation(["snakemake", "--report", "r.html"])[0]
-    assert not invocation(["snakemake", "-c2", "all"])[0]  # -c2: cores, not a dry run
-    assert not invocation(["snakemake", "-R", "tau_table"])[0]
-    assert invocation(["snakemake", "--executor", "slurm"]) == (False, "slurm")
-    profile = tmp_path / "prof"
-    profile.mkdir()
-    (profile / "config.yaml").write_text("executor: slurm\njobs: 4\n")
-    assert invocation(["snakemake", "--profile", str(profile), "all"]) == (False, "slurm")
-
-
 def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     import torch
     import yaml

@@ -82,7 +82,6 @@ def _cut_rows(path, keep: int) -> None:
     path.write_text("".join(lines[: 1 + keep]))
 
 
-@pytest.mark.slow
 def test_tables_with_rows_cut_are_rebuilt_not_trusted(smoke, tmp_path):
     """A run's metrics.csv cut to 16 rows (header and final newline kept: it still parses)
     and tau.csv cut to 3: a plain rerun rebuilds both, and every table equals the clean
@@ -109,12 +108,16 @@ def test_inspection_commands_and_a_second_invocation_repair_nothing(smoke, tmp_p
     metrics = out / "runs" / run / "metrics.csv"
     _cut_rows(metrics, 2)
     cut = metrics.read_bytes()
-    # --list-changes only reports (it repaired before): the cut table, and that it changed nothing
-    res = snakemake("--list-changes", "code", *smoke_args(out))
-    said = res.stderr
+    # a dry run plans the repair (the run's jobs are forced) and says it, changing nothing;
+    # --lint and --list-changes change nothing either (they repaired before)
+    res = snakemake("-n", str(out / "tau.csv"), *smoke_args(out))
+    said = res.stdout + res.stderr
     assert f"mbc: repair: {metrics}: differs from the checksum" in said, said[-2000:]
     assert "(dry run: nothing changed)" in said, said[-2000:]
-    assert metrics.read_bytes() == cut
+    for flags in (["--list-changes", "code"], ["--lint"]):
+        snakemake(*flags, *smoke_args(out))
+        assert metrics.read_bytes() == cut, flags
+        assert not list(metrics.parent.glob("metrics.csv.corrupt-*")), flags
     # another invocation holds the outdir (as a running `snakemake` does)
     lock = out / ".mbc" / "outdir.lock"
     with _held(
@@ -193,7 +196,8 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
 def test_more_threads_than_cores_is_one_line_and_dense_every_0_is_said(tmp_path):
     import os
 
-    res = snakemake("-n", "all", *smoke_args(tmp_path / "a"), "threads=1000", check=False)
+    # checked in `onstart`, where the executor is known: before any job, not under -n
+    res = snakemake("all", *smoke_args(tmp_path / "a"), "threads=1000", check=False)
     assert res.returncode != 0 and "Traceback" not in res.stderr
     assert res.stderr.strip().splitlines()[-1] == (
         f"mbc: config key 'threads' = 1000: more than this machine's {os.cpu_count()} cores "
@@ -236,7 +240,6 @@ def test_a_torn_last_log_line_is_ignored(smoke, tmp_path):
     assert line.split()[0] == "done", line
 
 
-@pytest.mark.slow
 def test_a_corrupt_summary_is_rebuilt_in_one_rerun(smoke, tmp_path):
     """summary.json replaced by a half-written JSON, in one run with its checksum sidecar and
     in another without (an outdir from before sidecars): both are found at start-up and
@@ -254,7 +257,6 @@ def test_a_corrupt_summary_is_rebuilt_in_one_rerun(smoke, tmp_path):
     _nothing_left(out)
 
 
-@pytest.mark.slow
 def test_a_corrupt_resume_point_is_said_and_the_run_retrains_from_step_0(smoke, tmp_path):
     """A run cut back to its first resume point (its log ends there, as after a kill) whose
     resume.pt is then emptied: the console says so in one line, the run trains again from
@@ -557,7 +559,6 @@ def _least_used_dataset(out) -> tuple[Path, Path]:
     return out / "datasets" / f"{least}.pt", out / "datasets" / f"{other}.pt"
 
 
-@pytest.mark.slow
 def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trusted(
     smoke, tmp_path
 ):
@@ -587,7 +588,6 @@ def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trus
     _nothing_left(out)
 
 
-@pytest.mark.slow
 def test_a_damaged_line_in_a_finished_runs_log_is_kept_aside_and_the_run_trains_on(smoke, tmp_path):
     """A line of garbage in the middle of a finished run's log: the banner counted the run
     "to train" while nothing trained, and a resume rewrote the log. Now the start-up says
@@ -697,7 +697,6 @@ def test_a_kill_between_the_last_resume_point_and_done_does_not_train_past_the_e
     pd.testing.assert_frame_equal(got.drop(columns=["wall_s"]), ref.drop(columns=["wall_s"]))
 
 
-@pytest.mark.slow
 def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, tmp_path):
     """A run being trained (its lock held, as by the first invocation's training job) and
     a second `snakemake` reaching the outdir through a symlink: its job for that run stops
@@ -780,3 +779,25 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
     assert hold_outdir(tmp_path / "out"), "the start-up goes on, unguarded"
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith("(No locks available): a second snakemake on this outdir is not detected")
+
+
+def test_the_outdir_lock_is_probed_without_being_held(tmp_path):
+    """The Snakefile asks whether an invocation holds the outdir (to tell a stale
+    Snakemake lock) and holds nothing itself; `onstart` holds it."""
+    from mbc.core.integrity import outdir_in_use
+
+    out = tmp_path / "out"
+    assert not outdir_in_use(out), "no lock file yet"
+    lock = out / ".mbc" / "outdir.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()
+    assert not outdir_in_use(out)
+    with _held(
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+        "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
+        lock,
+    ):
+        assert outdir_in_use(out)
+    assert not outdir_in_use(out), "released with its holder; the probe kept nothing"
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)

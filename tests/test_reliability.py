@@ -56,7 +56,6 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-@pytest.mark.slow
 def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     out = tmp_path / "res"
     over = {"preset": "smoke", "outdir": str(out), "only": ["E1"],

@@ -55,7 +55,7 @@ from slurm_cluster import local_slurm
 
 import mbc.config
 
-pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+pytestmark = pytest.mark.slurm
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_PROFILE = REPO / "profiles" / "slurm-test"
@@ -326,6 +326,7 @@ def test_test_profile_dag_is_valid(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow  # about 10 minutes on 2 cores: `pytest -m slow`
 def test_smoke_through_slurm_equals_local(cluster, preemption, smoke, tmp_path):
     # `smoke` (conftest) is the local reference, shared with test_workflow: it runs while
     # the preemption scenario waits, then the same preset goes through Slurm.
@@ -388,6 +389,7 @@ def test_smoke_through_slurm_equals_local(cluster, preemption, smoke, tmp_path):
         assert (slurm_out / pdf).read_bytes()[:4] == b"%PDF"
 
 
+@pytest.mark.slow
 def test_scancelled_training_resumes_from_checkpoint(cluster, preemption):
     p = preemption
     rec = p.join()

@@ -16,8 +16,6 @@ import mbc.config
 from mbc.core.packing import make_packs
 from mbc.diagnostics.summary import TAU_COLUMNS, summarize_run
 
-pytestmark = pytest.mark.slow
-
 
 def _smoke_config() -> mbc.config.Config:
     """The smoke preset the `smoke` fixture ran (the outputs checked here are its)."""

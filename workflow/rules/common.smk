@@ -6,11 +6,9 @@ import time
 
 from pathlib import Path
 
-import mbc.planning.banner
 import mbc.core.arithmetic
 import mbc.core.artifacts
 import mbc.config
-import mbc.core.integrity
 import mbc.core.layout
 import mbc.core.packing
 import mbc.core.frozen
@@ -63,25 +61,6 @@ os.environ[mbc.training.tensorboard_log.ENV] = (
 SPECS = CFG.specs  # run_id -> RunSpec
 MAIN_PROCESS = not (workflow.remote_exec or workflow.subprocess_exec)
 
-# The Snakefile is parsed before the executor exists (`workflow.dryrun` reads it: unset
-# here). Snakemake's own settings know a dry run (-n, or `dryrun: true` in a profile); the
-# command line says which executor, and names the other commands that run no job
-# (--lint, --list-changes, --summary, ...), which Snakemake does not mark here.
-_DRY_ARGV, EXECUTOR = mbc.planning.banner.invocation(sys.argv)
-DRY_RUN = workflow.output_settings.dryrun or _DRY_ARGV
-# more threads per job than this machine has, where this machine runs the jobs
-if (
-    MAIN_PROCESS
-    and EXECUTOR == "local"
-    and int(CFG.raw["threads"]) > (os.cpu_count() or 1)
-):
-    sys.exit(
-        f"mbc: config key 'threads' = {CFG.raw['threads']}: more than this machine's "
-        f"{os.cpu_count()} cores (threads per training job)"
-    )
-# an outdir nothing can be written to (read-only, not a directory): one line, before any job
-if MAIN_PROCESS and not DRY_RUN and (why := mbc.core.artifacts.unwritable(OUT)):
-    sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
 DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec using it
 
 # pack.enabled: pack id -> its run ids (rules in train.smk)
@@ -139,88 +118,6 @@ def run_inputs(wc):
         "checkpoints": L.checkpoints(wc.run_id),
         "summary": L.summary(wc.run_id),
     }
-
-
-# A missing or corrupt per-run artefact: rebuild its chain (mbc.core.integrity). This runs
-# while the Snakefile is parsed, not in `onstart`: Snakemake builds the DAG from the files
-# on disk before `onstart`, so a table deleted there would be missing, not rebuilt, in this
-# invocation. It repairs only under this invocation's hold on the outdir (below).
-if MAIN_PROCESS:
-    _runs = [
-        mbc.core.integrity.RunFiles(
-            run_id=r,
-            dataset=Path(L.dataset(s.dataset_id)),
-            train=[Path(L.metrics(r)), Path(L.checkpoints(r))],
-            summary=Path(L.summary(r)),
-            pack=Path(L.pack(PACK_OF[r])) if r in PACK_OF else None,
-            diagnostics=[
-                Path(L.diagnostic(kind, r, sfx))
-                for kind, sfx in DIAG_TABLES.values()
-                if r in DIAGNOSED[kind]
-            ],
-        )
-        for r, s in SPECS.items()
-    ]
-    _aggregates = [Path(L.table(t)) for t in ("tau", *TABLES)]
-    _findings = mbc.core.integrity.scan(
-        _runs, _aggregates, verify_snapshots=CFG.raw.get("verify") == "full"
-    )
-    # repair only under this invocation's hold on the outdir; inspection commands and a
-    # second invocation on a running outdir only report
-    _report_only = DRY_RUN or not mbc.core.integrity.hold_outdir(OUT)
-    if _report_only and not DRY_RUN:
-        print(
-            f"mbc: another snakemake is running on {OUT}/: nothing repaired here",
-            file=sys.stderr,
-        )
-    elif not DRY_RUN and mbc.core.integrity.stale_lock(".snakemake/locks", OUT):
-        print(
-            f"mbc: {OUT}/ has a stale Snakemake lock (a run killed with kill -9): run this "
-            "command once with --unlock added, then again without it",
-            file=sys.stderr,
-        )
-    for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
-        _aside = _p.with_name(f"{_p.name}.corrupt-{int(time.time())}")
-        print(
-            f"mbc: repair: {_p}: differs from the checksum written with it, "
-            + (
-                "would be moved aside"
-                if _report_only
-                else f"moved aside to {_aside.name} so that it is rebuilt"
-            ),
-            file=sys.stderr,
-        )
-        if not _report_only:
-            _p.rename(_aside)
-    for line in mbc.core.integrity.repair(
-        _findings, _runs, _aggregates, dry_run=_report_only
-    ):
-        print(f"mbc: repair: {line}", file=sys.stderr)
-
-# What this invocation is about to do (also under -n), after the repair: a run whose state
-# the repair moved aside counts as to train. Untimed: the steps/s and the wall time come in
-# `onstart`, which Snakemake runs only when it runs jobs (never under -n, --lint,
-# --list-changes), so an inspection command trains no step to time it.
-if MAIN_PROCESS:
-    for line in mbc.planning.banner.banner_lines(
-        CFG,
-        cores=workflow.resource_settings.cores,
-        executor=EXECUTOR,
-        measure=False,
-        dry_run=DRY_RUN,
-    ):
-        print(line, file=sys.stderr)
-    if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
-        print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
-
-
-onstart:
-    for line in mbc.planning.banner.timing_lines(
-        CFG,
-        cores=workflow.resource_settings.cores,
-        executor="local" if workflow.local_exec else workflow.executor_plugin.name,
-    ):
-        print(line, file=sys.stderr)
 
 
 ALL_TARGETS = [

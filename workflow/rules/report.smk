@@ -190,7 +190,11 @@ rule paper:
 # The console of a run: Snakemake's per-job blocks and counters go to its log file only
 # (mbc.core.console); a dry run keeps them, they are its plan, and MBC_CONSOLE=full keeps
 # them on the console (what tests that read Snakemake's own lines set).
-if MAIN_PROCESS and not DRY_RUN and os.environ.get("MBC_CONSOLE") != "full":
+if (
+    MAIN_PROCESS
+    and not workflow.output_settings.dryrun
+    and os.environ.get("MBC_CONSOLE") != "full"
+):
     import mbc.core.console
     from snakemake.logging import logger as _snakemake_logger
 

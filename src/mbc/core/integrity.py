@@ -1,9 +1,9 @@
 """Start-up check of every per-run artefact, so that a plain `snakemake all` repairs damage.
 
 Snakemake reruns a job when its output is missing *and* a job that needs to run wants it;
-a deleted run directory under an up-to-date tau.csv is therefore never rebuilt. This check
-runs once in the main Snakemake process before the DAG is built. For each run it follows
-the chain its files form (README: Reliability):
+a deleted run directory under an up-to-date tau.csv is therefore never rebuilt. `scan`
+runs in the main Snakemake process while the Snakefile is parsed, and only reads. For each
+run it follows the chain its files form (README: Reliability):
 
     dataset -> train (metrics.csv, checkpoints.csv, snapshots) -> summary.json -> diagnostics
 
@@ -12,15 +12,18 @@ from its sidecar or whose sidecar names another artefact (a file swapped in with
 sidecar), a run's table whose sidecar is gone while its siblings have theirs, a log with a
 line that is not JSON before its last, a snapshot listed in checkpoints.csv that is
 missing (or, with `verify=full`, whose sha256 differs from the index) in a run that a
-diagnostic reads. It then moves a corrupt file aside (`*.corrupt-<time>`, nothing is
-lost; an outdir table without a sidecar, `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
+diagnostic reads. A dry run lists what the repair would do, and changes nothing. In
+`onstart` (Snakemake runs it only when it runs jobs), under the outdir's hold, `repair`
+moves a corrupt file aside (`*.corrupt-<time>`, nothing is lost; an outdir table without a
+sidecar, `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad or missing (the run is retrained: the same seed gives the same bits on a
 CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
-its snapshots were only missing, as for a run trained on a lent device). The
-next DAG then rebuilds exactly the broken chain and every table depending on it. A packed
-run (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its
-pack runs again.
+its snapshots were only missing, as for a run trained on a lent device). A packed run
+(`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its pack
+runs again. Snakemake then starts again on the same command line (`replan`), and the DAG it
+plans from the repaired files rebuilds exactly the broken chain and every table depending
+on it.
 """
 
 from __future__ import annotations
@@ -119,10 +122,28 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
     return None
 
 
+def outdir_in_use(outdir: str | os.PathLike) -> bool:
+    """Whether an invocation holds the outdir now: probed and released at once, so that the
+    Snakefile plans without holding anything (`hold_outdir` comes in `onstart`). A lock
+    that cannot be opened counts as in use (`hold_outdir` says why, in one line)."""
+    path = Layout(str(outdir)).lock.resolve()
+    if path in _HELD:
+        return False
+    if not path.exists():
+        return False
+    try:
+        with open(path, "a") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    except OSError:
+        return True
+    return False
+
+
 def stale_lock(locks_dir: str | os.PathLike, outdir: str | os.PathLike) -> bool:
     """Whether Snakemake's locks (`<workdir>/.snakemake/locks/*.lock`, one path a line)
-    hold a file of `outdir`. Asked only while this process holds the outdir
-    (`hold_outdir`), so no live invocation owns them: a killed run left them."""
+    hold a file of `outdir`. Asked only while no invocation holds the outdir
+    (`outdir_in_use`), so no live invocation owns them: a killed run left them."""
     root = str(Path(outdir).resolve())
     for lock in Path(locks_dir).glob("*.lock"):
         try:
@@ -265,6 +286,48 @@ def _differs(path: Path) -> str | None:
     return None
 
 
+def _derived(f: RunFiles, level: int) -> list[Path]:
+    """The run's files that derive from a broken link at `level`: a broken dataset or
+    train link rebuilds the train tables (from the log, or by training on), and every link
+    after the broken one is rebuilt."""
+    links = [f.train, [f.summary], f.diagnostics]
+    return [
+        p
+        for at, paths in enumerate(links, start=1)
+        if at > level or at == level == 1
+        for p in paths
+    ]
+
+
+def _pack_again(f: RunFiles, fd: Finding) -> bool:
+    """Whether the run's pack must run again: the run's tables come from its log, so only
+    a run to train (again or on) needs it (the pack's finished runs are not retrained:
+    their logs say done)."""
+    return (
+        f.pack is not None
+        and f.pack.exists()
+        and (fd.retrain or not finished(read_log(RunPaths(f.run_dir).log)))
+    )
+
+
+REPLANNED = "MBC_REPLANNED"  # set in the environment of a Snakemake started again by `replan`
+
+
+def replan(workflow) -> None:
+    """Start this Snakemake process again on its own command line, once (`REPLANNED`), so
+    that the DAG is planned from the files the repair left: Snakemake planned this one
+    before `onstart`, from the damaged outdir. Its lock files are removed first (the new
+    process takes them again); the outdir lock is released by the exec (close-on-exec)."""
+    os.environ[REPLANNED] = "1"
+    workflow.persistence.unlock()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    argv = sys.argv
+    if Path(argv[0]).name == "__main__.py":  # `python -m snakemake ...`
+        argv = ["-m", "snakemake", *argv[1:]]
+    os.execv(sys.executable, [sys.executable, *argv])
+
+
 def repair(
     findings: list[Finding], runs: list[RunFiles], aggregates: list[Path], dry_run: bool = False
 ) -> list[str]:
@@ -284,27 +347,21 @@ def repair(
             p.rename(p.with_name(aside))
     shown = 0
     doomed: set[Path] = set()
+    aside: set[Path] = set()
     for fd in findings:
         f = by_id[fd.run_id]
         quiet = not fd.corrupt and shown >= MAX_LISTED  # a long list of absent runs: counted
         if fd.corrupt and fd.path.exists():
-            lines.append(f"{fd.path}: {fd.why}, moved aside to {fd.path.name}.corrupt-{stamp}")
+            moved = "would be moved aside" if dry_run else "moved aside"
+            lines.append(f"{fd.path}: {fd.why}, {moved} to {fd.path.name}.corrupt-{stamp}")
+            aside.add(fd.path)
             if not dry_run:
                 fd.path.rename(fd.path.with_name(f"{fd.path.name}.corrupt-{stamp}"))
         elif not quiet:
             lines.append(f"{fd.path}: {fd.why}")
         shown += not quiet
-        links = [f.train, [f.summary], f.diagnostics]
-        for level, paths in enumerate(links, start=1):
-            if level > fd.level or (level == fd.level and level == 1):
-                doomed.update(p for p in paths if p.exists())
-        if (
-            f.pack is not None
-            and f.pack.exists()
-            and (fd.retrain or not finished(read_log(RunPaths(f.run_dir).log)))
-        ):
-            # the run's tables come from its log: a run to train again needs its pack to
-            # run again (whose finished runs are not retrained: their logs say done)
+        doomed.update(p for p in _derived(f, fd.level) if p.exists())
+        if _pack_again(f, fd):
             lines.append(f"{f.pack}: deleted, its pack trains {fd.run_id} again")
             doomed.add(f.pack)
         if fd.retrain and (state := RunPaths(f.run_dir).state).exists():
@@ -317,6 +374,7 @@ def repair(
         lines.append(f"... and {len(findings) - shown} more run(s) without outputs")
     if findings:
         doomed.update(p for p in aggregates if p.exists())
+        doomed -= aside  # (under a dry run still there; moved aside, not deleted)
         lines.append(
             f"{len(doomed)} derived file(s) deleted so that the next jobs rebuild them"
             + (" (dry run: nothing changed)" if dry_run else "")

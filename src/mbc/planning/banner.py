@@ -27,6 +27,7 @@ import shutil
 import sys
 import time
 from collections import Counter
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 
 from mbc.core.artifacts import dumps_strict, write_text_atomic
@@ -38,48 +39,6 @@ from mbc.core.spec import RunSpec
 from mbc.core.units import duration, size
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
-
-
-# flags under which Snakemake runs no job: the start-up repair only says what it would do
-NON_EXECUTING = {
-    "--dry-run", "--dryrun", "--lint", "--list", "-l", "--list-rules", "--summary", "-S",
-    "--detailed-summary", "-D", "--dag", "--rulegraph", "--filegraph", "--report",
-    "--list-target-rules", "--lt", "--containerize", "--archive", "--unlock",
-    "--list-changes", "--lc", "--list-untracked", "--lu", "--touch", "-t",
-    "--cleanup-metadata", "--cm", "--delete-all-output", "--delete-temp-output",
-}  # fmt: skip
-
-
-def invocation(argv: list[str]) -> tuple[bool, str]:
-    """(dry run?, executor) of a snakemake command line. The Snakefile is parsed before
-    Snakemake builds its executor, so `workflow.dryrun` is not yet known there.
-    `--profile P` is read for its `executor:` (./P, profiles/P or P as a path)."""
-    dry, executor, profile = False, None, None
-    for i, a in enumerate(argv):
-        nxt = argv[i + 1] if i + 1 < len(argv) else ""
-        if (
-            a in NON_EXECUTING
-            or a.split("=", 1)[0] in NON_EXECUTING
-            or (a.startswith("-") and not a.startswith("--") and a[1:].isalpha() and "n" in a[1:])
-        ):
-            dry = True
-        elif a in ("--executor", "-e"):
-            executor = nxt
-        elif a.startswith("--executor="):
-            executor = a.split("=", 1)[1]
-        elif a == "--profile":
-            profile = nxt
-        elif a.startswith("--profile="):
-            profile = a.split("=", 1)[1]
-    if executor is None and profile:
-        for base in (Path(profile), Path("profiles") / profile):
-            cfg = base / "config.yaml"
-            if cfg.is_file():
-                import yaml
-
-                executor = (yaml.safe_load(cfg.read_text()) or {}).get("executor")
-                break
-    return dry, str(executor or "local")
 
 
 def _cost(spec: RunSpec, n_params: int) -> float:
@@ -248,13 +207,19 @@ def arithmetic_lines(cfg: Config) -> list[str]:
     return lines
 
 
-def timing_lines(cfg: Config, *, cores: int | None, executor: str = "local") -> list[str]:
+def timing_lines(
+    cfg: Config,
+    *,
+    cores: int | None,
+    executor: str = "local",
+    retrain: AbstractSet[str] = frozenset(),
+) -> list[str]:
     """The banner's timed lines alone (the steps/s of the most common shape left to train,
     measured in 5 steps or cached, and the expected wall time), for Snakemake's `onstart`:
     it runs them only when it runs jobs, so `-n`, `--lint` and `--list-changes` time
     nothing. The lines the untimed banner printed at start-up are left out."""
-    untimed = set(banner_lines(cfg, cores=cores, executor=executor, measure=False))
-    timed = banner_lines(cfg, cores=cores, executor=executor, measure=True)
+    untimed = set(banner_lines(cfg, cores=cores, executor=executor, measure=False, retrain=retrain))
+    timed = banner_lines(cfg, cores=cores, executor=executor, measure=True, retrain=retrain)
     return [line for line in timed if line not in untimed]
 
 
@@ -265,9 +230,11 @@ def banner_lines(
     executor: str = "local",
     measure: bool = True,
     dry_run: bool = False,
+    retrain: AbstractSet[str] = frozenset(),
 ) -> list[str]:
     """The banner's lines. `measure=False` skips the steps/s measurement (no time shown);
-    `dry_run` writes nothing (the measurement is not cached)."""
+    `dry_run` writes nothing (the measurement is not cached); `retrain`: runs whose resume
+    state the start-up repair moves aside (they train again, whatever their logs say)."""
     specs = cfg.specs
     layout = Layout(cfg.outdir)
     out = Path(cfg.outdir)
@@ -276,7 +243,7 @@ def banner_lines(
     # trained: its log says finished (a missing or moved-aside summary is rebuilt from it);
     # the logs are read once, here, and give the taus of runs in progress below too
     logs = {r: read_log(layout.run(r).log) for r in specs}
-    done = {r for r in specs if finished(logs[r])}
+    done = {r for r in specs if finished(logs[r]) and r not in retrain}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
         import torch
@@ -284,7 +251,7 @@ def banner_lines(
         device = "cuda" if torch.cuda.is_available() else "cpu"
     lines = [
         f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
-        f"training job, executor {executor}, --cores {cores if cores else 'n/a'})",
+        f"training job, --cores {cores if cores else 'n/a'})",
         f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
         *arithmetic_lines(cfg),
     ]
@@ -377,8 +344,11 @@ def banner_lines(
 
     if measure:
         common = Counter((s.model, s.train.batch_size, s.task.seq_len) for s in todo.values())
-        ref = next(s for s in todo.values()
-                   if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0])  # fmt: skip
+        ref = next(
+            s
+            for s in todo.values()
+            if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0]
+        )
         t0 = time.perf_counter()
         width = (
             widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0

@@ -1,0 +1,112 @@
+# What an invocation does before its first job, in two halves (mbc.core.integrity):
+#
+# - while the Snakefile is parsed, it only reads: every run's chain of files is checked
+#   (`scan`) and the banner says what is about to happen, untimed. A dry run (-n:
+#   Snakemake's own flag) lists what the repair would do; `-n`, `--lint` and
+#   `--list-changes` change nothing and time nothing;
+# - in `onstart`, which Snakemake runs only when it runs jobs: the outdir is held (one
+#   invocation at a time) and checked writable, the repair moves damage aside and deletes
+#   what derives from it, and, if it did, Snakemake starts again on the same command line
+#   (once) so that its DAG is planned from the repaired files: a file moved aside under an
+#   up-to-date table would otherwise not be rebuilt. Then the banner's timed lines.
+import mbc.core.integrity
+import mbc.planning.banner
+
+if MAIN_PROCESS:
+    _RUNS = [
+        mbc.core.integrity.RunFiles(
+            run_id=r,
+            dataset=Path(L.dataset(s.dataset_id)),
+            train=[Path(L.metrics(r)), Path(L.checkpoints(r))],
+            summary=Path(L.summary(r)),
+            pack=Path(L.pack(PACK_OF[r])) if r in PACK_OF else None,
+            diagnostics=[
+                Path(L.diagnostic(kind, r, sfx))
+                for kind, sfx in DIAG_TABLES.values()
+                if r in DIAGNOSED[kind]
+            ],
+        )
+        for r, s in SPECS.items()
+    ]
+    _AGGREGATES = [Path(L.table(t)) for t in ("tau", *TABLES)]
+    _FINDINGS = mbc.core.integrity.scan(
+        _RUNS, _AGGREGATES, verify_snapshots=CFG.raw.get("verify") == "full"
+    )
+    _ALTERED = mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv")))
+    _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)})
+    if workflow.output_settings.dryrun:
+        for _p in _ALTERED:
+            print(
+                f"mbc: repair: {_p}: differs from the checksum written with it, would be "
+                "moved aside so that it is rebuilt",
+                file=sys.stderr,
+            )
+        for line in mbc.core.integrity.repair(
+            _FINDINGS, _RUNS, _AGGREGATES, dry_run=True
+        ):
+            print(f"mbc: repair: {line}", file=sys.stderr)
+    # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
+    # to start; say which outdir and how to clear it
+    if not mbc.core.integrity.outdir_in_use(OUT) and mbc.core.integrity.stale_lock(
+        ".snakemake/locks", OUT
+    ):
+        print(
+            f"mbc: {OUT}/ has a stale Snakemake lock (a run killed with kill -9): run this "
+            "command once with --unlock added, then again without it",
+            file=sys.stderr,
+        )
+    # What this invocation is about to do (also under -n). Untimed: the steps/s and the
+    # wall time come in `onstart`. A run whose resume state the repair will move aside
+    # counts as to train.
+    for line in mbc.planning.banner.banner_lines(
+        CFG,
+        cores=workflow.resource_settings.cores,
+        measure=False,
+        dry_run=workflow.output_settings.dryrun,
+        retrain={f.run_id for f in _FINDINGS if f.retrain},
+    ):
+        print(line, file=sys.stderr)
+    if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
+        print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
+
+
+onstart:
+    _executor = "local" if workflow.local_exec else workflow.executor_plugin.name
+    # more threads per job than this machine has, where this machine runs the jobs
+    if _executor == "local" and int(CFG.raw["threads"]) > (os.cpu_count() or 1):
+        sys.exit(
+            f"mbc: config key 'threads' = {CFG.raw['threads']}: more than this machine's "
+            f"{os.cpu_count()} cores (threads per training job)"
+        )
+    # an outdir nothing can be written to (read-only, not a directory): one line
+    if why := mbc.core.artifacts.unwritable(OUT):
+        sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
+    # one invocation per outdir, whatever path reached it: a second one would rerun the
+    # jobs the first is running
+    if not mbc.core.integrity.hold_outdir(OUT):
+        sys.exit(
+            f"mbc: another snakemake is running on {OUT}/: nothing repaired or run here; "
+            "wait for it to end"
+        )
+    for _p in _ALTERED:
+        _aside = _p.with_name(f"{_p.name}.corrupt-{int(time.time())}")
+        print(
+            f"mbc: repair: {_p}: differs from the checksum written with it, moved aside "
+            f"to {_aside.name} so that it is rebuilt",
+            file=sys.stderr,
+        )
+        _p.rename(_aside)
+    for line in mbc.core.integrity.repair(_FINDINGS, _RUNS, _AGGREGATES):
+        print(f"mbc: repair: {line}", file=sys.stderr)
+    if (_FINDINGS or _ALTERED or _UNVERIFIED) and not os.environ.get(
+        mbc.core.integrity.REPLANNED
+    ):
+        print("mbc: repair: done; planning the jobs again", file=sys.stderr)
+        mbc.core.integrity.replan(workflow)
+    for line in mbc.planning.banner.timing_lines(
+        CFG,
+        cores=workflow.resource_settings.cores,
+        executor=_executor,
+        retrain={f.run_id for f in _FINDINGS if f.retrain},
+    ):
+        print(line, file=sys.stderr)
