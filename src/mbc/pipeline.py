@@ -59,6 +59,7 @@ from mbc.diagnostics.collective import (
     sample_groups,
 )
 from mbc.diagnostics.hessian import HESSIAN_COLUMNS, checkpoint_estimates, checkpoint_row
+from mbc.diagnostics.plateau_sensitivity import plateau_sensitivity
 from mbc.diagnostics.routing import (
     ABLATION_COLUMNS,
     ATTENTION_COLUMNS,
@@ -67,7 +68,7 @@ from mbc.diagnostics.routing import (
     attention_to_z,
     top_head,
 )
-from mbc.diagnostics.summary import plateau_sensitivity, summarize_run, tau_table
+from mbc.diagnostics.summary import summarize_run, tau_table
 from mbc.paper import outcome
 from mbc.paper.report import (
     definitions_table,

@@ -36,8 +36,18 @@ from mbc.core.packing import configured_packs, pack_of
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
-COLUMNS = ["state", "experiments", "k", "d", "seed", "step", "budget", "lcand_over_log_k", "tau",
-           "run_id"]  # fmt: skip
+COLUMNS = [
+    "state",
+    "experiments",
+    "k",
+    "d",
+    "seed",
+    "step",
+    "budget",
+    "lcand_over_log_k",
+    "tau",
+    "run_id",
+]
 
 
 def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None, bool]:
@@ -56,8 +66,16 @@ def run_state(
     layout = Layout(outdir)
     paths = layout.run(run_id)
     log = paths.log
-    row = {"run_id": run_id, "k": spec.task.k, "d": spec.task.d, "seed": spec.seed,
-           "budget": spec.train.max_steps, "step": None, "lcand_over_log_k": None, "tau": None}  # fmt: skip
+    row = {
+        "run_id": run_id,
+        "k": spec.task.k,
+        "d": spec.task.d,
+        "seed": spec.seed,
+        "budget": spec.train.max_steps,
+        "step": None,
+        "lcand_over_log_k": None,
+        "tau": None,
+    }
     summary = paths.summary
     if summary.exists():
         try:
@@ -106,7 +124,7 @@ def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
         {
             **run_state(cfg.outdir, rid, spec, now, stale_s, packed.get(rid)),
             "experiments": ",".join(exps[rid]),
-        }  # fmt: skip
+        }
         for rid, spec in cfg.specs.items()
     ]
     table = pd.DataFrame(rows, columns=COLUMNS)
@@ -115,8 +133,7 @@ def status(cfg: mbc_config.Config, stale_s: float = 300.0) -> pd.DataFrame:
 
 def report(table: pd.DataFrame, preset: str, say=print) -> None:
     counts = table.state.value_counts()
-    say(f"preset {preset}: {len(table)} runs; "
-        + ", ".join(f"{n} {s}" for s, n in counts.items()))  # fmt: skip
+    say(f"preset {preset}: {len(table)} runs; " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     shown = table.assign(
         lcand_over_log_k=table.lcand_over_log_k.map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
         step=table.step.map(lambda v: "" if pd.isna(v) else f"{int(v):,}"),
@@ -128,14 +145,27 @@ def report(table: pd.DataFrame, preset: str, say=print) -> None:
 def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
-    ap.add_argument("--config", nargs="+", default=[], metavar="KEY=VALUE",
-                    help="the workflow's --config overrides; a FILE (no '=') is the base "
-                    "config (default config.yaml)")  # fmt: skip
+    ap.add_argument(
+        "--config",
+        nargs="+",
+        default=[],
+        metavar="KEY=VALUE",
+        help="the workflow's --config overrides; a FILE (no '=') is the base "
+        "config (default config.yaml)",
+    )
     ap.add_argument("--outdir", default=None, help="override the preset's outdir")
-    ap.add_argument("--stale-s", type=float, default=300.0,
-                    help="a live log quiet this long means the job is not running")  # fmt: skip
-    ap.add_argument("--plot", default=None, metavar="FILE",
-                    help="draw every run's loss curve so far into FILE (.png or .pdf)")  # fmt: skip
+    ap.add_argument(
+        "--stale-s",
+        type=float,
+        default=300.0,
+        help="a live log quiet this long means the job is not running",
+    )
+    ap.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="draw every run's loss curve so far into FILE (.png or .pdf)",
+    )
     a = ap.parse_args(argv)
     base = [c for c in a.config if "=" not in c]
     overrides = {"preset": a.preset} | ({"outdir": a.outdir} if a.outdir else {})

@@ -28,8 +28,16 @@ import pandas as pd
 from mbc.core.report_sections import Hypotheses, HypothesisTest
 
 COLUMNS = [
-    "id", "mechanism", "prediction", "statistic", "value", "ci_low", "ci_high", "rule", "verdict",
-]  # fmt: skip
+    "id",
+    "mechanism",
+    "prediction",
+    "statistic",
+    "value",
+    "ci_low",
+    "ci_high",
+    "rule",
+    "verdict",
+]
 VERDICTS = ("falsified", "supported", "inconclusive", "not enough data")
 
 
@@ -104,19 +112,41 @@ def evaluate_hypotheses(hypotheses: Hypotheses, statistics: pd.DataFrame) -> pd.
         overall = combine([p[4] for p in parts])
         ours_verdict = combine([p[4] for p in ours])
         for n, value, lo, hi, v, t in parts:
-            rows.append({
-                "id": h.id, "mechanism": h.mechanism, "prediction": h.prediction,
-                "statistic": n, "value": value, "ci_low": lo, "ci_high": hi, "rule": rule_text(t),
-                "verdict": overall, "test_verdict": v, "why": t.why,
-                "ours_verdict": ours_verdict, "ours": _describe(ours),
-                "robust_to_definition": ours_verdict == overall, "dual": dual,
-                "paper_verdict": h.paper_verdict.get("verdict", ""),
-                "paper_says": h.paper_verdict.get("says", ""),
-                "cause": h.explanation.get("cause", ""),
-                "explanation": h.explanation.get("text", ""),
-            })  # fmt: skip
-    extra = ["test_verdict", "why", "ours_verdict", "ours", "robust_to_definition", "dual",
-             "paper_verdict", "paper_says", "cause", "explanation"]  # fmt: skip
+            rows.append(
+                {
+                    "id": h.id,
+                    "mechanism": h.mechanism,
+                    "prediction": h.prediction,
+                    "statistic": n,
+                    "value": value,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "rule": rule_text(t),
+                    "verdict": overall,
+                    "test_verdict": v,
+                    "why": t.why,
+                    "ours_verdict": ours_verdict,
+                    "ours": _describe(ours),
+                    "robust_to_definition": ours_verdict == overall,
+                    "dual": dual,
+                    "paper_verdict": h.paper_verdict.get("verdict", ""),
+                    "paper_says": h.paper_verdict.get("says", ""),
+                    "cause": h.explanation.get("cause", ""),
+                    "explanation": h.explanation.get("text", ""),
+                }
+            )
+    extra = [
+        "test_verdict",
+        "why",
+        "ours_verdict",
+        "ours",
+        "robust_to_definition",
+        "dual",
+        "paper_verdict",
+        "paper_says",
+        "cause",
+        "explanation",
+    ]
     table = pd.DataFrame(rows, columns=[*COLUMNS, *extra])
     return with_diverged(table, statistics)
 

@@ -28,17 +28,44 @@ from mbc.core.report_sections import HypothesisTest, ScorecardRow
 from mbc.core.sections import Bootstrap
 
 INIT_SCALE_COLUMNS = [
-    "experiment", "init", "init_std", "init_scale", "n_runs", "n_censored", "n_diverged", "tau_mean",
-    "tau_ci_low", "tau_ci_high", "height_over_log_k", "height_ci_low", "height_ci_high",
-]  # fmt: skip
+    "experiment",
+    "init",
+    "init_std",
+    "init_scale",
+    "n_runs",
+    "n_censored",
+    "n_diverged",
+    "tau_mean",
+    "tau_ci_low",
+    "tau_ci_high",
+    "height_over_log_k",
+    "height_ci_low",
+    "height_ci_high",
+]
 COMPARISON_COLUMNS = [
-    "quantity", "match", "default_statistic", "default", "default_ci_low", "default_ci_high",
-    "alternative_statistic", "alternative", "alternative_ci_low", "alternative_ci_high",
-]  # fmt: skip
+    "quantity",
+    "match",
+    "default_statistic",
+    "default",
+    "default_ci_low",
+    "default_ci_high",
+    "alternative_statistic",
+    "alternative",
+    "alternative_ci_low",
+    "alternative_ci_high",
+]
 ROBUSTNESS_COLUMNS = [
-    "id", "statement", "statistic", "value", "ci_low", "ci_high", "rule", "test_verdict",
-    "verdict", "n_diverged",
-]  # fmt: skip
+    "id",
+    "statement",
+    "statistic",
+    "value",
+    "ci_low",
+    "ci_high",
+    "rule",
+    "test_verdict",
+    "verdict",
+    "n_diverged",
+]
 
 
 def init_scale_table(
@@ -55,13 +82,23 @@ def init_scale_table(
         crossed = g.loc[~g.censored.astype(bool), "tau"].to_numpy(float)
         h = g.height_over_log_k.dropna().to_numpy(float)
         t, h_ci = bootstrap(crossed, np.mean, boot), bootstrap(h, np.mean, boot)
-        out.append({
-            "experiment": experiment, "init": scheme, "init_std": float(std),
-            "init_scale": float(g.init_scale.iloc[0]), "n_runs": len(g),
-            "n_censored": int(g.censored.astype(bool).sum()), "n_diverged": nd, "tau_mean": t[0],
-            "tau_ci_low": t[1], "tau_ci_high": t[2], "height_over_log_k": h_ci[0],
-            "height_ci_low": h_ci[1], "height_ci_high": h_ci[2],
-        })  # fmt: skip
+        out.append(
+            {
+                "experiment": experiment,
+                "init": scheme,
+                "init_std": float(std),
+                "init_scale": float(g.init_scale.iloc[0]),
+                "n_runs": len(g),
+                "n_censored": int(g.censored.astype(bool).sum()),
+                "n_diverged": nd,
+                "tau_mean": t[0],
+                "tau_ci_low": t[1],
+                "tau_ci_high": t[2],
+                "height_over_log_k": h_ci[0],
+                "height_ci_low": h_ci[1],
+                "height_ci_high": h_ci[2],
+            }
+        )
     return pd.DataFrame(out, columns=INIT_SCALE_COLUMNS)
 
 
@@ -92,13 +129,20 @@ def comparison_table(compare: list[dict], stats: pd.DataFrame) -> pd.DataFrame:
         d, a = _matches(row["default"], stats.name), _matches(row["alternative"], stats.name)
         for key in sorted(d.keys() | a.keys()) or [""]:
             dv, av = _value(stats, d.get(key)), _value(stats, a.get(key))
-            out.append({
-                "quantity": row["quantity"], "match": key,
-                "default_statistic": d.get(key, row["default"]), "default": dv[0],
-                "default_ci_low": dv[1], "default_ci_high": dv[2],
-                "alternative_statistic": a.get(key, row["alternative"]), "alternative": av[0],
-                "alternative_ci_low": av[1], "alternative_ci_high": av[2],
-            })  # fmt: skip
+            out.append(
+                {
+                    "quantity": row["quantity"],
+                    "match": key,
+                    "default_statistic": d.get(key, row["default"]),
+                    "default": dv[0],
+                    "default_ci_low": dv[1],
+                    "default_ci_high": dv[2],
+                    "alternative_statistic": a.get(key, row["alternative"]),
+                    "alternative": av[0],
+                    "alternative_ci_low": av[1],
+                    "alternative_ci_high": av[2],
+                }
+            )
     return pd.DataFrame(out, columns=COMPARISON_COLUMNS)
 
 
@@ -121,9 +165,17 @@ def robustness_table(rows: Sequence[ScorecardRow], stats: pd.DataFrame) -> pd.Da
         parts = decide_pattern(row.statistic, t, stats)
         overall = combine([p[4] for p in parts])
         for n, v, lo, hi, verdict in parts:
-            out.append({
-                "id": row.id, "statement": row.claim, "statistic": n, "value": v,
-                "ci_low": lo, "ci_high": hi, "rule": rule_text(t), "test_verdict": verdict,
-                "verdict": overall,
-            })  # fmt: skip
+            out.append(
+                {
+                    "id": row.id,
+                    "statement": row.claim,
+                    "statistic": n,
+                    "value": v,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "rule": rule_text(t),
+                    "test_verdict": verdict,
+                    "verdict": overall,
+                }
+            )
     return with_diverged(pd.DataFrame(out, columns=ROBUSTNESS_COLUMNS[:-1]), stats)

@@ -43,11 +43,29 @@ from mbc.analysis.hypotheses import decide
 from mbc.core.report_sections import ScorecardRow
 
 COLUMNS = [
-    "claim", "statistic", "measured", "ci_low", "ci_high", "n", "n_diverged", "paper_reference",
-    "tolerance", "agreement", "ours_statistic", "ours_measured", "ours_ci_low", "ours_ci_high",
-    "ours_agreement", "robust_to_definition", "reference_traced", "why", "note", "id",
-    "cause", "explanation",
-]  # fmt: skip
+    "claim",
+    "statistic",
+    "measured",
+    "ci_low",
+    "ci_high",
+    "n",
+    "n_diverged",
+    "paper_reference",
+    "tolerance",
+    "agreement",
+    "ours_statistic",
+    "ours_measured",
+    "ours_ci_low",
+    "ours_ci_high",
+    "ours_agreement",
+    "robust_to_definition",
+    "reference_traced",
+    "why",
+    "note",
+    "id",
+    "cause",
+    "explanation",
+]
 # the hypotheses' words for a claim of our own decided by `within`, as the scorecard says them
 WITHIN_AGREEMENT = {"supported": "agree", "falsified": "disagree", "inconclusive": "inconclusive"}
 
@@ -150,15 +168,30 @@ def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.
             m, lo, hi, cnt, nd = _measured(statistics, n)
             om, olo, ohi, _, _ = _measured(statistics, o)
             agree, ours_agree = agreement(m, lo, hi, ref, rule), agreement(om, olo, ohi, ref, rule)
-            out.append({
-                "claim": row.claim, "statistic": n, "measured": m, "ci_low": lo, "ci_high": hi,
-                "n": cnt, "n_diverged": nd, "paper_reference": reference_text(ref), "tolerance": tolerance_text(rule),
-                "agreement": agree, "ours_statistic": o, "ours_measured": om,
-                "ours_ci_low": olo, "ours_ci_high": ohi, "ours_agreement": ours_agree,
-                "robust_to_definition": agree == ours_agree,
-                "reference_traced": ref["traced"], "why": row.why,
-                "note": ref.get("note", ""), "id": row.id or "",
-                "cause": row.explanation.get("cause", ""),
-                "explanation": row.explanation.get("text", ""),
-            })  # fmt: skip
+            out.append(
+                {
+                    "claim": row.claim,
+                    "statistic": n,
+                    "measured": m,
+                    "ci_low": lo,
+                    "ci_high": hi,
+                    "n": cnt,
+                    "n_diverged": nd,
+                    "paper_reference": reference_text(ref),
+                    "tolerance": tolerance_text(rule),
+                    "agreement": agree,
+                    "ours_statistic": o,
+                    "ours_measured": om,
+                    "ours_ci_low": olo,
+                    "ours_ci_high": ohi,
+                    "ours_agreement": ours_agree,
+                    "robust_to_definition": agree == ours_agree,
+                    "reference_traced": ref["traced"],
+                    "why": row.why,
+                    "note": ref.get("note", ""),
+                    "id": row.id or "",
+                    "cause": row.explanation.get("cause", ""),
+                    "explanation": row.explanation.get("text", ""),
+                }
+            )
     return pd.DataFrame(out, columns=COLUMNS)

@@ -55,7 +55,7 @@ class Scorecard:
                     ours=r.get("ours"),
                     id=r.get("id"),
                     explanation=freeze(r.get("explanation") or {}),
-                )  # fmt: skip
+                )
                 for r in rows
             )
         )
@@ -112,7 +112,7 @@ class Hypotheses:
                     tuple(HypothesisTest(**t) for t in h["tests"]),
                     freeze(h.get("paper_verdict") or {}),
                     freeze(h.get("explanation") or {}),
-                )  # fmt: skip
+                )
                 for hid, h in raw.items()
             )
         )

@@ -70,7 +70,7 @@ def finished(rows: list[dict]) -> bool:
 def last_resume(rows: list[dict]) -> int | None:
     """The index of the log's last resume mark (None: none): the resume point a restart
     loads, and where its log is cut."""
-    return next((i for i in range(len(rows) - 1, -1, -1) if rows[i].get("event") == "resume"), None)  # fmt: skip
+    return next((i for i in range(len(rows) - 1, -1, -1) if rows[i].get("event") == "resume"), None)
 
 
 def resume_point(rows: list[dict]) -> int:

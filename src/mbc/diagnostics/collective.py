@@ -18,9 +18,15 @@ from mbc.training.metrics import candidate_loss_from_scores, make_eval_batch, ta
 
 COLUMNS = ["run_id", "k", "tau", "step", "tau_fraction", "group", "accuracy"]
 SUMMARY_COLUMNS = [
-    "run_id", "k", "tau", "step", "tau_fraction", "frac_accurate", "mean_accuracy",
+    "run_id",
+    "k",
+    "tau",
+    "step",
+    "tau_fraction",
+    "frac_accurate",
+    "mean_accuracy",
     "accurate_threshold",
-]  # fmt: skip
+]
 
 
 def sample_groups(ds: Dataset, n_groups: int, seed: int) -> np.ndarray:
@@ -41,9 +47,14 @@ def group_accuracy(model, ds: Dataset, groups: np.ndarray, device) -> np.ndarray
 
 
 def collective_tables(
-    run_id: str, k: int, tau: int | None, per_step: dict[int, np.ndarray], fractions: dict[int, float],
-    groups: np.ndarray, accurate: float,
-) -> tuple[pd.DataFrame, pd.DataFrame]:  # fmt: skip
+    run_id: str,
+    k: int,
+    tau: int | None,
+    per_step: dict[int, np.ndarray],
+    fractions: dict[int, float],
+    groups: np.ndarray,
+    accurate: float,
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Tidy per-group table and its per-step summary."""
     rows, summ = [], []
     for step, acc in per_step.items():

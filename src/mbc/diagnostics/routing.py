@@ -16,12 +16,26 @@ from mbc.training.metrics import EvalBatch, token_loss
 
 ATTENTION_COLUMNS = ["run_id", "k", "tau", "phase", "step", "layer", "head", "attn_to_z"]
 ABLATION_COLUMNS = [
-    "run_id", "k", "tau", "phase", "step", "layer", "head", "kind", "delta_loss", "delta_delta_z",
-]  # fmt: skip
+    "run_id",
+    "k",
+    "tau",
+    "phase",
+    "step",
+    "layer",
+    "head",
+    "kind",
+    "delta_loss",
+    "delta_delta_z",
+]
 
 ROUTING_HEAD_COLUMNS = [
-    "run_id", "k", "tau", "routing_head", "routing_head_delta_delta_z", "attn_head",
-]  # fmt: skip
+    "run_id",
+    "k",
+    "tau",
+    "routing_head",
+    "routing_head_delta_delta_z",
+    "attn_head",
+]
 
 
 def clean_sequences(batch: EvalBatch) -> torch.Tensor:
@@ -39,8 +53,11 @@ def _layers(model, point: str) -> list[str]:
 def attention_to_z(model, batch: EvalBatch) -> torch.Tensor:
     """(n_layers, n_heads) mean attention mass on the z positions from the first-prediction query."""
     pats: list[torch.Tensor] = []  # per layer (n, h, T-1, T-1), read at hook_pattern
-    model(clean_sequences(batch), hooks=dict.fromkeys(_layers(model, "hook_pattern"), pats.append),
-          all_positions=True)  # fmt: skip
+    model(
+        clean_sequences(batch),
+        hooks=dict.fromkeys(_layers(model, "hook_pattern"), pats.append),
+        all_positions=True,
+    )
     q, z = batch.task.first_pred_pos, list(batch.task.z_positions)
     return torch.stack([p[:, :, q, z].sum(-1).mean(0) for p in pats]).cpu()
 

@@ -23,44 +23,99 @@ import pandas as pd
 from mbc.core.config import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.sections import Lead, PlateauSensitivity, Summary
+from mbc.core.sections import Lead, Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
 # the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
 TAU_COLUMNS = [
-    "run_id", "experiment", *FLAT_COLUMNS,
-    "threshold", "status", "diverged", "diverged_step", "tau", "censored", "plateau_height", "height_over_log_k",
-    "final_candidate_loss", "final_candidate_accuracy", "steps", "loss_onset",
-    "delta_z_onset", "lead", "lead_fraction",
+    "run_id",
+    "experiment",
+    *FLAT_COLUMNS,
+    "threshold",
+    "status",
+    "diverged",
+    "diverged_step",
+    "tau",
+    "censored",
+    "plateau_height",
+    "height_over_log_k",
+    "final_candidate_loss",
+    "final_candidate_accuracy",
+    "steps",
+    "loss_onset",
+    "delta_z_onset",
+    "lead",
+    "lead_fraction",
     # the author's statistics (docs/method.md#author-statistics): first-target tau, the
     # transition window (last L_cand > 0.95 log K -> first L_cand < 0.05 log K), the lead
     # on the first-target loss
-    "first_target_tau", "first_target_censored", "transition_start", "transition_end",
-    "transition_duration", "transition_censored", "transition_bound", "first_target_loss_onset",
-    "delta_z_first_onset", "lead_first", "lead_fraction_first",
+    "first_target_tau",
+    "first_target_censored",
+    "transition_start",
+    "transition_end",
+    "transition_duration",
+    "transition_censored",
+    "transition_bound",
+    "first_target_loss_onset",
+    "delta_z_first_onset",
+    "lead_first",
+    "lead_fraction_first",
     # E11's duration (diagnostics.dip): first L_cand < log K -> first L_cand < 0.5 nats
-    "dip_start", "dip_end", "dip_duration", "dip_censored", "dip_bound",
+    "dip_start",
+    "dip_end",
+    "dip_duration",
+    "dip_censored",
+    "dip_bound",
     # the author's lead as he computed it, from the training log (train_log.csv): onsets of
     # the windows' running-mean L1 and of (last batch's shuffled L1 - running mean)
-    "log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_measured",
+    "log_loss_onset",
+    "log_delta_z_onset",
+    "lead_log",
+    "lead_fraction_log",
+    "lead_log_measured",
     # the author's other training-log statistics: E12's transition (the running-mean L1 on
     # the training labels, which carry the label noise, first below the first-target
     # threshold) and E14's lag (first window below lag.fraction x the first window's L1)
-    "first_target_tau_log", "first_target_log_censored", "lag_step", "lag_censored",
+    "first_target_tau_log",
+    "first_target_log_censored",
+    "lag_step",
+    "lag_censored",
     # E6's window on the author's sampled evaluation (eval.sampled_groups; train_log.csv)
-    "transition_start_sampled", "transition_end_sampled", "transition_duration_sampled",
+    "transition_start_sampled",
+    "transition_end_sampled",
+    "transition_duration_sampled",
     "transition_sampled_censored",
     # E13: the first-target loss at the end of training (a z-blind model: exactly log K)
     "final_first_target_loss",
     *DOTTED_COLUMNS,
-]  # fmt: skip
+]
 INT_COLUMNS = [
-    "diverged_step", "tau", "loss_onset", "delta_z_onset", "lead", "first_target_tau", "transition_start",
-    "transition_end", "transition_duration", "transition_bound", "first_target_loss_onset",
-    "delta_z_first_onset", "lead_first", "dip_start", "dip_end", "dip_duration", "dip_bound",
-    "log_loss_onset", "log_delta_z_onset", "lead_log", "first_target_tau_log", "lag_step",
-    "transition_start_sampled", "transition_end_sampled", "transition_duration_sampled",
-]  # fmt: skip
+    "diverged_step",
+    "tau",
+    "loss_onset",
+    "delta_z_onset",
+    "lead",
+    "first_target_tau",
+    "transition_start",
+    "transition_end",
+    "transition_duration",
+    "transition_bound",
+    "first_target_loss_onset",
+    "delta_z_first_onset",
+    "lead_first",
+    "dip_start",
+    "dip_end",
+    "dip_duration",
+    "dip_bound",
+    "log_loss_onset",
+    "log_delta_z_onset",
+    "lead_log",
+    "first_target_tau_log",
+    "lag_step",
+    "transition_start_sampled",
+    "transition_end_sampled",
+    "transition_duration_sampled",
+]
 
 
 def dip_duration(
@@ -204,10 +259,15 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
     (`candidate_loss_sampled`, eval.sampled_groups), with diagnostics.transition's marks.
     A log without the series leaves each statistic None and not censored."""
     out: dict = {
-        "first_target_tau_log": None, "first_target_log_censored": False, "lag_step": None,
-        "lag_censored": False, "transition_start_sampled": None, "transition_end_sampled": None,
-        "transition_duration_sampled": None, "transition_sampled_censored": False,
-    }  # fmt: skip
+        "first_target_tau_log": None,
+        "first_target_log_censored": False,
+        "lag_step": None,
+        "lag_censored": False,
+        "transition_start_sampled": None,
+        "transition_end_sampled": None,
+        "transition_duration_sampled": None,
+        "transition_sampled_censored": False,
+    }
     if train_log is None or train_log.empty:
         return out
     t = train_log.sort_values("step")
@@ -218,9 +278,11 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         ok = np.isfinite(l1)
         lag = first_crossing(steps[ok], l1[ok], diag.lag.fraction * float(l1[ok][0]))
         out.update(
-            first_target_tau_log=first, first_target_log_censored=first is None,
-            lag_step=lag, lag_censored=lag is None,
-        )  # fmt: skip
+            first_target_tau_log=first,
+            first_target_log_censored=first is None,
+            lag_step=lag,
+            lag_censored=lag is None,
+        )
     sampled = t.get("candidate_loss_sampled")
     if sampled is not None and np.isfinite(sampled.to_numpy(float)).any():
         ok = np.isfinite(sampled.to_numpy(float))
@@ -230,10 +292,11 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         if end is not None and start is None:
             start = int(s_steps[0])  # never above the start mark: the window opens at the start
         out.update(
-            transition_start_sampled=start, transition_end_sampled=end,
+            transition_start_sampled=start,
+            transition_end_sampled=end,
             transition_duration_sampled=None if end is None else end - start,
             transition_sampled_censored=end is None,
-        )  # fmt: skip
+        )
     return out
 
 
@@ -291,11 +354,21 @@ def summarize_run(
     }
     if dstep is not None:  # not censored: it survived no budget (module docstring)
         out.update(
-            status="diverged", diverged=True, diverged_step=dstep, steps=dstep, censored=False,
-            first_target_censored=False, transition_censored=False, transition_bound=None,
-            final_candidate_loss=None, final_candidate_accuracy=None, final_first_target_loss=None,
-            first_target_log_censored=False, lag_censored=False, transition_sampled_censored=False,
-        )  # fmt: skip
+            status="diverged",
+            diverged=True,
+            diverged_step=dstep,
+            steps=dstep,
+            censored=False,
+            first_target_censored=False,
+            transition_censored=False,
+            transition_bound=None,
+            final_candidate_loss=None,
+            final_candidate_accuracy=None,
+            final_first_target_loss=None,
+            first_target_log_censored=False,
+            lag_censored=False,
+            transition_sampled_censored=False,
+        )
     return out
 
 
@@ -365,60 +438,3 @@ def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     for c in INT_COLUMNS:  # nullable: censored and diverged runs have no tau
         df[c] = df[c].astype("Int64")
     return df
-
-
-PLATEAU_SENSITIVITY_COLUMNS = [
-    "experiment", "run_id", "k", "d", "seed", "window_end", "delta_z_onset", "primary",
-    "window_start", "window_stop", "n_evals", "height_over_log_k", "in_band", "band_low",
-    "band_high",
-]  # fmt: skip
-LOSS_ONSET_ONLY = "loss onset only"
-
-
-def plateau_sensitivity(
-    cfg: PlateauSensitivity, diag: Summary, tau: pd.DataFrame, metrics: pd.DataFrame
-) -> pd.DataFrame:
-    """Plateau height / log K of every run of `cfg.experiments` under other window ends.
-
-    The run summaries end the window where `diagnostics.plateau` says (by default the
-    z-usage onset at delta_z > `diagnostics.lead.delta_z_onset`). A model that starts to
-    read z can rank the candidates worse than uniform for a while (L_cand above log K)
-    before the loss falls, so where the window ends decides how much of that enters the
-    height. This table repeats the measurement with the window ended by the z-usage onset
-    at each threshold of `cfg.delta_z_onsets`, and by the loss onset alone; the row
-    that reproduces the summaries is marked `primary`. `in_band`: height / log K within
-    `cfg.band`.
-    """
-    plat = diag.plateau
-    primary = diag.lead.delta_z_onset if plat.end_at_z_onset else None
-    thresholds = {float(t) for t in cfg.delta_z_onsets} | ({primary} if primary else set())
-    ends = [(f"delta_z > {t:g}", t) for t in sorted(thresholds)]
-    ends.append((LOSS_ONSET_ONLY, None))
-    lo, hi = cfg.band
-    rows = tau[tau["experiment"].isin(cfg.experiments) & (tau["model"] == "transformer")]
-    if "diverged" in rows:  # a diverged run has no plateau to measure (its rows end in NaN)
-        rows = rows[~rows["diverged"].astype(str).str.lower().isin(["true", "1"])]
-    by_run = {r: m.sort_values("step") for r, m in metrics.groupby("run_id")}
-    out = []
-    for _, r in rows.iterrows():
-        m = by_run.get(r.run_id)
-        if m is None:
-            raise ValueError(f"metrics.csv has no rows for run {r.run_id} (listed in tau.csv)")
-        steps, lcand = m["step"].to_numpy(), m["candidate_loss"].to_numpy()
-        dz = m["delta_z"].to_numpy()
-        log_k = math.log(int(r.k))
-        for label, thr in ends:
-            pl = plateau(
-                steps, lcand, log_k, start_fraction=plat.start_fraction,
-                onset_fraction=plat.onset_fraction,
-                z_onset=None if thr is None else z_usage_onset(steps, dz, thr),
-            )  # fmt: skip
-            h = pl.height / log_k
-            out.append({
-                "experiment": r.experiment, "run_id": r.run_id, "k": int(r.k), "d": int(r.d),
-                "seed": int(r.seed), "window_end": label, "delta_z_onset": thr,
-                "primary": thr == primary, "window_start": pl.start, "window_stop": pl.end,
-                "n_evals": pl.n_evals, "height_over_log_k": h, "in_band": bool(lo <= h <= hi),
-                "band_low": lo, "band_high": hi,
-            })  # fmt: skip
-    return pd.DataFrame(out, columns=PLATEAU_SENSITIVITY_COLUMNS)

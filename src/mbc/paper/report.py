@@ -134,10 +134,13 @@ def init_scale_tex(table: pd.DataFrame) -> str:
 
 def init_comparison_tex(table: pd.DataFrame) -> str:
     table = table.assign(
-        row=[tex_text(q if not m else f"{q}, {_at(m)}") for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)],
+        row=[
+            tex_text(q if not m else f"{q}, {_at(m)}")
+            for q, m in zip(table.quantity, table["match"].fillna(""), strict=True)
+        ],
         default_ci=ci_cells(table, "default", "default_ci_low", "default_ci_high"),
         alternative_ci=ci_cells(table, "alternative", "alternative_ci_low", "alternative_ci_high"),
-    )  # fmt: skip
+    )
     return booktabs_table(table, **LAYOUTS["init_comparison"])
 
 

@@ -29,10 +29,21 @@ from mbc.core.artifacts import write_bytes_atomic
 from mbc.core.layout import Layout
 from mbc.core.spec import RunSpec
 
-SHORT = {"task.k": "K", "task.n_groups": "G", "task.z_length": "z", "task.sharing": "sharing",
-         "task.n_supergroups": "G_z", "task.label_noise": "p", "task.direction": "dir",
-         "model.kind": "model", "model.init": "init", "model.init_std": "init std",
-         "train.lr": "lr", "train.batch_size": "batch", "train.max_steps": "budget"}  # fmt: skip
+SHORT = {
+    "task.k": "K",
+    "task.n_groups": "G",
+    "task.z_length": "z",
+    "task.sharing": "sharing",
+    "task.n_supergroups": "G_z",
+    "task.label_noise": "p",
+    "task.direction": "dir",
+    "model.kind": "model",
+    "model.init": "init",
+    "model.init_std": "init std",
+    "train.lr": "lr",
+    "train.batch_size": "batch",
+    "train.max_steps": "budget",
+}
 # how the end of a curve shows the run's state (mbc.status's states; "diverged" from the log)
 END_MARK = {
     "running": dict(marker="o", markerfacecolor="white", markersize=5),
@@ -172,14 +183,29 @@ def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: d
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     ax.set_title(f"{exp}: {drawn} of {len(runs)} runs drawn\n{summary}", fontsize=8)
     if not drawn:
-        ax.text(0.5, 0.5, "no evaluation logged yet", ha="center", va="center",
-                transform=ax.transAxes, fontsize=8, color="0.4")  # fmt: skip
+        ax.text(
+            0.5,
+            0.5,
+            "no evaluation logged yet",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=8,
+            color="0.4",
+        )
         ax.set_xlim(1, 10)
     if keys and drawn:
         handles = [Line2D([], [], color=colour[c], lw=1.5) for c in combos]
         labels = [", ".join(_label(k, v) for k, v in zip(keys, c, strict=True)) for c in combos]
-        ax.legend(handles, labels, fontsize=5.5, loc="lower left", ncol=1 + len(combos) // 8,
-                  frameon=False, handlelength=1.2)  # fmt: skip
+        ax.legend(
+            handles,
+            labels,
+            fontsize=5.5,
+            loc="lower left",
+            ncol=1 + len(combos) // 8,
+            frameon=False,
+            handlelength=1.2,
+        )
     ax.tick_params(labelsize=7)
     return drawn
 
@@ -207,11 +233,21 @@ def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[s
             ax.set_ylabel("L_cand / log K", fontsize=8)
     for ax in axes[len(exps) - ncols : len(exps)] if exps else []:
         ax.set_xlabel("step", fontsize=8)
-    key = [Line2D([], [], color="black", ls="--", lw=0.8, label="threshold (tau)"),
-           Line2D([], [], color="0.6", ls=":", lw=0.8, label="log K (plateau)"),
-           Line2D([], [], ls="none", marker="o", color="0.3", mec="black", label="tau crossed")]  # fmt: skip
-    key += [Line2D([], [], ls="none", **{"color": "0.3", "markeredgecolor": "0.3", **END_MARK[s]},
-                   label=s if s != "stopped" else "interrupted / failed") for s in END_MARK]  # fmt: skip
+    key = [
+        Line2D([], [], color="black", ls="--", lw=0.8, label="threshold (tau)"),
+        Line2D([], [], color="0.6", ls=":", lw=0.8, label="log K (plateau)"),
+        Line2D([], [], ls="none", marker="o", color="0.3", mec="black", label="tau crossed"),
+    ]
+    key += [
+        Line2D(
+            [],
+            [],
+            ls="none",
+            **{"color": "0.3", "markeredgecolor": "0.3", **END_MARK[s]},
+            label=s if s != "stopped" else "interrupted / failed",
+        )
+        for s in END_MARK
+    ]
     fig.suptitle(f"preset {cfg.preset}: {cfg.outdir}", fontsize=9)
     fig.legend(
         handles=key,

@@ -32,9 +32,13 @@ from mbc.training.metrics import EvalBatch, derange_selectors, first_target_loss
 
 EVENT = "train_window"
 COLUMNS = [
-    "step", "n_batches", "train_first_loss", "train_first_shuffled_loss", "delta_z_train_first",
+    "step",
+    "n_batches",
+    "train_first_loss",
+    "train_first_shuffled_loss",
+    "delta_z_train_first",
     "candidate_loss_sampled",
-]  # fmt: skip
+]
 DERIVED = ("delta_z_train_first",)
 FILE = TRAIN_LOG  # beside metrics.csv (mbc.core.layout)
 
@@ -75,9 +79,12 @@ class TrainWindows:
         sh = shuffled(step) if shuffled is not None and math.isfinite(mean) else math.nan
         self._first, self._missing, self._n = [], False, 0
         return {
-            "event": EVENT, "step": step, "n_batches": n, "train_first_loss": mean,
+            "event": EVENT,
+            "step": step,
+            "n_batches": n,
+            "train_first_loss": mean,
             "train_first_shuffled_loss": sh,
-        }  # fmt: skip
+        }
 
 
 def shuffled_first_loss_fn(
@@ -132,8 +139,11 @@ def table(rows: list[dict]) -> pd.DataFrame:
     ev = pd.DataFrame([r for r in rows if r.get("event") == EVENT], columns=logged)
     ev = ev.drop_duplicates("step", keep="last").sort_values("step")
     ev = ev.astype(
-        {"train_first_loss": float, "train_first_shuffled_loss": float,
-         "candidate_loss_sampled": float}
-    )  # fmt: skip
+        {
+            "train_first_loss": float,
+            "train_first_shuffled_loss": float,
+            "candidate_loss_sampled": float,
+        }
+    )
     ev["delta_z_train_first"] = ev["train_first_shuffled_loss"] - ev["train_first_loss"]
     return ev.reset_index(drop=True)[COLUMNS]

@@ -12,11 +12,34 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from mbc.paper.figures.common import (  # isort: skip
-    _FIT_NUMERIC, CENSORED_LABEL, ONE_COL, TWO_COL, _as_bool, _colors, _finite, _fit_line, _fit_row,
-    _fmt, _hollow, _legend, _metrics_rows, _names, _no_data, _note, _numeric, _one_seed_per,
-    _register, _run_curves, _tau_axes, _tau_budget_arrays, _tau_marker_handle, _tau_points,
-    _tau_rows, _text_col, _threshold_lines,
-)  # fmt: skip
+    _FIT_NUMERIC,
+    CENSORED_LABEL,
+    ONE_COL,
+    TWO_COL,
+    _as_bool,
+    _colors,
+    _finite,
+    _fit_line,
+    _fit_row,
+    _fmt,
+    _hollow,
+    _legend,
+    _metrics_rows,
+    _names,
+    _no_data,
+    _note,
+    _numeric,
+    _one_seed_per,
+    _register,
+    _run_curves,
+    _tau_axes,
+    _tau_budget_arrays,
+    _tau_marker_handle,
+    _tau_points,
+    _tau_rows,
+    _text_col,
+    _threshold_lines,
+)
 from mbc.core.report_sections import FigureEntry
 from mbc.core.spec import REVERSE_DIRECTIONS
 
@@ -154,20 +177,31 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         _no_data(b, f"no {names} runs")
         return fig
     _, nc = _tau_points(
-        a, *_tau_budget_arrays(e12, "label_noise"), color="C0",
-        label=f"{names} runs: candidate tau", positive=False,
-    )  # fmt: skip
+        a,
+        *_tau_budget_arrays(e12, "label_noise"),
+        color="C0",
+        label=f"{names} runs: candidate tau",
+        positive=False,
+    )
     _, nc_first = _tau_points(
-        a, *_tau_budget_arrays(e12, "label_noise", "first_target_tau", "first_target_censored"),
-        color="C1", marker="s", label="clean-label first-target tau (ours)", positive=False,
-    )  # fmt: skip
+        a,
+        *_tau_budget_arrays(e12, "label_noise", "first_target_tau", "first_target_censored"),
+        color="C1",
+        marker="s",
+        label="clean-label first-target tau (ours)",
+        positive=False,
+    )
     if "first_target_tau_log" in e12 and e12["first_target_tau_log"].notna().any():
         _, nc_log = _tau_points(
-            a, *_tau_budget_arrays(e12, "label_noise", "first_target_tau_log",
-                                   "first_target_log_censored"),
-            color="C3", marker="D", label="logged first-target tau (author's; H4)",
+            a,
+            *_tau_budget_arrays(
+                e12, "label_noise", "first_target_tau_log", "first_target_log_censored"
+            ),
+            color="C3",
+            marker="D",
+            label="logged first-target tau (author's; H4)",
             positive=False,
-        )  # fmt: skip
+        )
         nc_first += nc_log
     ps = sorted(v for v in e12["label_noise"].unique() if np.isfinite(v))
     for axis in (a, b):
@@ -244,15 +278,27 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
     for xi, yi, nc in zip(x[ok], top[ok], t["n_censored"].to_numpy(float)[ok], strict=True):
         if np.isfinite(nc) and nc > 0:
             ax.annotate(
-                f"{int(nc)} censored", (xi, yi), textcoords="offset points", xytext=(0, 3),
-                ha="center", va="bottom", fontsize=6.5, color="0.35",
-            )  # fmt: skip
+                f"{int(nc)} censored",
+                (xi, yi),
+                textcoords="offset points",
+                xytext=(0, 3),
+                ha="center",
+                va="bottom",
+                fontsize=6.5,
+                color="0.35",
+            )
     for xi in x[~ok]:  # a threshold whose fit failed: shown, not dropped
         ax.axvline(xi, color="0.8", lw=0.6)
         ax.annotate(
-            "fit n/a", (xi, np.nanmean(e[ok])), ha="center", va="center", rotation=90,
-            fontsize=6.5, color="0.35", backgroundcolor="white",
-        )  # fmt: skip
+            "fit n/a",
+            (xi, np.nanmean(e[ok])),
+            ha="center",
+            va="center",
+            rotation=90,
+            fontsize=6.5,
+            color="0.35",
+            backgroundcolor="white",
+        )
     ax.margins(x=0.1, y=0.12)
     ax.set_xlabel("threshold (fraction of log K)")
     ax.set_ylabel("exponent of tau vs D")
@@ -265,8 +311,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
 def fig_appendix_plateau(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Plateau height / log K of each E1/E2 run under each window end, with the band."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 3.1))
-    t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low",
-                                                  "band_high"))  # fmt: skip
+    t = _numeric(tables["plateau_sensitivity"], ("k", "height_over_log_k", "band_low", "band_high"))
     if t.empty:
         _no_data(ax, "empty plateau_sensitivity")
         return fig
@@ -283,18 +328,26 @@ def fig_appendix_plateau(tables: dict[str, pd.DataFrame], entry: FigureEntry) ->
         for k, gk in g.groupby("k"):
             y = gk["height_over_log_k"].to_numpy(float)
             x = i + rng.uniform(-0.18, 0.18, y.size)
-            ax.scatter(x, y, s=9, color=colors[k], label=f"K={k:g}" if i == 0 else None,
-                       zorder=3)  # fmt: skip
+            ax.scatter(x, y, s=9, color=colors[k], label=f"K={k:g}" if i == 0 else None, zorder=3)
         y = g["height_over_log_k"].to_numpy(float)
         ok = np.isfinite(y)
         n_in = int(((y >= lo) & (y <= hi))[ok].sum())
-        ax.annotate(f"{n_in}/{ok.sum()}", (i, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(0, 2), textcoords="offset points", ha="center", va="bottom",
-                    fontsize=6.5, color="0.35")  # fmt: skip
+        ax.annotate(
+            f"{n_in}/{ok.sum()}",
+            (i, 1.0),
+            xycoords=("data", "axes fraction"),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=6.5,
+            color="0.35",
+        )
     primary = set(_text_col(t[t["primary"]], "window_end"))
     labels = [f"{e}\n(used)" if e in primary else e for e in ends]
-    ax.set_xticks(range(len(ends)), [lab.replace("delta_z > ", "dz>") for lab in labels],
-                  fontsize=6.5)  # fmt: skip
+    ax.set_xticks(
+        range(len(ends)), [lab.replace("delta_z > ", "dz>") for lab in labels], fontsize=6.5
+    )
     ax.set_xlim(-0.6, len(ends) - 0.4)
     ax.set_xlabel("plateau window ends at (dz: z-shuffle gap)")
     ax.set_ylabel("plateau height / log K")

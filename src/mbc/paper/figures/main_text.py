@@ -12,10 +12,31 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from mbc.paper.figures.common import (  # isort: skip
-    CENSORED_LABEL, DIVERGED_LABEL, ONE_COL, TWO_COL, _censored_handle, _colors, _finite, _fit_line, _fit_row, _fmt,
-    _legend, _metrics_rows, _names, _no_data, _note, _one_seed_per, _register, _run_curves,
-    _tau_axes, _tau_budget_arrays, _tau_marker_handle, _tau_points, _tau_rows, _threshold_lines,
-)  # fmt: skip
+    CENSORED_LABEL,
+    DIVERGED_LABEL,
+    ONE_COL,
+    TWO_COL,
+    _censored_handle,
+    _colors,
+    _finite,
+    _fit_line,
+    _fit_row,
+    _fmt,
+    _legend,
+    _metrics_rows,
+    _names,
+    _no_data,
+    _note,
+    _one_seed_per,
+    _register,
+    _run_curves,
+    _tau_axes,
+    _tau_budget_arrays,
+    _tau_marker_handle,
+    _tau_points,
+    _tau_rows,
+    _threshold_lines,
+)
 from mbc.core.report_sections import FigureEntry
 
 
@@ -108,9 +129,14 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
             if ok.any():
                 i = int(np.argmax(np.where(ok, g["k"], -np.inf)))
                 ins.annotate(
-                    f"D={_fmt(d)}", (g["k"].iloc[i], xs[i]), xytext=(3, 0),
-                    textcoords="offset points", fontsize=6.5, color=c, va="center",
-                )  # fmt: skip
+                    f"D={_fmt(d)}",
+                    (g["k"].iloc[i], xs[i]),
+                    xytext=(3, 0),
+                    textcoords="offset points",
+                    fontsize=6.5,
+                    color=c,
+                    va="center",
+                )
             row = _fit_row(tables["fits"], f"{entry.fit_of('inset')}_at_d{_fmt(d)}")
             if row is not None:
                 _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}")
