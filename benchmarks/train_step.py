@@ -74,10 +74,9 @@ from torch import nn
 from mbc.core.artifacts import dumps_strict
 from mbc.core.spec import VOCAB, ModelSpec, RunSpec, TaskSpec
 from mbc.training import metrics
-from mbc.training.data import STREAM_EVAL, STREAM_INIT, build_dataset, stream_seed
+from mbc.training.data import STREAM_EVAL, STREAM_INIT, BatchOrder, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch
 from mbc.training.model import build_model, count_parameters
-from mbc.training.schedule import BatchOrder
 from mbc.training.train import make_optimizer, pick_device, step_functions
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

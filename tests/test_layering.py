@@ -135,3 +135,19 @@ def test_loading_the_paper_config_imports_no_scipy():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["paper", "[]"], out.stdout
+
+
+def test_the_untimed_banner_of_the_paper_preset_imports_no_torch(tmp_path):
+    """What every `snakemake` start-up (`-n` included) prints before its DAG plans with the
+    step schedules only: torch (seconds to import) comes in where something trains or is
+    timed, or where a GPU driver is (to ask CUDA)."""
+    code = (
+        "import sys, mbc.config as c, mbc.planning.banner as b;"
+        f"cfg = c.load(c.read_yaml('config.yaml'), {{'outdir': {str(tmp_path)!r}}});"
+        "lines = b.banner_lines(cfg, cores=2, measure=False, dry_run=True);"
+        "print(len(lines) > 2, 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    nvidia = Path("/proc/driver/nvidia").exists() or Path("/dev/nvidia0").exists()
+    assert out.stdout.split() == ["True", str(nvidia)], out.stdout

@@ -6,11 +6,10 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.training.data import STREAM_INIT, build_dataset, stream_seed
+from mbc.training.data import STREAM_INIT, BatchOrder, build_dataset, stream_seed
 from mbc.training.metrics import training_loss
 from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
-from mbc.training.schedule import BatchOrder
 from mbc.training.train import fresh_run, make_optimizer
 
 CPU = torch.device("cpu")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from helpers import fixture_config, tiny_spec
 
-from mbc.training.data import build_dataset
+from mbc.training.data import BatchOrder, build_dataset
 from mbc.training.metrics import training_loss
 from mbc.training.model import build_model
-from mbc.training.schedule import BatchOrder, eval_schedule, schedule
+from mbc.training.schedule import eval_schedule, schedule
 from mbc.training.train import train_run
 
 CPU = torch.device("cpu")

@@ -30,6 +30,7 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
+from mbc.core.arithmetic import cuda_available
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config import Config
 from mbc.core.layout import Layout
@@ -245,10 +246,8 @@ def banner_lines(
     logs = {r: read_log(layout.run(r).log) for r in specs}
     done = {r for r in specs if finished(logs[r]) and r not in retrain}
     todo = {r: s for r, s in specs.items() if r not in done}
-    if device == "auto" and todo:  # resolved only when it matters: torch is slow to import
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto" and todo:  # torch, slow to import, only where a GPU driver is
+        device = "cuda" if cuda_available() else "cpu"
     lines = [
         f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
         f"training job, --cores {cores if cores else 'n/a'})",

@@ -179,3 +179,35 @@ def decode(tokens: torch.Tensor) -> str:
     return "".join(
         names.get(int(i), ALPHABET[int(i) - CHAR0] if int(i) >= CHAR0 else "?") for i in tokens
     )
+
+
+class BatchOrder:
+    """Batches without replacement within an epoch: a seeded permutation per epoch.
+
+    The stream of examples is perm_0 ++ perm_1 ++ ...; step s (1-based) takes positions
+    [(s-1) B, s B). Every batch is full and each epoch visits every example once.
+    """
+
+    def __init__(self, d: int, batch_size: int, seed: int, device: torch.device):
+        self.d, self.b, self.seed, self.device = d, batch_size, seed, device
+        self._cache: dict[int, torch.Tensor] = {}
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._cache:
+            g = torch.Generator().manual_seed(
+                stream_seed(self.seed, STREAM_ORDER * 1_000_003 + epoch)
+            )
+            self._cache = {epoch: torch.randperm(self.d, generator=g).to(self.device)} | {
+                e: p for e, p in self._cache.items() if e == epoch - 1
+            }
+        return self._cache[epoch]
+
+    def indices(self, step: int) -> torch.Tensor:
+        start = (step - 1) * self.b
+        e0, o0 = divmod(start, self.d)
+        out, need, e, o = [], self.b, e0, o0
+        while need > 0:
+            take = min(need, self.d - o)
+            out.append(self._perm(e)[o : o + take])
+            need, e, o = need - take, e + 1, 0
+        return out[0] if len(out) == 1 else torch.cat(out)

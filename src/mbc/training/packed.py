@@ -38,12 +38,12 @@ from torch import nn
 
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
-from mbc.training.data import STREAM_INIT, Dataset, stream_seed
+from mbc.training.data import STREAM_INIT, BatchOrder, Dataset, stream_seed
 from mbc.training.forward import forward
 from mbc.training.metrics import metrics_from_logprobs, token_logprobs
 from mbc.training.model import Transformer, build_model
 from mbc.training.packed_adamw import PackedAdamW
-from mbc.training.schedule import BatchOrder, learning_rate
+from mbc.training.schedule import learning_rate
 from mbc.training.train import make_optimizer
 
 

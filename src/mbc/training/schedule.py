@@ -1,17 +1,16 @@
-"""When a run trains on what and is evaluated (docs/method.md#training-regimes,
-docs/method.md#evaluation-schedule): the batch order, the learning-rate schedule, the
-evaluation and snapshot steps, and the marks whose crossing makes the evaluation dense.
-All pure functions of the spec and the step, so a resumed run repeats them exactly."""
+"""When a run is evaluated and at what learning rate (docs/method.md#training-regimes,
+docs/method.md#evaluation-schedule): the learning-rate schedule, the evaluation and snapshot
+steps, and the marks whose crossing makes the evaluation dense. All pure functions of the
+spec and the step, so a resumed run repeats them exactly; no torch, so that planning (the
+banner, the estimate) imports none. The batch order is `mbc.training.data.BatchOrder`."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-import torch
 
 from mbc.core.spec import EvalSpec, TrainSpec
-from mbc.training.data import STREAM_ORDER, stream_seed
 
 
 def schedule(max_steps: int, every: int, n_log: int) -> list[int]:
@@ -42,38 +41,6 @@ def eval_schedule(spec: EvalSpec, max_steps: int) -> tuple[list[int], list[int]]
     snaps = grid(schedule(max_steps, spec.checkpoint_every, spec.checkpoint_n_log))
     evals = sorted(set(grid(schedule(max_steps, spec.every, spec.n_log))) | set(snaps))
     return evals, snaps
-
-
-class BatchOrder:
-    """Batches without replacement within an epoch: a seeded permutation per epoch.
-
-    The stream of examples is perm_0 ++ perm_1 ++ ...; step s (1-based) takes positions
-    [(s-1) B, s B). Every batch is full and each epoch visits every example once.
-    """
-
-    def __init__(self, d: int, batch_size: int, seed: int, device: torch.device):
-        self.d, self.b, self.seed, self.device = d, batch_size, seed, device
-        self._cache: dict[int, torch.Tensor] = {}
-
-    def _perm(self, epoch: int) -> torch.Tensor:
-        if epoch not in self._cache:
-            g = torch.Generator().manual_seed(
-                stream_seed(self.seed, STREAM_ORDER * 1_000_003 + epoch)
-            )
-            self._cache = {epoch: torch.randperm(self.d, generator=g).to(self.device)} | {
-                e: p for e, p in self._cache.items() if e == epoch - 1
-            }
-        return self._cache[epoch]
-
-    def indices(self, step: int) -> torch.Tensor:
-        start = (step - 1) * self.b
-        e0, o0 = divmod(start, self.d)
-        out, need, e, o = [], self.b, e0, o0
-        while need > 0:
-            take = min(need, self.d - o)
-            out.append(self._perm(e)[o : o + take])
-            need, e, o = need - take, e + 1, 0
-        return out[0] if len(out) == 1 else torch.cat(out)
 
 
 def learning_rate(train: TrainSpec, step: int) -> float:

@@ -21,11 +21,11 @@ import torch
 
 from mbc.core.spec import RunSpec, TrainSpec
 from mbc.training import metrics
-from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, stream_seed
+from mbc.training.data import STREAM_EVAL, STREAM_INIT, BatchOrder, Dataset, stream_seed
 from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
 from mbc.training.record import RunRecord, finalize_run
-from mbc.training.schedule import BatchOrder, learning_rate
+from mbc.training.schedule import learning_rate
 from mbc.training.train_log import sampled_batch_fn, shuffled_first_loss_fn
 
 
