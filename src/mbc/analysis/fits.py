@@ -115,10 +115,19 @@ def exponent_difference(a: PowerLawFit, b: PowerLawFit, name: str) -> PowerLawFi
     if good.size and good.size >= _MIN_VALID_FRACTION * n_boot:
         lo, hi = percentile_ci(good, a.ci_level)
     return PowerLawFit(
-        name=name, x_name=a.x_name, exponent=a.exponent - b.exponent, ci_low=lo, ci_high=hi,
-        prefactor=nan, r2=nan, n=a.n + b.n, n_censored=a.n_censored + b.n_censored,
-        method="difference", ci_level=a.ci_level, n_boot=int(good.size),
-    )  # fmt: skip
+        name=name,
+        x_name=a.x_name,
+        exponent=a.exponent - b.exponent,
+        ci_low=lo,
+        ci_high=hi,
+        prefactor=nan,
+        r2=nan,
+        n=a.n + b.n,
+        n_censored=a.n_censored + b.n_censored,
+        method="difference",
+        ci_level=a.ci_level,
+        n_boot=int(good.size),
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,8 +375,16 @@ def fit_power_law(
     n_cens = int(cens.sum())
     nan = math.nan
 
-    def result(method: str, b: float, a: float, r2: float, lo: float, hi: float, nb: int,
-               reps: np.ndarray | None = None):  # fmt: skip
+    def result(
+        method: str,
+        b: float,
+        a: float,
+        r2: float,
+        lo: float,
+        hi: float,
+        nb: int,
+        reps: np.ndarray | None = None,
+    ):
         return PowerLawFit(
             name=name,
             x_name=x_name,

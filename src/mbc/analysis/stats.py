@@ -24,8 +24,16 @@ def _row(name, vci, n, n_cens, what, n_div: int = 0) -> dict:
     v, lo, hi = vci
     if n_div:
         what += f"; {n_div} diverged run(s) left out"
-    return dict(name=name, value=v, ci_low=lo, ci_high=hi, n=int(n), n_censored=int(n_cens),
-                n_diverged=int(n_div), what=what)  # fmt: skip
+    return dict(
+        name=name,
+        value=v,
+        ci_low=lo,
+        ci_high=hi,
+        n=int(n),
+        n_censored=int(n_cens),
+        n_diverged=int(n_div),
+        what=what,
+    )
 
 
 def runs_of(tau: pd.DataFrame, experiments: list[str]) -> pd.DataFrame:
@@ -37,8 +45,16 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
     out = []
     for r in fits.itertuples():
         nd = int(getattr(r, "n_diverged", 0) or 0)
-        out.append(_row(f"fit:{r.name}", (r.exponent, r.ci_low, r.ci_high), r.n, r.n_censored,
-                        f"exponent of {r.name} ({r.method})", nd))  # fmt: skip
+        out.append(
+            _row(
+                f"fit:{r.name}",
+                (r.exponent, r.ci_low, r.ci_high),
+                r.n,
+                r.n_censored,
+                f"exponent of {r.name} ({r.method})",
+                nd,
+            )
+        )
         # a Tobit fit's R^2 (least squares' measure, against censored points) means
         # nothing: no value, so that no table or macro prints one
         r2 = NAN if r.method == "tobit" else r.r2
@@ -71,9 +87,15 @@ def statistic(declared: Statistic, tables: dict, boot: Bootstrap, diverged_ids: 
 
 
 def compute_statistics(
-    tau: pd.DataFrame, fits: pd.DataFrame, collective: pd.DataFrame, routing_ablation: pd.DataFrame,
-    hessian: pd.DataFrame, boot: Bootstrap, declared: Statistics, diverged: str = "exclude",
-) -> pd.DataFrame:  # fmt: skip
+    tau: pd.DataFrame,
+    fits: pd.DataFrame,
+    collective: pd.DataFrame,
+    routing_ablation: pd.DataFrame,
+    hessian: pd.DataFrame,
+    boot: Bootstrap,
+    declared: Statistics,
+    diverged: str = "exclude",
+) -> pd.DataFrame:
     """The fits' rows, then every statistic of config `statistics` (`declared`) in its
     order; a statistic without data is a row of NaNs (never dropped). diverged: config
     `diverged` (mbc.analysis.diverged)."""

@@ -91,10 +91,24 @@ def preset_of_targets(raw: dict, overrides: dict | None, targets) -> str | None:
 
 # snakemake options whose value may look like a file (the value is not a target)
 _PATH_OPTIONS = {
-    "--configfile", "--configfiles", "-s", "--snakefile", "-d", "--directory", "--profile",
-    "--workflow-profile", "--report", "--conda-prefix", "--shadow-prefix", "--apptainer-prefix",
-    "--singularity-prefix", "--log-handler-script", "--stats", "--dag", "--d3dag",
-}  # fmt: skip
+    "--configfile",
+    "--configfiles",
+    "-s",
+    "--snakefile",
+    "-d",
+    "--directory",
+    "--profile",
+    "--workflow-profile",
+    "--report",
+    "--conda-prefix",
+    "--shadow-prefix",
+    "--apptainer-prefix",
+    "--singularity-prefix",
+    "--log-handler-script",
+    "--stats",
+    "--dag",
+    "--d3dag",
+}
 
 
 def command_line_targets(argv: list[str]) -> list[str]:

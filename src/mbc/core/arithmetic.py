@@ -38,10 +38,23 @@ PRECISIONS = ("fp32", "bf16")
 # oneDNN's ISA limits in increasing order (ONEDNN_MAX_CPU_ISA); bf16 matmuls are native from
 # AVX512_CORE_BF16 on, AMX from AVX512_CORE_AMX on
 ONEDNN_ISAS = (
-    "SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2", "AVX512_CORE", "AVX512_CORE_VNNI",
-    "AVX512_CORE_BF16", "AVX512_CORE_FP16", "AVX512_CORE_AMX", "AVX512_CORE_AMX_FP16",
-    "AVX10_1_512", "AVX10_1_512_AMX", "AVX10_1_512_AMX_FP16", "AVX10_2_512", "AVX10_2_512_AMX_2",
-)  # fmt: skip
+    "SSE41",
+    "AVX",
+    "AVX2",
+    "AVX2_VNNI",
+    "AVX2_VNNI_2",
+    "AVX512_CORE",
+    "AVX512_CORE_VNNI",
+    "AVX512_CORE_BF16",
+    "AVX512_CORE_FP16",
+    "AVX512_CORE_AMX",
+    "AVX512_CORE_AMX_FP16",
+    "AVX10_1_512",
+    "AVX10_1_512_AMX",
+    "AVX10_1_512_AMX_FP16",
+    "AVX10_2_512",
+    "AVX10_2_512_AMX_2",
+)
 _NATIVE_BF16_FROM = "AVX512_CORE_BF16"
 _AMX_FROM = "AVX512_CORE_AMX"
 
@@ -188,9 +201,14 @@ def probe(env: dict | None = None) -> dict:
     env = dict(os.environ if env is None else env, ONEDNN_VERBOSE="1", DNNL_VERBOSE="1")
     try:
         out = subprocess.run(
-            [sys.executable, "-c", _PROBE], env=env, capture_output=True, text=True,
-            errors="replace", timeout=180, check=False,
-        ).stdout  # fmt: skip
+            [sys.executable, "-c", _PROBE],
+            env=env,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=180,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return {}
     result = re.search(r"^MBC_PROBE (.+)$", out, re.M)

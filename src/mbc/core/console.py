@@ -15,9 +15,17 @@ import logging
 # Snakemake's log events (snakemake_interface_logger_plugins.common.LogEvent) kept off
 # the console; JOB_ERROR, GROUP_ERROR and ERROR are not among them.
 QUIET_EVENTS = frozenset(
-    {"job_info", "job_started", "job_finished", "group_info", "progress", "resources_info",
-     "run_info", "workflow_started"}
-)  # fmt: skip
+    {
+        "job_info",
+        "job_started",
+        "job_finished",
+        "group_info",
+        "progress",
+        "resources_info",
+        "run_info",
+        "workflow_started",
+    }
+)
 # one-off lines without an event that repeat every scheduling round or say nothing to a user
 QUIET_MESSAGES = ("Select jobs to execute...", "Using shell:", "Assuming unrestricted shared")
 

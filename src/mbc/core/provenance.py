@@ -30,9 +30,12 @@ def code_version() -> dict:
 
         def git(*args: str) -> str:
             return subprocess.run(
-                ["git", "-C", str(REPO), *args], capture_output=True, text=True, check=True,
+                ["git", "-C", str(REPO), *args],
+                capture_output=True,
+                text=True,
+                check=True,
                 timeout=30,
-            ).stdout.strip()  # fmt: skip
+            ).stdout.strip()
 
         commit = git("rev-parse", "HEAD")
         dirty = bool(git("status", "--porcelain", "--untracked-files=no"))

@@ -45,8 +45,11 @@ def hold(state_dir: str | os.PathLike) -> IO:
     except OSError as exc:  # a network file system without flock: train, unguarded
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
-        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
-              "process on this run is not refused", file=sys.stderr)  # fmt: skip
+        print(
+            f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+            "process on this run is not refused",
+            file=sys.stderr,
+        )
         return fh
     fh.truncate(0)
     fh.write(f"process {os.getpid()} on {socket.gethostname()}\n")

@@ -35,9 +35,13 @@ def use_sdpa(device: torch.device) -> bool:
 
 
 def attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, offset: int, sdpa: bool,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    offset: int,
+    sdpa: bool,
     want_pattern: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Causal attention of queries at positions offset.. over keys at 0..: (z, pattern).
 
     q (n, h, tq, dh), k and v (n, h, tk, dh); z (n, h, tq, dh); the pattern (n, h, tq, tk) is
@@ -60,9 +64,13 @@ def attend(
 
 
 def attend_candidates(
-    q: torch.Tensor, k_own: torch.Tensor, v_own: torch.Tensor, k_pre: torch.Tensor,
-    v_pre: torch.Tensor, k: int,
-) -> torch.Tensor:  # fmt: skip
+    q: torch.Tensor,
+    k_own: torch.Tensor,
+    v_own: torch.Tensor,
+    k_pre: torch.Tensor,
+    v_pre: torch.Tensor,
+    k: int,
+) -> torch.Tensor:
     """Causal attention of the K candidates' answer positions of each context over the
     context's shared prefix and their own earlier answer positions.
 
@@ -157,9 +165,14 @@ class _Layer:
 
 
 def forward(
-    w: Weights, tokens: torch.Tensor, spec, first: int, *, hooks: Hooks | None = None,
+    w: Weights,
+    tokens: torch.Tensor,
+    spec,
+    first: int,
+    *,
+    hooks: Hooks | None = None,
     answers: torch.Tensor | None = None,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Logits at the positions first.. of the last block (the target-predicting positions
     when first is the task's first_pred_pos; 0: every position): tokens (n, T) ->
     (n, T - 1 - first, vocab), or stacked (R, n, T) -> (R, n, ...).
