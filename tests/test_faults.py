@@ -361,6 +361,12 @@ def test_measured_refuses_an_outdir_that_is_not_complete_and_intact(smoke, tmp_p
     assert res.returncode != 0 and f"{out}/statistics.csv has no checksum beside it" in line
     assert not dest.exists()
     shutil.copyfile(smoke / "statistics.csv.sha256", out / "statistics.csv.sha256")
+    hyp = _copy_in_from_another_outdir(out, tmp_path / "other")
+    (line,) = (res := _measured(out, dest)).stderr.strip().splitlines()
+    assert res.returncode != 0 and f"{hyp} was built from a statistics.csv other than" in line
+    assert not dest.exists()
+    for name in ("hypotheses.csv", "hypotheses.csv.sha256"):
+        shutil.copyfile(smoke / name, out / name)
     assert _measured(out, dest).returncode == 0 and (dest / "smoke" / "PROVENANCE").is_file()
 
 
@@ -587,6 +593,42 @@ def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trus
     _nothing_left(out)
 
 
+def _copy_in_from_another_outdir(out: Path, other: Path) -> Path:
+    """hypotheses.csv with its sidecar from another outdir, written there as its rule
+    writes it (`built_from` that outdir's statistics.csv, whose values differ), copied over
+    this outdir's: its sidecar names it rightly, its verdicts are not this outdir's."""
+    from mbc.core.artifacts import built_from, write_csv_atomic
+
+    stats = pd.read_csv(out / "statistics.csv")
+    stats["value"] = stats["value"] * 2
+    write_csv_atomic(other / "statistics.csv", stats)
+    hyp = pd.read_csv(out / "hypotheses.csv")
+    hyp["verdict"] = "falsified"
+    with built_from([other / "statistics.csv"]):
+        write_csv_atomic(other / "hypotheses.csv", hyp)
+    for name in ("hypotheses.csv", "hypotheses.csv.sha256"):
+        shutil.copyfile(other / name, out / name)
+    return out / "hypotheses.csv"
+
+
+@pytest.mark.slow
+def test_a_table_from_another_outdir_is_rebuilt_and_the_tables_equal_a_clean_runs(smoke, tmp_path):
+    """hypotheses.csv copied in from another outdir with its sidecar (its identity matched:
+    the other outdir's verdicts were trusted, rc 0): the start-up check finds the inputs its
+    sidecar names are not this outdir's, moves it aside, and the DAG rebuilds it alone."""
+    out = _copy(smoke, tmp_path)
+    hyp = _copy_in_from_another_outdir(out, tmp_path / "other")
+    said = (res := _tables(out)).stdout + res.stderr
+    assert (
+        f"mbc: repair: {hyp}: was built from a statistics.csv other than this outdir's, by its "
+        "checksum, moved aside to hypotheses.csv.corrupt-" in said
+    ), said[-3000:]
+    for kept in ("statistics.csv", "scorecard.csv"):  # nothing else rebuilt
+        assert (out / kept).stat().st_mtime_ns == (smoke / kept).stat().st_mtime_ns, kept
+    _equal_tables(out, smoke)
+    _nothing_left(out)
+
+
 @pytest.mark.slow
 def test_a_damaged_line_in_a_finished_runs_log_is_kept_aside_and_the_run_trains_on(smoke, tmp_path):
     """A line of garbage in the middle of a finished run's log: the banner counted the run
@@ -780,3 +822,75 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
     assert hold_outdir(tmp_path / "out"), "the start-up goes on, unguarded"
     (line,) = capsys.readouterr().err.splitlines()
     assert line.endswith("(No locks available): a second snakemake on this outdir is not detected")
+
+
+def _planted_outdir(out: Path, tau: int) -> Path:
+    """A run's summary.json, and tau.csv built from it as its rule builds it
+    (`built_from` its inputs)."""
+    from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+
+    summary = out / "runs" / "r" / "summary.json"
+    write_json_atomic(summary, {"run_id": "r", "tau": tau})
+    with built_from([summary]):
+        write_csv_atomic(out / "tau.csv", pd.DataFrame({"run_id": ["r"], "tau": [tau]}))
+    return out
+
+
+def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(tmp_path):
+    """tau.csv copied in from another outdir together with its sidecar: the sidecar named
+    the table only, which matched, and the table was trusted. It names the inputs the table
+    was built from too, by their checksums; those are the other outdir's: moved aside at
+    start-up, so the DAG rebuilds it. A sidecar from before inputs were recorded (an outdir
+    an older commit is writing) is accepted as before; a table whose input changed after it
+    is left to Snakemake, which reruns it for that input."""
+    import os
+
+    from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import move_altered_aggregates
+
+    here, there = _planted_outdir(tmp_path / "here", 30), _planted_outdir(tmp_path / "there", 3000)
+    tau, summary = here / "tau.csv", here / "runs" / "r" / "summary.json"
+    assert read_sidecar(tau).inputs == ((sha256_file(summary), "runs/r/summary.json"),)
+    assert move_altered_aggregates(here) == []
+    for name in ("tau.csv", "tau.csv.sha256"):
+        shutil.copyfile(there / name, here / name)
+    assert move_altered_aggregates(here, dry_run=True) == [
+        f"{tau}: was built from a runs/r/summary.json other than this outdir's, by its checksum, "
+        "would be moved aside so that it is rebuilt"
+    ]
+    (line,) = move_altered_aggregates(here)
+    (aside,) = here.glob("tau.csv.corrupt-*")
+    assert line.endswith(f"moved aside to {aside.name} so that it is rebuilt") and not tau.exists()
+    assert aside.read_bytes() == (there / "tau.csv").read_bytes(), "nothing lost"
+    # an input rebuilt after its table: Snakemake reruns the table (its input is newer)
+    _planted_outdir(here, 30)
+    write_json_atomic(summary, {"run_id": "r", "tau": 31})
+    os.utime(tau, (1000, 1000))
+    os.utime(summary, (2000, 2000))
+    assert move_altered_aggregates(here, dry_run=True) == []
+    os.utime(summary, (500, 500))
+    assert len(move_altered_aggregates(here, dry_run=True)) == 1
+    shutil.rmtree(here / "runs")
+    (line,) = move_altered_aggregates(here, dry_run=True)
+    assert line.startswith(
+        f"{tau}: was built from runs/r/summary.json, which this outdir does not have, by its "
+        "checksum, would be moved aside"
+    )
+    assert move_altered_aggregates(here, dry_run=True, skip=[tau]) == [], "the repair deletes it"
+    # the sidecar commit 08eba45 writes (what a re-measure running now writes): no inputs
+    write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
+    assert Path(f"{tau}.sha256").read_text() == f"{sha256_file(tau)}  tau.csv\n"
+    assert move_altered_aggregates(here) == []
+
+
+def test_every_rule_that_derives_a_table_records_what_it_was_built_from():
+    """Each rule script that writes tables from other files (a run's summary, its
+    diagnostics, every aggregated table) writes them inside `built_from(snakemake.input)`,
+    so their sidecars name their inputs; the rest write sources (datasets, a run's
+    training tables from its log) or no table (figures, TeX, the PDF)."""
+    sources_or_no_table = {"dataset", "train", "train_pack", "unpack_run", "figure", "tex", "paper"}
+    scripts = sorted((REPO / "workflow" / "scripts").glob("*.py"))
+    derived = [p for p in scripts if p.stem not in sources_or_no_table]
+    assert len(derived) == len(scripts) - len(sources_or_no_table)
+    missing = [p.name for p in derived if "built_from(snakemake.input)" not in p.read_text()]
+    assert missing == []

@@ -2,7 +2,6 @@
 import os
 import re
 import sys
-import time
 
 from pathlib import Path
 
@@ -179,19 +178,11 @@ if MAIN_PROCESS:
             "command once with --unlock added, then again without it",
             file=sys.stderr,
         )
-    for _p in mbc.core.integrity.altered_aggregates(sorted(Path(OUT).glob("*.csv"))):
-        _aside = _p.with_name(f"{_p.name}.corrupt-{int(time.time())}")
-        print(
-            f"mbc: repair: {_p}: differs from the checksum written with it, "
-            + (
-                "would be moved aside"
-                if _report_only
-                else f"moved aside to {_aside.name} so that it is rebuilt"
-            ),
-            file=sys.stderr,
-        )
-        if not _report_only:
-            _p.rename(_aside)
+    # (the aggregated tables go anyway where a run's chain is broken: not said twice)
+    for line in mbc.core.integrity.move_altered_aggregates(
+        OUT, dry_run=_report_only, skip=_aggregates if _findings else ()
+    ):
+        print(f"mbc: repair: {line}", file=sys.stderr)
     for line in mbc.core.integrity.repair(
         _findings, _runs, _aggregates, dry_run=_report_only
     ):

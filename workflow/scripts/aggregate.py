@@ -1,5 +1,6 @@
+from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import concat_tables
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0]), built_from(snakemake.input):
     concat_tables(list(snakemake.input), snakemake.output[0])

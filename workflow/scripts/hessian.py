@@ -1,10 +1,11 @@
 from pathlib import Path
 
+from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import diagnose_hessian
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0]), built_from(snakemake.input):
     diagnose_hessian(
         RunSpec.from_dict(snakemake.params.spec),
         snakemake.input.dataset,

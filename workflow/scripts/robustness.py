@@ -1,7 +1,8 @@
+from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_robustness
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0]), built_from(snakemake.input):
     make_robustness(
         snakemake.params.robustness,
         snakemake.params.claims,

@@ -1,5 +1,6 @@
+from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_scorecard
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0]), built_from(snakemake.input):
     make_scorecard(snakemake.params.scorecard, snakemake.input[0], snakemake.output[0])
