@@ -883,6 +883,54 @@ def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(
     assert move_altered_aggregates(here) == []
 
 
+def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted(tmp_path):
+    """A run's diagnostic table edited and its sidecar deleted, while the run's tables have
+    theirs, was trusted (and the edit spread to the aggregated tables): it is unverified,
+    moved aside and rebuilt, as a run's own tables are. One copied in from another outdir
+    with its sidecar names inputs (the run's dataset, snapshot index, summary) that are not
+    this outdir's. A run whose tables all predate sidecars is not checked (nothing to
+    compare; its diagnostics are as old as its summary or older, and Snakemake reruns those)."""
+    from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import RunFiles, repair, scan
+
+    def outdir(root: Path, tau: int) -> RunFiles:
+        run = root / "runs" / "r"
+        files = RunFiles("r", root / "datasets" / "d.pt", [run / "metrics.csv",
+                         run / "checkpoints.csv"], run / "summary.json",
+                         [root / "diagnostics" / "hessian" / "r.csv"])  # fmt: skip
+        files.dataset.parent.mkdir(parents=True)
+        files.dataset.write_bytes(b"a dataset")
+        write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+        write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+        write_json_atomic(files.summary, {"run_id": "r", "tau": tau})
+        with built_from([files.dataset, files.train[1], files.summary]):
+            write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [tau]}))
+        return files
+
+    files, theirs = outdir(tmp_path / "here", 30), outdir(tmp_path / "there", 3000)
+    (diag,) = files.diagnostics
+    assert scan([files], []) == []
+    for suffix in ("", ".sha256"):
+        shutil.copyfile(f"{theirs.diagnostics[0]}{suffix}", f"{diag}{suffix}")
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (diag, 3, True)
+    assert (
+        found.why
+        == "was built from a runs/r/summary.json other than this outdir's, by its checksum"
+    )
+    Path(f"{diag}.sha256").unlink()
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (diag, 3, True)
+    assert found.why == "no checksum beside it, while the run's other tables have one (unverified)"
+    lines = repair([found], [files], [])
+    (aside,) = diag.parent.glob("r.csv.corrupt-*")
+    assert lines[0] == f"{diag}: {found.why}, moved aside to {aside.name}" and not diag.exists()
+    aside.rename(diag)
+    for p in (*files.train, files.summary):
+        Path(f"{p}.sha256").unlink()
+    assert scan([files], []) == [], "an outdir from before sidecars"
+
+
 def test_every_rule_that_derives_a_table_records_what_it_was_built_from():
     """Each rule script that writes tables from other files (a run's summary, its
     diagnostics, every aggregated table) writes them inside `built_from(snakemake.input)`,

@@ -9,8 +9,8 @@ the chain its files form (README: Reliability):
 
 and finds the first broken link: a missing file, a dataset or table whose sha256 differs
 from its sidecar or whose sidecar names another artefact or inputs that are not this
-outdir's (a file swapped in with its own sidecar), a run's table whose sidecar is gone
-while its siblings have theirs, a log with a line that is not JSON
+outdir's (a file swapped in with its own sidecar), a run's table or diagnostic whose
+sidecar is gone while the run's tables have theirs, a log with a line that is not JSON
 before its last, a snapshot listed in checkpoints.csv that is missing (or, with
 `verify=full`, whose sha256 differs from the index) in a run that a diagnostic reads. It
 then moves a corrupt file aside (`*.corrupt-<time>`, nothing is lost; an outdir table
@@ -235,16 +235,18 @@ def _unparsable(run_id: str, summary: Path) -> Finding | None:
 def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     """The first table that is not what its checksum recorded (`differs`: rows cut, a line
     torn, an edit, another's file, inputs not this outdir's), or without one while the
-    run's other tables have one (its sidecar deleted: unverified): it is rebuilt from what
-    it derives from (a run's tables from its log, which says the run finished: no
-    retraining). A run whose tables were all written before checksums were recorded (no
-    sidecar) is not checked, nor is a diagnostic without one (costly to rebuild, and
-    perhaps from before sidecars where its run's are not)."""
+    run's own tables have one (its sidecar deleted: unverified): it is rebuilt from what it
+    derives from (a run's tables from its log, which says the run finished: no retraining;
+    a diagnostic from the run's snapshots). A run whose tables were all written before
+    checksums were recorded (no sidecar) is not checked, its diagnostics included. A
+    diagnostic from before sidecars beside a run's tables that have them is older than its
+    summary.json, which Snakemake reruns it for anyway: taking it as unverified costs no
+    extra rebuild."""
     for p in paths:
         if why := differs(p):
             return Finding(f.run_id, level, p, why, True)
         siblings = (*f.train, f.summary)
-        if level < 3 and read_sidecar(p) is None and any(map(read_sidecar, siblings)):
+        if read_sidecar(p) is None and any(map(read_sidecar, siblings)):
             why = "no checksum beside it, while the run's other tables have one (unverified)"
             return Finding(f.run_id, level, p, why, True)
     return None
