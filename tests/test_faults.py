@@ -877,7 +877,7 @@ def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(
         "checksum, would be moved aside"
     )
     assert move_altered_aggregates(here, dry_run=True, skip=[tau]) == [], "the repair deletes it"
-    # the sidecar commit 08eba45 writes (what a re-measure running now writes): no inputs
+    # the one-line sidecar an older version writes (into an outdir it may still be writing)
     write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
     assert Path(f"{tau}.sha256").read_text() == f"{sha256_file(tau)}  tau.csv\n"
     assert move_altered_aggregates(here) == []
