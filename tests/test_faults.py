@@ -825,61 +825,61 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
 
 
 def _planted_outdir(out: Path, tau: int) -> Path:
-    """A run's summary.json, and tau.csv built from it as its rule builds it
-    (`built_from` its inputs)."""
-    from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+    """A run's hessian diagnostic, and the aggregated hessian.csv built from it by the
+    `aggregate` rule's function."""
+    from mbc.core.artifacts import write_csv_atomic
+    from mbc.pipeline import concat_tables
 
-    summary = out / "runs" / "r" / "summary.json"
-    write_json_atomic(summary, {"run_id": "r", "tau": tau})
-    with built_from([summary]):
-        write_csv_atomic(out / "tau.csv", pd.DataFrame({"run_id": ["r"], "tau": [tau]}))
+    diag = out / "diagnostics" / "hessian" / "r.csv"
+    write_csv_atomic(diag, pd.DataFrame({"run_id": ["r"], "tau": [tau]}))
+    concat_tables([diag], out / "hessian.csv")
     return out
 
 
 def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(tmp_path):
-    """tau.csv copied in from another outdir together with its sidecar: the sidecar named
-    the table only, which matched, and the table was trusted. It names the inputs the table
-    was built from too, by their checksums; those are the other outdir's: moved aside at
-    start-up, so the DAG rebuilds it. A sidecar from before inputs were recorded (an outdir
-    an older commit is writing) is accepted as before; a table whose input changed after it
-    is left to Snakemake, which reruns it for that input."""
+    """An aggregated table copied in from another outdir together with its sidecar: the
+    sidecar named the table only, which matched, and the table was trusted. It names the
+    inputs the table was built from too, by their checksums; those are the other outdir's:
+    moved aside at start-up, so the DAG rebuilds it. A sidecar from before inputs were
+    recorded (an outdir an older version is writing) is accepted as before; a table whose
+    input changed after it is left to Snakemake, which reruns it for that input."""
     import os
 
-    from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic, write_json_atomic
+    from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic
     from mbc.core.integrity import move_altered_aggregates
 
     here, there = _planted_outdir(tmp_path / "here", 30), _planted_outdir(tmp_path / "there", 3000)
-    tau, summary = here / "tau.csv", here / "runs" / "r" / "summary.json"
-    assert read_sidecar(tau).inputs == ((sha256_file(summary), "runs/r/summary.json"),)
+    table, diag = here / "hessian.csv", here / "diagnostics" / "hessian" / "r.csv"
+    assert read_sidecar(table).inputs == ((sha256_file(diag), "diagnostics/hessian/r.csv"),)
     assert move_altered_aggregates(here) == []
-    for name in ("tau.csv", "tau.csv.sha256"):
+    for name in ("hessian.csv", "hessian.csv.sha256"):
         shutil.copyfile(there / name, here / name)
     assert move_altered_aggregates(here, dry_run=True) == [
-        f"{tau}: was built from a runs/r/summary.json other than this outdir's, by its checksum, "
-        "would be moved aside so that it is rebuilt"
+        f"{table}: was built from a diagnostics/hessian/r.csv other than this outdir's, by its "
+        "checksum, would be moved aside so that it is rebuilt"
     ]
     (line,) = move_altered_aggregates(here)
-    (aside,) = here.glob("tau.csv.corrupt-*")
-    assert line.endswith(f"moved aside to {aside.name} so that it is rebuilt") and not tau.exists()
-    assert aside.read_bytes() == (there / "tau.csv").read_bytes(), "nothing lost"
+    (aside,) = here.glob("hessian.csv.corrupt-*")
+    assert line.endswith(f"moved aside to {aside.name} so that it is rebuilt")
+    assert not table.exists() and aside.read_bytes() == (there / "hessian.csv").read_bytes()
     # an input rebuilt after its table: Snakemake reruns the table (its input is newer)
     _planted_outdir(here, 30)
-    write_json_atomic(summary, {"run_id": "r", "tau": 31})
-    os.utime(tau, (1000, 1000))
-    os.utime(summary, (2000, 2000))
+    write_csv_atomic(diag, pd.DataFrame({"run_id": ["r"], "tau": [31]}))
+    os.utime(table, (1000, 1000))
+    os.utime(diag, (2000, 2000))
     assert move_altered_aggregates(here, dry_run=True) == []
-    os.utime(summary, (500, 500))
+    os.utime(diag, (500, 500))
     assert len(move_altered_aggregates(here, dry_run=True)) == 1
-    shutil.rmtree(here / "runs")
+    shutil.rmtree(here / "diagnostics")
     (line,) = move_altered_aggregates(here, dry_run=True)
     assert line.startswith(
-        f"{tau}: was built from runs/r/summary.json, which this outdir does not have, by its "
-        "checksum, would be moved aside"
+        f"{table}: was built from diagnostics/hessian/r.csv, which this outdir does not have, "
+        "by its checksum, would be moved aside"
     )
-    assert move_altered_aggregates(here, dry_run=True, skip=[tau]) == [], "the repair deletes it"
+    assert move_altered_aggregates(here, dry_run=True, skip=[table]) == [], "the repair deletes it"
     # the one-line sidecar an older version writes (into an outdir it may still be writing)
-    write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
-    assert Path(f"{tau}.sha256").read_text() == f"{sha256_file(tau)}  tau.csv\n"
+    write_csv_atomic(table, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
+    assert Path(f"{table}.sha256").read_text() == f"{sha256_file(table)}  hessian.csv\n"
     assert move_altered_aggregates(here) == []
 
 
@@ -931,14 +931,24 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
     assert scan([files], []) == [], "an outdir from before sidecars"
 
 
-def test_every_rule_that_derives_a_table_records_what_it_was_built_from():
-    """Each rule script that writes tables from other files (a run's summary, its
-    diagnostics, every aggregated table) writes them inside `built_from(snakemake.input)`,
-    so their sidecars name their inputs; the rest write sources (datasets, a run's
-    training tables from its log) or no table (figures, TeX, the PDF)."""
-    sources_or_no_table = {"dataset", "train", "train_pack", "unpack_run", "figure", "tex", "paper"}
-    scripts = sorted((REPO / "workflow" / "scripts").glob("*.py"))
-    derived = [p for p in scripts if p.stem not in sources_or_no_table]
-    assert len(derived) == len(scripts) - len(sources_or_no_table)
-    missing = [p.name for p in derived if "built_from(snakemake.input)" not in p.read_text()]
-    assert missing == []
+def test_every_derived_table_records_what_it_was_built_from():
+    """Every table `mbc.pipeline` writes from other files (a run's summary, its diagnostics,
+    every aggregated table) is written inside `built_from` its inputs, so that its sidecar
+    names them; only a pack's manifest (a source: what its training did) is not."""
+    import ast
+
+    writes = {"write_csv_atomic", "write_json_atomic"}
+    tree = ast.parse((REPO / "src" / "mbc" / "pipeline.py").read_text())
+
+    def calls(node, names):
+        return [n for n in ast.walk(node) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) in names]  # fmt: skip
+
+    bare = set()
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        bound = [w for n in ast.walk(fn) if isinstance(n, ast.With)
+                 if any(calls(i.context_expr, {"built_from"}) for i in n.items)
+                 for w in calls(n, writes)]  # fmt: skip
+        if len(bound) < len(calls(fn, writes)):
+            bare.add(fn.name)
+    assert bare == {"train_pack"}

@@ -1,6 +1,5 @@
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import concat_tables
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     concat_tables(list(snakemake.input), snakemake.output[0])

@@ -1,11 +1,10 @@
 from pathlib import Path
 
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import diagnose_collective
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     diagnose_collective(
         RunSpec.from_dict(snakemake.params.spec),
         snakemake.input.dataset,

@@ -1,8 +1,7 @@
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_plateau_sensitivity
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     make_plateau_sensitivity(
         snakemake.params.cfg,
         snakemake.params.diagnostics,

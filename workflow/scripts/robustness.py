@@ -1,8 +1,7 @@
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_robustness
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     make_robustness(
         snakemake.params.robustness,
         snakemake.params.claims,

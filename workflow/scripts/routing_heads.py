@@ -1,6 +1,5 @@
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_routing_heads
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     make_routing_heads(snakemake.input.attention, snakemake.input.ablation, snakemake.output[0])

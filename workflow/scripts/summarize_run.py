@@ -1,9 +1,8 @@
-from mbc.core.artifacts import built_from
 from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import summarize
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     summarize(
         RunSpec.from_dict(snakemake.params.spec),
         snakemake.input.metrics,

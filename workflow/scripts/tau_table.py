@@ -1,9 +1,8 @@
-from mbc.core.artifacts import built_from
 from mbc.core.config import Run
 from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import make_tau_table
 
-with logged(snakemake.log[0]), built_from(snakemake.input):
+with logged(snakemake.log[0]):
     runs = [Run(e, RunSpec.from_dict(s)) for e, s in snakemake.params.runs]
     make_tau_table(runs, list(snakemake.input), snakemake.output[0])
