@@ -363,6 +363,12 @@ def test_measured_refuses_an_outdir_that_is_not_complete_and_intact(smoke, tmp_p
     assert res.returncode != 0 and f"{out}/statistics.csv has no checksum beside it" in line
     assert not dest.exists()
     shutil.copyfile(smoke / "statistics.csv.sha256", out / "statistics.csv.sha256")
+    hyp = _copy_in_from_another_outdir(out, tmp_path / "other")
+    (line,) = (res := _measured(out, dest)).stderr.strip().splitlines()
+    assert res.returncode != 0 and f"{hyp} was built from a statistics.csv other than" in line
+    assert not dest.exists()
+    for name in ("hypotheses.csv", "hypotheses.csv.sha256"):
+        shutil.copyfile(smoke / name, out / name)
     assert _measured(out, dest).returncode == 0 and (dest / "smoke" / "PROVENANCE").is_file()
 
 
@@ -588,6 +594,41 @@ def test_swapped_files_with_their_checksums_and_a_table_without_one_are_not_trus
     _nothing_left(out)
 
 
+def _copy_in_from_another_outdir(out: Path, other: Path) -> Path:
+    """hypotheses.csv with its sidecar from another outdir, written there as its rule
+    writes it (`built_from` that outdir's statistics.csv, whose values differ), copied over
+    this outdir's: its sidecar names it rightly, its verdicts are not this outdir's."""
+    from mbc.core.artifacts import built_from, write_csv_atomic
+
+    stats = pd.read_csv(out / "statistics.csv")
+    stats["value"] = stats["value"] * 2
+    write_csv_atomic(other / "statistics.csv", stats)
+    hyp = pd.read_csv(out / "hypotheses.csv")
+    hyp["verdict"] = "falsified"
+    with built_from([other / "statistics.csv"]):
+        write_csv_atomic(other / "hypotheses.csv", hyp)
+    for name in ("hypotheses.csv", "hypotheses.csv.sha256"):
+        shutil.copyfile(other / name, out / name)
+    return out / "hypotheses.csv"
+
+
+def test_a_table_from_another_outdir_is_rebuilt_and_the_tables_equal_a_clean_runs(smoke, tmp_path):
+    """hypotheses.csv copied in from another outdir with its sidecar (its identity matched:
+    the other outdir's verdicts were trusted, rc 0): the start-up check finds the inputs its
+    sidecar names are not this outdir's, moves it aside, and the DAG rebuilds it alone."""
+    out = _copy(smoke, tmp_path)
+    hyp = _copy_in_from_another_outdir(out, tmp_path / "other")
+    said = (res := _tables(out)).stdout + res.stderr
+    assert (
+        f"mbc: repair: {hyp}: was built from a statistics.csv other than this outdir's, by its "
+        "checksum, moved aside to hypotheses.csv.corrupt-" in said
+    ), said[-3000:]
+    for kept in ("statistics.csv", "scorecard.csv"):  # nothing else rebuilt
+        assert (out / kept).stat().st_mtime_ns == (smoke / kept).stat().st_mtime_ns, kept
+    _equal_tables(out, smoke)
+    _nothing_left(out)
+
+
 def test_a_damaged_line_in_a_finished_runs_log_is_kept_aside_and_the_run_trains_on(smoke, tmp_path):
     """A line of garbage in the middle of a finished run's log: the banner counted the run
     "to train" while nothing trained, and a resume rewrote the log. Now the start-up says
@@ -801,3 +842,133 @@ def test_the_outdir_lock_is_probed_without_being_held(tmp_path):
     assert not outdir_in_use(out), "released with its holder; the probe kept nothing"
     with open(lock, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def _planted_outdir(out: Path, tau: int) -> Path:
+    """A run's hessian diagnostic, and the aggregated hessian.csv built from it by the
+    `aggregate` rule's function."""
+    from mbc.core.artifacts import write_csv_atomic
+    from mbc.pipeline import concat_tables
+
+    diag = out / "diagnostics" / "hessian" / "r.csv"
+    write_csv_atomic(diag, pd.DataFrame({"run_id": ["r"], "tau": [tau]}))
+    concat_tables([diag], out / "hessian.csv")
+    return out
+
+
+def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(tmp_path):
+    """An aggregated table copied in from another outdir together with its sidecar: the
+    sidecar named the table only, which matched, and the table was trusted. It names the
+    inputs the table was built from too, by their checksums; those are the other outdir's:
+    moved aside at start-up, so the DAG rebuilds it. A sidecar from before inputs were
+    recorded (an outdir an older version is writing) is accepted as before; a table whose
+    input changed after it is left to Snakemake, which reruns it for that input."""
+    import os
+
+    from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic
+    from mbc.core.integrity import move_altered_aggregates
+
+    here, there = _planted_outdir(tmp_path / "here", 30), _planted_outdir(tmp_path / "there", 3000)
+    table, diag = here / "hessian.csv", here / "diagnostics" / "hessian" / "r.csv"
+    assert read_sidecar(table).inputs == ((sha256_file(diag), "diagnostics/hessian/r.csv"),)
+    assert move_altered_aggregates(here) == []
+    for name in ("hessian.csv", "hessian.csv.sha256"):
+        shutil.copyfile(there / name, here / name)
+    assert move_altered_aggregates(here, dry_run=True) == [
+        f"{table}: was built from a diagnostics/hessian/r.csv other than this outdir's, by its "
+        "checksum, would be moved aside so that it is rebuilt"
+    ]
+    (line,) = move_altered_aggregates(here)
+    (aside,) = here.glob("hessian.csv.corrupt-*")
+    assert line.endswith(f"moved aside to {aside.name} so that it is rebuilt")
+    assert not table.exists() and aside.read_bytes() == (there / "hessian.csv").read_bytes()
+    # an input rebuilt after its table: Snakemake reruns the table (its input is newer)
+    _planted_outdir(here, 30)
+    write_csv_atomic(diag, pd.DataFrame({"run_id": ["r"], "tau": [31]}))
+    os.utime(table, (1000, 1000))
+    os.utime(diag, (2000, 2000))
+    assert move_altered_aggregates(here, dry_run=True) == []
+    os.utime(diag, (500, 500))
+    assert len(move_altered_aggregates(here, dry_run=True)) == 1
+    shutil.rmtree(here / "diagnostics")
+    (line,) = move_altered_aggregates(here, dry_run=True)
+    assert line.startswith(
+        f"{table}: was built from diagnostics/hessian/r.csv, which this outdir does not have, "
+        "by its checksum, would be moved aside"
+    )
+    assert move_altered_aggregates(here, dry_run=True, skip=[table]) == [], "the repair deletes it"
+    # the one-line sidecar an older version writes (into an outdir it may still be writing)
+    write_csv_atomic(table, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
+    assert Path(f"{table}.sha256").read_text() == f"{sha256_file(table)}  hessian.csv\n"
+    assert move_altered_aggregates(here) == []
+
+
+def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted(tmp_path):
+    """A run's diagnostic table edited and its sidecar deleted, while the run's tables have
+    theirs, was trusted (and the edit spread to the aggregated tables): it is unverified,
+    moved aside and rebuilt, as a run's own tables are. One copied in from another outdir
+    with its sidecar names inputs (the run's dataset, snapshot index, summary) that are not
+    this outdir's. A run whose tables all predate sidecars is not checked (nothing to
+    compare; its diagnostics are as old as its summary or older, and Snakemake reruns those)."""
+    from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import RunFiles, repair, scan
+
+    def outdir(root: Path, tau: int) -> RunFiles:
+        run = root / "runs" / "r"
+        files = RunFiles("r", root / "datasets" / "d.pt", [run / "metrics.csv",
+                         run / "checkpoints.csv"], run / "summary.json",
+                         [root / "diagnostics" / "hessian" / "r.csv"])  # fmt: skip
+        files.dataset.parent.mkdir(parents=True)
+        files.dataset.write_bytes(b"a dataset")
+        write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+        write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+        write_json_atomic(files.summary, {"run_id": "r", "tau": tau})
+        with built_from([files.dataset, files.train[1], files.summary]):
+            write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [tau]}))
+        return files
+
+    files, theirs = outdir(tmp_path / "here", 30), outdir(tmp_path / "there", 3000)
+    (diag,) = files.diagnostics
+    assert scan([files], []) == []
+    for suffix in ("", ".sha256"):
+        shutil.copyfile(f"{theirs.diagnostics[0]}{suffix}", f"{diag}{suffix}")
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (diag, 3, True)
+    assert (
+        found.why
+        == "was built from a runs/r/summary.json other than this outdir's, by its checksum"
+    )
+    Path(f"{diag}.sha256").unlink()
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (diag, 3, True)
+    assert found.why == "no checksum beside it, while the run's other tables have one (unverified)"
+    lines = repair([found], [files], [])
+    (aside,) = diag.parent.glob("r.csv.corrupt-*")
+    assert lines[0] == f"{diag}: {found.why}, moved aside to {aside.name}" and not diag.exists()
+    aside.rename(diag)
+    for p in (*files.train, files.summary):
+        Path(f"{p}.sha256").unlink()
+    assert scan([files], []) == [], "an outdir from before sidecars"
+
+
+def test_every_derived_table_records_what_it_was_built_from():
+    """Every table `mbc.pipeline` writes from other files (a run's summary, its diagnostics,
+    every aggregated table) is written inside `built_from` its inputs, so that its sidecar
+    names them; only a pack's manifest (a source: what its training did) is not."""
+    import ast
+
+    writes = {"write_csv_atomic", "write_json_atomic"}
+    tree = ast.parse((REPO / "src" / "mbc" / "pipeline.py").read_text())
+
+    def calls(node, names):
+        return [n for n in ast.walk(node) if isinstance(n, ast.Call)
+                and getattr(n.func, "id", None) in names]  # fmt: skip
+
+    bare = set()
+    for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
+        bound = [w for n in ast.walk(fn) if isinstance(n, ast.With)
+                 if any(calls(i.context_expr, {"built_from"}) for i in n.items)
+                 for w in calls(n, writes)]  # fmt: skip
+        if len(bound) < len(calls(fn, writes)):
+            bare.add(fn.name)
+    assert bare == {"train_pack"}

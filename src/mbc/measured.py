@@ -26,7 +26,8 @@ import pandas as pd
 
 from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
-from mbc.core.artifacts import read_sidecar_sha256, sha256_file, write_text_atomic
+from mbc.core.artifacts import read_sidecar, write_text_atomic
+from mbc.core.integrity import differs
 from mbc.core.layout import Layout
 from mbc.core.provenance import code_version
 from mbc.core.runlog import finished, read_log
@@ -133,21 +134,24 @@ def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[
 def _unverified(path: Path, sidecar_needed: bool = True) -> str | None:
     """Why a table cannot be trusted as written by the pipeline, or None: missing, no
     checksum written with it (a sidecar gone: an aggregated table, which a plain rerun
-    rebuilds with one; a run's table from before sidecars passes), or bytes that differ."""
+    rebuilds with one; a run's table from before sidecars passes), or not what its checksum
+    records (`mbc.core.integrity.differs`: bytes that differ, another table's file, or one
+    built from another outdir's inputs), as the start-up check finds it."""
     if not path.is_file():
         return f"{path} is missing"
-    digest = read_sidecar_sha256(path)
-    if digest is None:
+    if read_sidecar(path) is None:
         return f"{path} has no checksum beside it (unverified)" if sidecar_needed else None
-    return f"{path} differs from its checksum" if sha256_file(path) != digest else None
+    return f"{path} {why}" if (why := differs(path)) else None
 
 
 def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]:
     """What keeps the outdir from being the complete, intact record of its preset: every
     table verified, every configured run in tau.csv with its directory, its finished log
-    and its verified tables. Empty: the report may be committed."""
+    and its verified tables. Empty: the report may be committed. The runs' problems come
+    first: a run's directory deleted is the cause, the tables built from it follow."""
     layout = Layout(cfg.outdir)
-    problems = [why for t in TABLES if (why := _unverified(Path(layout.table(t))))]
+    tables = [why for t in TABLES if (why := _unverified(Path(layout.table(t))))]
+    problems = []
     tau_path = Path(layout.table("tau"))
     tau_ok = _unverified(tau_path) is None  # read only as it was written
     in_tau = set(pd.read_csv(tau_path).run_id) if tau_ok else set()
@@ -163,7 +167,7 @@ def incomplete(cfg: mbc_config.Config, logs: dict[str, list[dict]]) -> list[str]
             problems.append(f"run {r}: not in {tau_path}")
     for r in sorted(in_tau - set(cfg.specs)):
         problems.append(f"{tau_path} lists run {r}, which the config does not give")
-    return problems
+    return problems + tables
 
 
 def collect(preset: str, config_path: str, dest: str, overrides: dict | None = None) -> Path:

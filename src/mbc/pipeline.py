@@ -1,7 +1,9 @@
 """The package functions that rule scripts call: one per rule, typed arguments, paths in/out.
 
 Each function reads its inputs, calls the science modules and writes its outputs
-atomically. Nothing here imports Snakemake.
+atomically; a table derived from other files is written inside `built_from` them, so that
+its sidecar names what it was built from (`mbc.core.integrity` compares). Nothing here
+imports Snakemake.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import (
     CorruptArtifactError,
+    built_from,
     dumps_strict,
     read_csv_checked,
     read_json_checked,
@@ -215,7 +218,8 @@ def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: Summary) -> No
     if windows is None:
         print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")
     s = summarize_run(spec, metrics, diagnostics, windows)
-    write_json_atomic(out_path, s)
+    with built_from([metrics_path, *([log_path] if windows is not None else [])]):
+        write_json_atomic(out_path, s)
     print(dumps_strict(s))
 
 
@@ -225,7 +229,8 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
         s = read_json_checked(p, required=["run_id", "tau", "censored"])
         summaries[s["run_id"]] = s
     df = tau_table(runs, summaries)
-    write_csv_atomic(out_path, df)
+    with built_from(summary_paths):
+        write_csv_atomic(out_path, df)
     print(f"{len(df)} rows, {int(df.censored.sum())} censored, {int(df.diverged.sum())} diverged")
 
 
@@ -241,7 +246,8 @@ def make_plateau_sensitivity(
     )
     metrics = grid_rows(metrics, grid or {})
     table = plateau_sensitivity(cfg, diagnostics, tau, metrics)
-    write_csv_atomic(out_path, table)
+    with built_from([tau_path, metrics_path]):
+        write_csv_atomic(out_path, table)
     summary = table.groupby("window_end", sort=False)["in_band"].agg(["sum", "size"])
     print(summary.rename(columns={"sum": "in_band", "size": "runs"}).to_string())
 
@@ -253,6 +259,12 @@ def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str
     summary = read_json_checked(summary_path, required=["tau"])
     index = read_index(run_dir)
     return load_dataset(dataset_path), index, summary["tau"], pick_device(device)
+
+
+def _run_inputs(dataset_path, run_dir, summary_path) -> list:
+    """What a diagnostic is built from, as its sidecar names it: the dataset, the snapshot
+    index (each snapshot's sha256) and the summary (tau)."""
+    return [dataset_path, RunPaths(run_dir).checkpoints, summary_path]
 
 
 def diagnose_collective(
@@ -270,8 +282,9 @@ def diagnose_collective(
     g, s = collective_tables(
         spec.run_id, spec.task.k, tau, per_step, fractions, groups, cfg.accurate
     )
-    write_csv_atomic(out_groups, g)
-    write_csv_atomic(out_summary, s)
+    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
+        write_csv_atomic(out_groups, g)
+        write_csv_atomic(out_summary, s)
 
 
 def diagnose_routing(
@@ -295,8 +308,9 @@ def diagnose_routing(
         abl += [(*head, *row) for row in ablations(model, batch)]
     if tau is None:
         print(f"{spec.run_id}: censored (no tau), no routing phases")
-    write_csv_atomic(out_attention, pd.DataFrame(att, columns=ATTENTION_COLUMNS))
-    write_csv_atomic(out_ablation, pd.DataFrame(abl, columns=ABLATION_COLUMNS))
+    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
+        write_csv_atomic(out_attention, pd.DataFrame(att, columns=ATTENTION_COLUMNS))
+        write_csv_atomic(out_ablation, pd.DataFrame(abl, columns=ABLATION_COLUMNS))
 
 
 def diagnose_hessian(
@@ -326,7 +340,8 @@ def diagnose_hessian(
             f"step {step} ({f:g} tau): Lanczos lambda_max={est.lambda_max:.4g} "
             f"lambda_min={est.lambda_min:.4g}; power {power.lambda_max:.4g} {power.lambda_min:.4g}"
         )
-    write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
+    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
+        write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
 
 
 def concat_tables(paths: list, out_path) -> None:
@@ -338,7 +353,8 @@ def concat_tables(paths: list, out_path) -> None:
         df = pd.concat(rows, ignore_index=True)
     else:  # nothing measured (e.g. every diagnosed run censored): an empty table is data
         df = frames[0].iloc[:0] if frames else pd.DataFrame()
-    write_csv_atomic(out_path, df)
+    with built_from(paths):
+        write_csv_atomic(out_path, df)
     print(f"{out_path}: {len(df)} rows from {len(paths)} files")
 
 
@@ -356,10 +372,10 @@ def make_fits(
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
     table = fit_table(fits.declared, tau, hess, boot, fits.differences, diverged)
-    write_csv_atomic(out_fits, table)
-    write_csv_atomic(
-        out_threshold, threshold_table(fits.threshold_sensitivity, tau, metrics, boot, diverged)
-    )
+    threshold = threshold_table(fits.threshold_sensitivity, tau, metrics, boot, diverged)
+    with built_from([tau_path, hessian_path, metrics_path]):
+        write_csv_atomic(out_fits, table)
+        write_csv_atomic(out_threshold, threshold)
     print(table.to_string())
 
 
@@ -379,13 +395,15 @@ def make_statistics(
         t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
         boot, declared, diverged,
     )  # fmt: skip
-    write_csv_atomic(out_path, df)
+    with built_from(paths.values()):
+        write_csv_atomic(out_path, df)
     print(df.to_string())
 
 
 def make_hypotheses(hypotheses: Hypotheses, statistics_path, out_path) -> None:
     table = evaluate_hypotheses(hypotheses, read_csv_checked(statistics_path, required=["name"]))
-    write_csv_atomic(out_path, table)
+    with built_from([statistics_path]):
+        write_csv_atomic(out_path, table)
     print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
 
 
@@ -398,16 +416,18 @@ def make_robustness(
     (`claims`: the pre-registered statements, `Scorecard.ours`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
     stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg.sweep, boot, diverged))
-    write_csv_atomic(out["init_comparison"], comparison_table(thaw(cfg.compare), stats))
     table = robustness_table(claims, stats)
-    write_csv_atomic(out["robustness"], table)
+    with built_from([tau_path, statistics_path]):
+        write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg.sweep, boot, diverged))
+        write_csv_atomic(out["init_comparison"], comparison_table(thaw(cfg.compare), stats))
+        write_csv_atomic(out["robustness"], table)
     print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
 
 
 def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
     card = scorecard(card_cfg.rows, read_csv_checked(statistics_path, required=["name"]))
-    write_csv_atomic(out_csv, card)
+    with built_from([statistics_path]):
+        write_csv_atomic(out_csv, card)
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 
 
@@ -475,5 +495,6 @@ def make_routing_heads(attention_path, ablation_path, out_path) -> None:
             heads = top_head(a, att[att.run_id == run_id] if not att.empty else att)
             rows.append({"run_id": run_id, "k": int(a.k.iloc[0]), "tau": a.tau.iloc[0], **heads})
     df = pd.DataFrame(rows, columns=ROUTING_HEAD_COLUMNS)
-    write_csv_atomic(out_path, df)
+    with built_from([attention_path, ablation_path]):
+        write_csv_atomic(out_path, df)
     print(df.to_string(index=False))

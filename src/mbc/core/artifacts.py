@@ -8,15 +8,16 @@ garbage.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import math
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pandas as pd
 
@@ -107,13 +108,35 @@ def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:
     _write_table(path, df.to_csv(index=False, lineterminator="\n"))
 
 
+_BUILT_FROM: list[list[Path]] = []  # the inputs of the `built_from` block in force (innermost last)
+
+
+@contextlib.contextmanager
+def built_from(inputs: Iterable[str | os.PathLike]) -> Iterator[None]:
+    """Every table written inside the block records, in its sidecar, the inputs it was
+    built from (a rule's inputs) with their checksums: a table copied in from another
+    outdir together with its sidecar names inputs that are not this outdir's."""
+    _BUILT_FROM.append([Path(p) for p in inputs])
+    try:
+        yield
+    finally:
+        _BUILT_FROM.pop()
+
+
 def _write_table(path: str | os.PathLike, text: str) -> None:
     """A table and then its `.sha256` sidecar: a table cut or edited after it was written
     no longer matches, and the start-up check rebuilds it (`mbc.core.integrity`). A kill
-    between the two writes leaves a mismatch too: rebuilt, never trusted."""
+    between the two writes leaves a mismatch too: rebuilt, never trusted. Inside
+    `built_from`, the sidecar names the inputs too."""
     data = text.encode("utf-8")
     _atomic_write(path, data)
-    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest(), identity_of(path))
+    root = outdir_of(path)
+    inputs = [
+        (digest_of(p), os.path.relpath(os.path.abspath(p), os.path.abspath(root)))
+        for p in (_BUILT_FROM[-1] if _BUILT_FROM else [])
+        if p.is_file()
+    ]
+    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest(), identity_of(path), inputs)
 
 
 def identity_of(path: str | os.PathLike) -> str:
@@ -125,6 +148,12 @@ def identity_of(path: str | os.PathLike) -> str:
     if p.parent.parent.name in ("runs", "diagnostics"):
         return f"{p.parent.parent.name}/{p.parent.name}/{p.name}"
     return p.name
+
+
+def outdir_of(path: str | os.PathLike) -> Path:
+    """The outdir a table lies in, by its identity: the paths a sidecar names (the table's
+    identity, its inputs) are relative to it, whatever path reached the outdir."""
+    return Path(path).parents[identity_of(path).count("/")]
 
 
 def torch_save_atomic(path: str | os.PathLike, obj: Any) -> str:
@@ -144,25 +173,52 @@ def sidecar(path: str | os.PathLike) -> Path:
     return Path(f"{path}.sha256")
 
 
-def write_sidecar_sha256(path: str | os.PathLike, digest: str, identity: str = "") -> None:
+def write_sidecar_sha256(
+    path: str | os.PathLike,
+    digest: str,
+    identity: str = "",
+    inputs: Iterable[tuple[str, str]] = (),
+) -> None:
     """`<digest>  <identity>` (sha256sum's layout): the bytes, and what they are (a
-    dataset id, a run's table), so that a file swapped in with its own sidecar is found."""
-    write_text_atomic(sidecar(path), f"{digest}  {identity}".rstrip() + "\n")
+    dataset id, a run's table), so that a file swapped in with its own sidecar is found.
+    A derived table adds a `<digest>  <input>` line per input it was built from (paths
+    relative to its outdir, `outdir_of`): `sha256sum -c` in the outdir checks them all."""
+    lines = [f"{digest}  {identity}".rstrip(), *(f"{d}  {rel}" for d, rel in inputs)]
+    write_text_atomic(sidecar(path), "\n".join(lines) + "\n")
 
 
-def read_sidecar(path: str | os.PathLike) -> tuple[str, str | None] | None:
-    """(sha256, identity) recorded beside `path` (identity None in a sidecar written before
-    identities were), or None without a (readable, well-formed) sidecar."""
+class Sidecar(NamedTuple):
+    """What a sidecar records: the file's sha256, its identity (None in a sidecar written
+    before identities were) and the (sha256, path) of each input it was built from (none
+    in a sidecar written before inputs were, or for a file built from no table)."""
+
+    digest: str
+    identity: str | None
+    inputs: tuple[tuple[str, str], ...] = ()
+
+
+def read_sidecar(path: str | os.PathLike) -> Sidecar | None:
+    """The record beside `path`, or None without a (readable, well-formed) sidecar."""
     try:
-        digest, _, identity = sidecar(path).read_text().strip().partition("  ")
+        lines = sidecar(path).read_text().strip().splitlines()
     except (OSError, UnicodeDecodeError):
         return None
-    return (digest, identity or None) if len(digest) == 64 else None
+    pairs = [line.partition("  ")[::2] for line in lines]
+    if not pairs or any(len(d) != 64 for d, _ in pairs) or any(not r for _, r in pairs[1:]):
+        return None
+    (digest, identity), *inputs = pairs
+    return Sidecar(digest, identity or None, tuple(inputs))
 
 
 def read_sidecar_sha256(path: str | os.PathLike) -> str | None:
     """The recorded sha256 of `path`, or None without a (readable) sidecar."""
     return None if (rec := read_sidecar(path)) is None else rec[0]
+
+
+def digest_of(path: str | os.PathLike) -> str:
+    """A file's sha256 as its sidecar records it (cheap: no big file is read), or as its
+    bytes give it where it has none."""
+    return read_sidecar_sha256(path) or sha256_file(path)
 
 
 def sha256_file(path: str | os.PathLike) -> str:

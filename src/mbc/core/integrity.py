@@ -8,22 +8,24 @@ run it follows the chain its files form (README: Reliability):
     dataset -> train (metrics.csv, checkpoints.csv, snapshots) -> summary.json -> diagnostics
 
 and finds the first broken link: a missing file, a dataset or table whose sha256 differs
-from its sidecar or whose sidecar names another artefact (a file swapped in with its own
-sidecar), a run's table whose sidecar is gone while its siblings have theirs, a log with a
-line that is not JSON before its last, a snapshot listed in checkpoints.csv that is
-missing (or, with `verify=full`, whose sha256 differs from the index) in a run that a
-diagnostic reads. A dry run lists what the repair would do, and changes nothing. In
-`onstart` (Snakemake runs it only when it runs jobs), under the outdir's hold, `repair`
-moves a corrupt file aside (`*.corrupt-<time>`, nothing is lost; an outdir table without a
-sidecar, `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
+from its sidecar or whose sidecar names another artefact or inputs that are not this
+outdir's (a file swapped in with its own sidecar), a run's table or diagnostic whose
+sidecar is gone while the run's tables have theirs, a log with a line that is not JSON
+before its last, a snapshot listed in checkpoints.csv that is missing (or, with
+`verify=full`, whose sha256 differs from the index) in a run that a diagnostic reads. A
+dry run lists what the repair would do, and changes nothing. In `onstart` (Snakemake runs
+it only when it runs jobs), under the outdir's hold, `repair` moves a corrupt file aside
+(`*.corrupt-<time>`, nothing is lost; an outdir table without a sidecar,
+`*.unverified-<time>`), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
 snapshot is bad or missing (the run is retrained: the same seed gives the same bits on a
 CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
 its snapshots were only missing, as for a run trained on a lent device). A packed run
 (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its pack
-runs again. Snakemake then starts again on the same command line (`replan`), and the DAG it
-plans from the repaired files rebuilds exactly the broken chain and every table depending
-on it.
+runs again. The outdir's own tables are checked the same way (`move_altered_aggregates`,
+`unverified_tables`). Snakemake then starts again on the same command line (`replan`), and
+the DAG it plans from the repaired files rebuilds exactly the broken chain and every table
+depending on it.
 """
 
 from __future__ import annotations
@@ -34,12 +36,20 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from mbc.core.artifacts import identity_of, read_sidecar, read_sidecar_sha256, sha256_file
+from mbc.core.artifacts import (
+    digest_of,
+    identity_of,
+    outdir_of,
+    read_sidecar,
+    read_sidecar_sha256,
+    sha256_file,
+)
 from mbc.core.layout import Layout, RunPaths
 from mbc.core.runlog import damage, finished, read_log
 
@@ -225,10 +235,9 @@ def _dataset_mismatch(path: Path) -> str | None:
     rec = read_sidecar(path)
     if rec is None:
         return None
-    digest, identity = rec
-    if identity is not None and identity != path.name.removesuffix(".pt"):
-        return f"holds dataset {identity}, by the checksum copied in with it"
-    return "dataset checksum mismatch" if sha256_file(path) != digest else None
+    if rec.identity is not None and rec.identity != path.name.removesuffix(".pt"):
+        return f"holds dataset {rec.identity}, by the checksum copied in with it"
+    return "dataset checksum mismatch" if sha256_file(path) != rec.digest else None
 
 
 def _unparsable(run_id: str, summary: Path) -> Finding | None:
@@ -245,25 +254,49 @@ def _unparsable(run_id: str, summary: Path) -> Finding | None:
 
 
 def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
-    """The first table whose bytes differ from the checksum written with it (rows cut, a
-    line torn, an edit), or without one while the run's other tables have one (its sidecar
-    deleted: unverified): it is rebuilt from what it derives from (a run's tables from its
-    log, which says the run finished: no retraining). A run whose tables were all written
-    before checksums were recorded (no sidecar) is not checked, nor is a diagnostic without
-    one (costly to rebuild, and perhaps from before sidecars where its run's are not)."""
+    """The first table that is not what its checksum recorded (`differs`: rows cut, a line
+    torn, an edit, another's file, inputs not this outdir's), or without one while the
+    run's own tables have one (its sidecar deleted: unverified): it is rebuilt from what it
+    derives from (a run's tables from its log, which says the run finished: no retraining;
+    a diagnostic from the run's snapshots). A run whose tables were all written before
+    checksums were recorded (no sidecar) is not checked, its diagnostics included. A
+    diagnostic from before sidecars beside a run's tables that have them is older than its
+    summary.json, which Snakemake reruns it for anyway: taking it as unverified costs no
+    extra rebuild."""
     for p in paths:
-        if why := _differs(p):
+        if why := differs(p):
             return Finding(f.run_id, level, p, why, True)
         siblings = (*f.train, f.summary)
-        if level < 3 and read_sidecar(p) is None and any(map(read_sidecar, siblings)):
+        if read_sidecar(p) is None and any(map(read_sidecar, siblings)):
             why = "no checksum beside it, while the run's other tables have one (unverified)"
             return Finding(f.run_id, level, p, why, True)
     return None
 
 
-def altered_aggregates(aggregates: list[Path]) -> list[Path]:
-    """Aggregated tables whose bytes differ from their checksum: deleted, then rebuilt."""
-    return [p for p in aggregates if p.is_file() and _differs(p)]
+def altered_aggregates(aggregates: list[Path]) -> list[tuple[Path, str]]:
+    """(table, why) of the aggregated tables that are not what their checksum recorded
+    (`differs`): moved aside, then rebuilt."""
+    return [(p, why) for p in aggregates if p.is_file() and (why := differs(p))]
+
+
+def move_altered_aggregates(
+    outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
+) -> list[str]:
+    """Move aside (`<table>.corrupt-<time>`) every table of the outdir that `differs` from
+    its checksum, so that the DAG about to be built rebuilds it; one line per table. Under
+    `dry_run` nothing moves and the lines say what a real run would do. `skip`: tables the
+    repair deletes anyway (the aggregated tables, where a run's chain is broken: one built
+    from a run directory since deleted is not said to be moved aside too)."""
+    lines = []
+    skipped = set(skip)
+    tables = [p for p in sorted(Path(outdir).glob("*.csv")) if p not in skipped]
+    for p, why in altered_aggregates(tables):
+        aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
+        done = "would be moved aside" if dry_run else f"moved aside to {aside.name}"
+        lines.append(f"{p}: {why}, {done} so that it is rebuilt")
+        if not dry_run:
+            p.rename(aside)
+    return lines
 
 
 def unverified_tables(outdirs: set[Path]) -> list[Path]:
@@ -272,17 +305,26 @@ def unverified_tables(outdirs: set[Path]) -> list[Path]:
     return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
 
 
-def _differs(path: Path) -> str | None:
+def differs(path: Path) -> str | None:
     """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
-    another table (another run's, copied in with its sidecar), or the bytes differ. None
-    without a sidecar."""
+    another table (another run's, copied in with its sidecar), the bytes differ, or the
+    sidecar names inputs that are not this outdir's (a table copied in from another outdir
+    with its sidecar). None without a sidecar. Inputs are compared by their own sidecars
+    (no big file is read); one that changed after the table was written (newer than it)
+    is no finding: Snakemake reruns the table for it anyway."""
     if (rec := read_sidecar(path)) is None:
         return None
-    digest, identity = rec
-    if identity is not None and identity != identity_of(path):
-        return f"is {identity}, by the checksum copied in with it"
-    if sha256_file(path) != digest:
+    if rec.identity is not None and rec.identity != identity_of(path):
+        return f"is {rec.identity}, by the checksum copied in with it"
+    if sha256_file(path) != rec.digest:
         return "differs from the checksum written with it (cut or edited since)"
+    root = outdir_of(path)
+    for digest, rel in rec.inputs:  # none in a sidecar written before inputs were
+        src = root / rel
+        if not src.is_file():
+            return f"was built from {rel}, which this outdir does not have, by its checksum"
+        if digest_of(src) != digest and src.stat().st_mtime <= path.stat().st_mtime:
+            return f"was built from a {rel} other than this outdir's, by its checksum"
     return None
 
 
