@@ -321,9 +321,10 @@ def diagnose_hessian(
         )  # fmt: skip
         phase = "plateau" if step == plateau_step else "other"
         rows += checkpoint_rows(spec.run_id, spec.task.k, tau, step, f, phase, estimates)
-        print(f"step {step} ({f:g} tau): lambda_max, lambda_min by " + "; ".join(
-            f"{m} {e.lambda_max:.4g} {e.lambda_min:.4g}" for m, e in estimates.items()
-        ))  # fmt: skip
+        print(
+            f"step {step} ({f:g} tau): lambda_max, lambda_min by "
+            + "; ".join(f"{m} {e.lambda_max:.4g} {e.lambda_min:.4g}" for m, e in estimates.items())
+        )
     write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
 
 

@@ -27,8 +27,13 @@ REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's rev
 # constraints config.yaml's values must meet (`run_field`); `section_schema` turns a
 # section into the config schema's definition of it (`mbc.core.config.schema`), and
 # config.yaml's `defaults` equal these defaults (tests/test_config.py).
-_JSON_TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string",
-               "float | None": ["number", "null"]}  # fmt: skip
+_JSON_TYPES = {
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "str": "string",
+    "float | None": ["number", "null"],
+}
 
 
 def run_field(default: Any, **constraints: Any) -> Any:
@@ -42,9 +47,11 @@ def section_schema(cls: type) -> dict:
     props = {}
     for f in dataclasses.fields(cls):
         constraints = dict(f.metadata.get("schema", {}))
-        props[f.name] = constraints if "enum" in constraints else {
-            "type": _JSON_TYPES[str(f.type)], **constraints
-        }  # fmt: skip
+        props[f.name] = (
+            constraints
+            if "enum" in constraints
+            else {"type": _JSON_TYPES[str(f.type)], **constraints}
+        )
     return {"type": "object", "additionalProperties": False, "properties": props}
 
 

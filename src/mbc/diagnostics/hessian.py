@@ -146,9 +146,14 @@ def hessian_extremes(
         raise ValueError(f"method must be one of {sorted(run)}, got {method!r}")
     params = list(params)
     return run[method](
-        hvp_fn(loss_fn, params), n_params(params), n_iter=n_iter, seed=seed, tol=tol,
-        dtype=torch.float64, device=params[0].device,
-    )  # fmt: skip
+        hvp_fn(loss_fn, params),
+        n_params(params),
+        n_iter=n_iter,
+        seed=seed,
+        tol=tol,
+        dtype=torch.float64,
+        device=params[0].device,
+    )
 
 
 # ---- one checkpoint of a run, as config `diagnostics.hessian` asks (E10) ----------------
@@ -170,9 +175,13 @@ def author_power_rule(cfg: HessianDiagnostic) -> dict:
 
 @estimator("lanczos")
 def lanczos_estimate(
-    matvec: Callable[[torch.Tensor], torch.Tensor], n: int, cfg: HessianDiagnostic, *,
-    seed: int, device: torch.device,
-) -> SpectrumEstimate:  # fmt: skip
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    cfg: HessianDiagnostic,
+    *,
+    seed: int,
+    device: torch.device,
+) -> SpectrumEstimate:
     """Ours: cfg.n_iter Lanczos steps with full reorthogonalisation."""
     return lanczos(
         matvec, n, n_iter=cfg.n_iter, seed=seed, tol=cfg.tol, dtype=torch.float64, device=device
@@ -181,15 +190,25 @@ def lanczos_estimate(
 
 @estimator("power")
 def power_estimate(
-    matvec: Callable[[torch.Tensor], torch.Tensor], n: int, cfg: HessianDiagnostic, *,
-    seed: int, device: torch.device,
-) -> SpectrumEstimate:  # fmt: skip
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    cfg: HessianDiagnostic,
+    *,
+    seed: int,
+    device: torch.device,
+) -> SpectrumEstimate:
     """The author's: power iteration, at most cfg.power_n_iter steps per end, stopped and
     shifted by `author_power_rule`."""
     return extremes_by_power(
-        matvec, n, n_iter=cfg.power_n_iter, seed=seed, tol=cfg.tol, dtype=torch.float64,
-        device=device, **author_power_rule(cfg),
-    )  # fmt: skip
+        matvec,
+        n,
+        n_iter=cfg.power_n_iter,
+        seed=seed,
+        tol=cfg.tol,
+        dtype=torch.float64,
+        device=device,
+        **author_power_rule(cfg),
+    )
 
 
 def checkpoint_estimates(
@@ -212,9 +231,14 @@ def checkpoint_estimates(
 
 
 def checkpoint_rows(
-    run_id: str, k: int, tau: int | None, step: int, tau_fraction: float, phase: str,
+    run_id: str,
+    k: int,
+    tau: int | None,
+    step: int,
+    tau_fraction: float,
+    phase: str,
     estimates: dict[str, SpectrumEstimate],
-) -> list[dict]:  # fmt: skip
+) -> list[dict]:
     """hessian.csv's rows of one checkpoint (`HESSIAN_COLUMNS`): one per estimator, in
     `estimates`' order."""
     head = dict(zip(CHECKPOINT_COLUMNS, (run_id, k, tau, step, tau_fraction, phase), strict=True))

@@ -327,11 +327,25 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     for i, (method, marker) in enumerate(zip(methods, "o^sDv<>", strict=False)):
         pm, color = p[_text_col(p, "method") == method], f"C{i}"
         conv = (pm["converged_max"] & pm["converged_min"]).to_numpy(bool)
-        b.scatter(pm["k"][conv], pm["anisotropy"][conv], s=16, marker=marker, color=color,
-                  label=f"{method}, both ends converged", zorder=3)  # fmt: skip
+        b.scatter(
+            pm["k"][conv],
+            pm["anisotropy"][conv],
+            s=16,
+            marker=marker,
+            color=color,
+            label=f"{method}, both ends converged",
+            zorder=3,
+        )
         if (~conv).any():
-            _hollow(b, pm["k"][~conv], pm["anisotropy"][~conv], color, marker=marker, s=16,
-                    label=f"{method}, not converged")  # fmt: skip
+            _hollow(
+                b,
+                pm["k"][~conv],
+                pm["anisotropy"][~conv],
+                color,
+                marker=marker,
+                s=16,
+                label=f"{method}, not converged",
+            )
         if (fit := entry.fits.get(method)) is not None:  # no role: drawn without a line
             row = _fit_row(tables["fits"], fit)
             _fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit")
