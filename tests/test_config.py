@@ -224,6 +224,39 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
         assert dataclasses.asdict(cls()) == raw["defaults"][name], name
 
 
+def test_run_fields_are_declared_once_in_the_dataclasses():
+    """The schema's run sections are generated from the dataclasses (their fields, types
+    and `run_field` constraints); the schema file declares none of them a second time."""
+    from mbc.core.config import SECTIONS
+    from mbc.core.spec import section_schema
+
+    text = (ROOT / "src" / "mbc" / "core" / "config.schema.yaml").read_text()
+    assert set(SECTIONS) & set(yaml.safe_load(text)["definitions"]) == set()
+    for name, cls in SECTIONS.items():
+        assert schema()["definitions"][name] == section_schema(cls), name
+    props = schema()["definitions"]["train"]["properties"]
+    assert props["batch_size"] == {"type": "integer", "minimum": 1}  # annotation + constraint
+    assert props["compile"] == {"enum": [True, False, "auto"]}  # an enum stands for the type
+    assert schema()["definitions"]["model"]["properties"]["init_std"]["type"] == ["number", "null"]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "why"),
+    [
+        (("task", "z_length"), 5, "5 is greater than the maximum of 4"),
+        (("model", "n_layers"), 2.0, "must be an integer"),
+        (("train", "schedule"), "cosine", "is not one of"),
+        (("eval", "resume_every"), 0, "0 is less than the minimum of 1"),
+    ],
+)
+def test_a_run_field_constraint_from_its_declaration_names_the_key(raw, key, value, why):
+    cfg = copy.deepcopy(raw)
+    cfg["defaults"][key[0]][key[1]] = value
+    with pytest.raises(ConfigError, match=f"^config key 'defaults.{key[0]}.{key[1]}'") as err:
+        load(cfg)
+    assert why in str(err.value)
+
+
 def test_bad_default_in_the_base_config_is_named_there(raw):
     cfg = copy.deepcopy(raw)
     cfg["defaults"]["train"]["lr"] = -1.0

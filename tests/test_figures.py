@@ -18,9 +18,10 @@ from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.config import load, read_yaml
 from mbc.core.artifacts import write_csv_atomic
 from mbc.core.report_sections import Figures
+from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
 from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
 from mbc.paper import figures
-from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES
+from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES, OPEN_ROLES
 
 ROOT = Path(__file__).resolve().parents[1]
 # config.yaml's entries: each figure draws the paper's experiments and fits
@@ -42,6 +43,7 @@ ODD = {
     "tau_vs_batch_examples_at_k20": 0.389,
     "tau_vs_sharing": 0.0271,
     "anisotropy_vs_k": 2.468,
+    "anisotropy_power_vs_k": 1.357,
     "tau_vs_init_std": -0.737,
     "tau_vs_d_alt_init": 1.111,
 }
@@ -53,6 +55,7 @@ ANCHOR = {
     "tau_vs_batch_examples_at_k20": (128, 3535.0 * 128),
     "tau_vs_sharing": (10, 1600.0),
     "anisotropy_vs_k": (10, 233.0),
+    "anisotropy_power_vs_k": (10, 300.0),
     "tau_vs_init_std": (0.0707, 3155.0),
     "tau_vs_d_alt_init": (1e4, 6000.0),
 }
@@ -198,21 +201,23 @@ def _routing_tables(rng) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def _hessian_table() -> pd.DataFrame:
+    """Long, as the producer writes it: a row per checkpoint and estimator."""
     rows = []
     for run_id, k, tau in (("e1_k3", 3, 600), ("e1_k10", 10, 2000), ("e1_k20", 20, 4500)):
         for f in (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0):
-            lmax, lmin = 50.0 / (1 + f), -0.05 * k / (1 + 5 * f)
-            rows.append(dict(run_id=run_id, k=k, tau=tau, step=int(f * tau), tau_fraction=f,
-                             phase="plateau" if f == 0.5 else "other", lambda_max=lmax,
-                             lambda_min=lmin, residual_max=0.01 * lmax,
-                             residual_min=abs(lmin) * (2.0 if f == 0.25 else 0.1),
-                             converged_max=True, converged_min=f != 0.25,
-                             anisotropy=abs(lmax / lmin)))  # fmt: skip
+            for method, scale in (("lanczos", 1.0), ("power", 0.8)):
+                lmax, lmin = 50.0 * scale / (1 + f), -0.05 * k / (1 + 5 * f)
+                rows.append(dict(run_id=run_id, k=k, tau=tau, step=int(f * tau), tau_fraction=f,
+                                 phase="plateau" if f == 0.5 else "other", method=method,
+                                 lambda_max=lmax, lambda_min=lmin, residual_max=0.01 * lmax,
+                                 residual_min=abs(lmin) * (2.0 if f == 0.25 else 0.1),
+                                 converged_max=True, converged_min=f != 0.25,
+                                 anisotropy=abs(lmax / lmin)))  # fmt: skip
     rows.append(dict(run_id="e1_k36", k=36, tau=np.nan, step=1000, tau_fraction=np.nan,
-                     phase="other", lambda_max=10.0, lambda_min=np.nan, residual_max=0.1,
-                     residual_min=np.nan, converged_max=True, converged_min=False,
-                     anisotropy=np.nan))  # fmt: skip
-    return pd.DataFrame(rows)
+                     phase="other", method="lanczos", lambda_max=10.0, lambda_min=np.nan,
+                     residual_max=0.1, residual_min=np.nan, converged_max=True,
+                     converged_min=False, anisotropy=np.nan))  # fmt: skip
+    return pd.DataFrame(rows, columns=HESSIAN_COLUMNS)
 
 
 def _threshold_table() -> pd.DataFrame:
@@ -319,9 +324,12 @@ def test_every_figure_declares_its_roles_and_config_yaml_fills_them():
     assert list(FIGURE_ROLES) == list(FIGURE_TABLES) == NAMES
     with_roles = [n for n in NAMES if FIGURE_ROLES[n]]
     assert [e.name for e in ENTRIES.entries] == with_roles
+    methods = read_yaml(ROOT / "config.yaml")["diagnostics"]["hessian"]["methods"]
     for e in ENTRIES.entries:
         assert {k: [r for r, _ in getattr(e, k)] for k in FIGURE_ROLES[e.name]} == {
-            k: list(roles) for k, roles in FIGURE_ROLES[e.name].items()
+            # open roles (OPEN_ROLES): the hessian figure's fits, one per estimator
+            k: methods if (e.name, k) in OPEN_ROLES else list(roles)
+            for k, roles in FIGURE_ROLES[e.name].items()
         }
 
 
@@ -343,7 +351,7 @@ def test_fit_lines_come_from_the_fits_table(full):
         "tau_vs_d": ["tau_vs_d", "tau_vs_k_at_d10000"],
         "noise": ["tau_vs_lr", "tau_vs_batch_steps_at_k20", "tau_vs_batch_examples_at_k20"],
         "appendix_sharing": ["tau_vs_sharing"],
-        "hessian": ["anisotropy_vs_k"],
+        "hessian": ["anisotropy_vs_k", "anisotropy_power_vs_k"],
         "init_scale": ["tau_vs_init_std", "tau_vs_d_alt_init", "tau_vs_d"],
     }
     for fig, fit_names in expect.items():

@@ -12,7 +12,17 @@ from helpers import fixture_config
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mbc.core.sections import Diagnostics
-from mbc.diagnostics.hessian import hessian_estimates, hessian_extremes, hvp_fn, n_params
+from mbc.diagnostics.hessian import (
+    author_power_rule,
+    checkpoint_estimates,
+    checkpoint_rows,
+    estimator,
+    hessian_extremes,
+    hvp_fn,
+    n_params,
+)
+from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
+from mbc.diagnostics.spectrum import extremes_by_power
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, rtol=1e-7, atol=1e-12) -> None:
@@ -227,7 +237,12 @@ def test_cuda_matches_cpu():
     assert gpu.converged_max and gpu.converged_min
 
 
-def test_hessian_estimates_share_one_graph_and_equal_the_single_method_calls():
+def hessian_config(**changes):
+    """The fixture config's `diagnostics.hessian`, typed as `config.load` builds it."""
+    return replace(Diagnostics.from_raw(fixture_config()["diagnostics"]).hessian, **changes)
+
+
+def test_checkpoint_estimates_share_one_graph_and_equal_the_single_method_calls():
     loss_fn, params, _ = quadratic(seed=5)
     calls = []
 
@@ -235,47 +250,51 @@ def test_hessian_estimates_share_one_graph_and_equal_the_single_method_calls():
         calls.append(1)
         return loss_fn()
 
-    both = hessian_estimates(counted, params, n_iters={"lanczos": 40, "power": 60}, seed=2)
+    cfg = hessian_config(n_iter=40, power_n_iter=60, power_cos=None, power_shift_offset=0.0)
+    both = checkpoint_estimates(counted, params, cfg, seed=2)
     assert len(calls) == 1  # one first-order graph for both estimators
-    assert both["lanczos"] == hessian_extremes(loss_fn, params, n_iter=40, seed=2)
-    assert both["power"] == hessian_extremes(loss_fn, params, n_iter=60, seed=2, method="power")
-    with pytest.raises(ValueError, match="method"):
-        hessian_estimates(loss_fn, params, n_iters={"arnoldi": 5}, seed=0)
+    assert list(both) == ["lanczos", "power"]  # config's order
+    tol = cfg.tol
+    assert both["lanczos"] == hessian_extremes(loss_fn, params, n_iter=40, seed=2, tol=tol)
+    assert both["power"] == hessian_extremes(
+        loss_fn, params, n_iter=60, seed=2, method="power", tol=tol
+    )
+    with pytest.raises(ValueError, match="diagnostics.hessian.methods.*'arnoldi'"):
+        checkpoint_estimates(loss_fn, params, hessian_config(methods=("arnoldi",)), seed=0)
 
 
-def test_hessian_estimates_power_rule_is_the_authors():
-    """power_rule reaches extremes_by_power: the author's |cos| exit, floor and shift."""
-    from mbc.diagnostics.hessian import author_power_rule
-    from mbc.diagnostics.spectrum import extremes_by_power
-
+def test_power_estimator_is_the_authors():
+    """The power estimator reaches extremes_by_power with the author's |cos| exit, floor
+    and shift."""
     loss_fn, params, a = quadratic(seed=5)
-    cfg = replace(hessian_config(), power_n_iter=50, power_min_iter=10, power_cos=0.9999,
-                  power_shift_offset=1.0)  # fmt: skip
+    cfg = hessian_config(power_n_iter=50, power_min_iter=10, power_cos=0.9999,
+                         power_shift_offset=1.0, methods=("power",))  # fmt: skip
     rule = author_power_rule(cfg)
     assert rule == {"cos_tol": 0.9999, "min_iter": 10, "shift_offset": 1.0}
-    got = hessian_estimates(loss_fn, params, n_iters={"power": 50}, seed=2, power_rule=rule)
-    want = extremes_by_power(lambda v: a @ v, a.shape[0], n_iter=50, seed=2, **rule)
-    assert got["power"].lambda_max == pytest.approx(want.lambda_max, rel=1e-9)
-    assert got["power"].lambda_min == pytest.approx(want.lambda_min, rel=1e-9, abs=1e-12)
-    assert (got["power"].n_iter_max, got["power"].n_iter_min) == (want.n_iter_max, want.n_iter_min)
-    assert 10 <= got["power"].n_iter_max <= 50
+    got = checkpoint_estimates(loss_fn, params, cfg, seed=2)["power"]
+    want = extremes_by_power(lambda v: a @ v, a.shape[0], n_iter=50, seed=2, tol=cfg.tol, **rule)
+    assert got.lambda_max == pytest.approx(want.lambda_max, rel=1e-9)
+    assert got.lambda_min == pytest.approx(want.lambda_min, rel=1e-9, abs=1e-12)
+    assert (got.n_iter_max, got.n_iter_min) == (want.n_iter_max, want.n_iter_min)
+    assert 10 <= got.n_iter_max <= 50
     # without power_cos (and no offset given): our residual rule, no shift beyond lambda_max
     ours = replace(cfg, power_cos=None, power_shift_offset=0.0)
     assert author_power_rule(ours) == {"shift_offset": 0.0}
 
 
-def hessian_config():
-    """The fixture config's `diagnostics.hessian`, typed as `config.load` builds it."""
-    return Diagnostics.from_raw(fixture_config()["diagnostics"]).hessian
-
-
-def test_checkpoint_row_is_a_row_of_hessian_csv():
-    """The row assembled beside the estimators has hessian.csv's columns, in order."""
-    from mbc.diagnostics.hessian import HESSIAN_COLUMNS, checkpoint_estimates, checkpoint_row
-
+def test_checkpoint_rows_are_rows_of_hessian_csv():
+    """One row per estimator, in config's order, with hessian.csv's columns."""
     loss_fn, params, _ = quadratic(seed=5)
     both = checkpoint_estimates(loss_fn, params, hessian_config(), seed=2)
-    row = checkpoint_row("r", 10, 400, 200, 0.5, "plateau", both)
-    assert list(row) == HESSIAN_COLUMNS
-    assert row["lambda_max"] == both["lanczos"].lambda_max
-    assert row["n_iter_max_power"] == both["power"].n_iter_max
+    rows = checkpoint_rows("r", 10, 400, 200, 0.5, "plateau", both)
+    assert [list(r) for r in rows] == [HESSIAN_COLUMNS] * 2
+    assert [r["method"] for r in rows] == ["lanczos", "power"]
+    assert rows[0]["lambda_max"] == both["lanczos"].lambda_max
+    assert rows[0]["n_iter_max"] is None  # one Lanczos iteration gives both ends
+    assert rows[1]["n_iter_max"] == both["power"].n_iter_max
+    assert rows[1]["anisotropy"] == both["power"].anisotropy
+
+
+def test_registering_an_estimator_twice_is_refused():
+    with pytest.raises(ValueError, match="'lanczos'.*registered already"):
+        estimator("lanczos")(lambda *a, **k: None)

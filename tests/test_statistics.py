@@ -11,7 +11,7 @@ from mbc.analysis.stats import compute_statistics, statistic
 from mbc.core.frozen import freeze
 from mbc.core.sections import Bootstrap, Statistic, Statistics
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
-from mbc.diagnostics.hessian import HESSIAN_COLUMNS
+from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS
 from mbc.diagnostics.summary import TAU_COLUMNS
 
@@ -68,10 +68,11 @@ def test_mean_reads_its_experiments_where_and_counts_censored_and_diverged():
 
 
 def test_median_of_finite_values_of_another_table():
-    h = pd.DataFrame({"run_id": list("abcd"), "phase": ["plateau"] * 3 + ["mid"],
-                      "anisotropy": [2.0, np.inf, 10.0, 99.0]})  # fmt: skip
+    h = pd.DataFrame({"run_id": list("abcde"), "phase": ["plateau"] * 4 + ["mid"],
+                      "method": ["lanczos"] * 3 + ["power", "lanczos"],
+                      "anisotropy": [2.0, np.inf, 10.0, 500.0, 99.0]})  # fmt: skip
     r = one("anisotropy_plateau_median", tau_rows(k=[3]), tables={"hessian": h})
-    assert r["value"] == pytest.approx(6.0) and r["n"] == 2
+    assert r["value"] == pytest.approx(6.0) and r["n"] == 2  # Lanczos's rows only
 
 
 def test_fraction_with_and_without_a_ci():
@@ -79,9 +80,9 @@ def test_fraction_with_and_without_a_ci():
     r = one("linear_transition_fraction", t)
     assert r["value"] == pytest.approx(0.75) and r["n"] == 4 and r["n_censored"] == 1
     assert r["ci_low"] <= 0.75 <= r["ci_high"]
-    h = pd.DataFrame(
-        {"run_id": list("abc"), "phase": "plateau", "converged_min": [True, False, True]}
-    )
+    h = pd.DataFrame({"run_id": list("abcd"), "phase": "plateau",
+                      "method": ["lanczos"] * 3 + ["power"],
+                      "converged_min": [True, False, True, False]})  # fmt: skip
     r = one("lambda_min_converged_fraction", tau_rows(k=[3]), tables={"hessian": h})
     assert r["value"] == pytest.approx(2 / 3) and math.isnan(r["ci_low"])
 

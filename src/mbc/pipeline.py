@@ -61,7 +61,8 @@ from mbc.diagnostics.collective import (
     group_accuracy,
     sample_groups,
 )
-from mbc.diagnostics.hessian import HESSIAN_COLUMNS, checkpoint_estimates, checkpoint_row
+from mbc.diagnostics.hessian import checkpoint_estimates, checkpoint_rows
+from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, read_hessian
 from mbc.diagnostics.plateau_sensitivity import plateau_sensitivity
 from mbc.diagnostics.routing import (
     ABLATION_COLUMNS,
@@ -329,24 +330,28 @@ def diagnose_hessian(
     for f, step in phase_steps(index, tau, fractions):
         model = load_model(spec, run_dir, index, step, dev)
         params = [p for p in model.parameters() if p.requires_grad]
-        both = checkpoint_estimates(
+        estimates = checkpoint_estimates(
             lambda m=model: training_loss(m, tokens), params, cfg,
             seed=stream_seed(spec.seed, STREAM_DIAG),
         )  # fmt: skip
         phase = "plateau" if step == plateau_step else "other"
-        rows.append(checkpoint_row(spec.run_id, spec.task.k, tau, step, f, phase, both))
-        est, power = both["lanczos"], both["power"]
+        rows += checkpoint_rows(spec.run_id, spec.task.k, tau, step, f, phase, estimates)
         print(
-            f"step {step} ({f:g} tau): Lanczos lambda_max={est.lambda_max:.4g} "
-            f"lambda_min={est.lambda_min:.4g}; power {power.lambda_max:.4g} {power.lambda_min:.4g}"
+            f"step {step} ({f:g} tau): lambda_max, lambda_min by "
+            + "; ".join(f"{m} {e.lambda_max:.4g} {e.lambda_min:.4g}" for m, e in estimates.items())
         )
     with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
         write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
 
 
-def concat_tables(paths: list, out_path) -> None:
-    """Stack per-run tidy tables into one (empty per-run tables contribute nothing)."""
-    frames = [read_csv_checked(p) for p in paths]
+# a table whose files may be in an older layout: read through its converter
+READERS = {"hessian": read_hessian}
+
+
+def concat_tables(paths: list, out_path, table: str = "") -> None:
+    """Stack per-run tidy tables (of `table`: `READERS`) into one (empty per-run tables
+    contribute nothing)."""
+    frames = [READERS.get(table, read_csv_checked)(p) for p in paths]
     frames = [f for f in frames if len(f.columns)]
     rows = [f for f in frames if not f.empty]
     if rows:
@@ -366,9 +371,7 @@ def make_fits(
     grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`). diverged: config
     `diverged` (`Config.diverged`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
-    hess = read_csv_checked(hessian_path)
-    if hess.empty:
-        hess = pd.DataFrame(columns=HESSIAN_COLUMNS)
+    hess = read_hessian(hessian_path)
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
     table = fit_table(fits.declared, tau, hess, boot, fits.differences, diverged)
@@ -386,7 +389,7 @@ def make_statistics(
     declared: Statistics, boot: Bootstrap, diverged: str, paths: dict, out_path
 ) -> None:
     """statistics.csv: the fits' rows, then config `statistics` in its order."""
-    t = {k: read_csv_checked(p) for k, p in paths.items()}
+    t = {k: READERS.get(k, read_csv_checked)(p) for k, p in paths.items()}
     for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
                        ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
         if t[name].empty:

@@ -2,4 +2,4 @@ from mbc.core.rule_log import logged
 from mbc.pipeline import concat_tables
 
 with logged(snakemake.log[0]):
-    concat_tables(list(snakemake.input), snakemake.output[0])
+    concat_tables(list(snakemake.input), snakemake.output[0], snakemake.wildcards.table)

@@ -47,7 +47,7 @@ def _fit(
     """The fit and how many diverged runs (`diverged`, ids) it left out."""
     rows, n_div = div.drop(rows.drop_duplicates("run_id"), diverged)
     censored = None
-    if y.startswith("anisotropy"):
+    if y not in WAITING_TIMES:  # a column of the Hessian table: measured at every row
         yv = rows[y].to_numpy(float)
     else:
         col, cens_col, bound_col, per_example = WAITING_TIMES[y]
@@ -87,8 +87,8 @@ def fit_table(
         out.append({**fit.to_row(), "n_diverged": nd})
 
     for spec in fits:
-        if spec.table == "hessian":
-            rows = hessian[hessian["phase"] == "plateau"]
+        if spec.table == "hessian":  # one estimator's rows (hessian.csv is long)
+            rows = hessian[(hessian["phase"] == "plateau") & (hessian["method"] == spec.method)]
         else:
             rows = tau[tau["experiment"].isin(spec.experiments)]
         if spec.by is not None:

@@ -46,6 +46,7 @@ from mbc.core.spec import (
     TaskSpec,
     TrainSpec,
     field_value,
+    section_schema,
 )
 from mbc.core.spec_checks import first_problem
 
@@ -133,6 +134,7 @@ def schema() -> dict:
     it: re-reading it per run made loading the paper preset take seconds). Not mutated.
     `statistics` and `figures` are only objects here: `mbc.config.schema` shapes them."""
     full = yaml.safe_load(resources.files("mbc.core").joinpath("config.schema.yaml").read_text())
+    full["definitions"].update({name: section_schema(cls) for name, cls in SECTIONS.items()})
     full["definitions"]["fit"]["properties"]["x"] = {"enum": NUMERIC_COLUMNS}
     return full
 

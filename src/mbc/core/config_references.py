@@ -10,6 +10,8 @@ from typing import Any
 
 import yaml
 
+from mbc.core.sections import FIRST_HESSIAN_METHODS
+
 
 class ConfigError(ValueError):
     """A bad config value; the message names the key and the value."""
@@ -68,15 +70,25 @@ def check_references(cfg: dict, written=dotted) -> None:
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
             raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
+    hessian = cfg.get("diagnostics", {}).get("hessian") or {}
+    methods = list(hessian.get("methods", FIRST_HESSIAN_METHODS))
     for i, fit in enumerate(cfg.get("fits", [])):
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
+        if fit.get("table") == "hessian" and fit["method"] not in methods:
+            why = f"not in diagnostics.hessian.methods {methods}"
+            raise ConfigError(f"fits[{i}].method", fit["method"], why)
     for name, st in (cfg.get("statistics") or {}).items():
         for exp in st.get("experiments", []):
             if exp not in cfg["experiments"]:
                 key = written(("statistics", name, "experiments"))
                 raise ConfigError(key, exp, "unknown experiment")
+        # hessian.csv has a row per estimator: a statistic reads one estimator's rows
+        method = (st.get("where") or {}).get("method")
+        if st.get("table") == "hessian" and method not in methods:
+            key = written(("statistics", name, "where", "method"))
+            raise ConfigError(key, method, f"need one of diagnostics.hessian.methods {methods}")
     sweep = (cfg.get("robustness") or {}).get("sweep")
     if sweep is not None and sweep not in cfg["experiments"]:
         raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")

@@ -10,7 +10,7 @@ Mappings kept as written are `mbc.core.frozen.Frozen`.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from mbc.core.frozen import Frozen, freeze, thaw
 from mbc.core.report_sections import Figures, Hypotheses, Report, Robustness, Scorecard
@@ -124,12 +124,17 @@ class RoutingDiagnostic:
     phases: Frozen
 
 
-@dataclass(frozen=True)
+# the estimators every Hessian was measured with before config named them
+FIRST_HESSIAN_METHODS = ("lanczos", "power")
+
+
+@dataclass(frozen=True, repr=False)
 class HessianDiagnostic:
-    """config `diagnostics.hessian` (E10): Lanczos and the author's power iteration at
-    fractions of tau, on a fixed subsample of n_examples. Without power_cos the power
-    iteration stops by our residual rule (`mbc.diagnostics.spectrum._power`;
-    docs/method.md#hessian)."""
+    """config `diagnostics.hessian` (E10): the estimators `methods` names
+    (`mbc.diagnostics.hessian.ESTIMATORS`: Lanczos, n_iter steps; the author's power
+    iteration, power_*) at fractions of tau, on a fixed subsample of n_examples. Without
+    power_cos the power iteration stops by our residual rule
+    (`mbc.diagnostics.spectrum._power`; docs/method.md#hessian)."""
 
     source: str
     where: Frozen
@@ -142,6 +147,17 @@ class HessianDiagnostic:
     power_cos: float | None = None
     power_min_iter: int = 1
     power_shift_offset: float = 0.0
+    methods: tuple[str, ...] = FIRST_HESSIAN_METHODS
+
+    def __repr__(self) -> str:
+        # The rule's rerun id is this repr (`mbc.core.frozen.content_id`). `methods` came
+        # after Hessians were measured with FIRST_HESSIAN_METHODS: at that value it is left
+        # out, so those jobs keep the id they recorded and are not recomputed.
+        shown = [f for f in fields(self) if f.name != "methods"]
+        if self.methods != FIRST_HESSIAN_METHODS:
+            shown.append(next(f for f in fields(self) if f.name == "methods"))
+        body = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in shown)
+        return f"{type(self).__qualname__}({body})"
 
 
 @dataclass(frozen=True)
@@ -165,6 +181,7 @@ class Diagnostics:
             power_cos=None if h.get("power_cos") is None else float(h["power_cos"]),
             power_min_iter=int(h.get("power_min_iter", 1)),
             power_shift_offset=float(h.get("power_shift_offset", 0.0)),
+            methods=tuple(h.get("methods", FIRST_HESSIAN_METHODS)),
         )  # fmt: skip
         return cls(
             summary=Summary.from_raw(d),
@@ -199,7 +216,8 @@ class PlateauSensitivity:
 @dataclass(frozen=True)
 class Fit:
     """One entry of config `fits`: a power law of y against x over the runs of
-    `experiments` (or the Hessian table's plateau rows), one per `by` value if given."""
+    `experiments` (or the Hessian table's plateau rows of estimator `method`), one per `by`
+    value if given."""
 
     name: str
     x: str
@@ -207,6 +225,7 @@ class Fit:
     table: str = "tau"
     y: str | None = None  # None: tau (anisotropy for the Hessian table)
     by: str | None = None
+    method: str | None = None  # the Hessian table's estimator (None for tau.csv)
 
     @property
     def y_column(self) -> str:

@@ -23,6 +23,37 @@ B_LEN = 6  # base string length
 A_LEN = 4  # target string length
 REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's reverse task
 
+# A run field is declared once, here: its name, type and default, and the JSON-schema
+# constraints config.yaml's values must meet (`run_field`); `section_schema` turns a
+# section into the config schema's definition of it (`mbc.core.config.schema`), and
+# config.yaml's `defaults` equal these defaults (tests/test_config.py).
+_JSON_TYPES = {
+    "int": "integer",
+    "float": "number",
+    "bool": "boolean",
+    "str": "string",
+    "float | None": ["number", "null"],
+}
+
+
+def run_field(default: Any, **constraints: Any) -> Any:
+    """A run field's default and its JSON-schema constraints (`minimum`, `enum`, ...)."""
+    return field(default=default, metadata={"schema": constraints})
+
+
+def section_schema(cls: type) -> dict:
+    """The JSON schema of one run section (`TaskSpec`, ...): every field, its JSON type
+    from its annotation (an `enum` stands instead of a type), its constraints, no others."""
+    props = {}
+    for f in dataclasses.fields(cls):
+        constraints = dict(f.metadata.get("schema", {}))
+        props[f.name] = (
+            constraints
+            if "enum" in constraints
+            else {"type": _JSON_TYPES[str(f.type)], **constraints}
+        )
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -31,12 +62,12 @@ class TaskSpec:
     A is unique) or a_to_b (A alone in)."""
 
     k: int = 10
-    n_groups: int = 1000
-    z_length: int = 2
-    sharing: str = "shared"  # shared | supergroup | private
-    n_supergroups: int = 1  # used when sharing == "supergroup"
+    n_groups: int = run_field(1000, minimum=1)
+    z_length: int = run_field(2, minimum=1, maximum=4)
+    sharing: str = run_field("shared", enum=["shared", "supergroup", "private"])
+    n_supergroups: int = run_field(1, minimum=1)  # used when sharing == "supergroup"
     label_noise: float = 0.0
-    direction: str = "bz_to_a"
+    direction: str = run_field("bz_to_a", enum=["bz_to_a", "az_to_b", "a_to_b"])
     unique_first_chars: bool = True
 
     @property
@@ -96,20 +127,20 @@ class ModelSpec:
     """The model (docs/method.md#model). kind: transformer (pre-LN decoder) or linear (E13
     baseline)."""
 
-    kind: str = "transformer"
-    n_layers: int = 4
-    n_heads: int = 4
-    d_model: int = 128
-    d_mlp: int = 512
-    n_positions: int = 32
-    linear_hidden: int = 512
+    kind: str = run_field("transformer", enum=["transformer", "linear"])
+    n_layers: int = run_field(4, minimum=1)
+    n_heads: int = run_field(4, minimum=1)
+    d_model: int = run_field(128, minimum=1)
+    d_mlp: int = run_field(512, minimum=1)
+    n_positions: int = run_field(32, minimum=1)
+    linear_hidden: int = run_field(512, minimum=1)
     # Every weight matrix (embeddings and unembedding included) ~ N(0, std), biases 0,
     # LayerNorm 1/0. `transformer_lens`: the author's model (HookedTransformer,
     # init_mode="gpt2", default initializer_range), std = 0.8 / sqrt(width); `normal`:
     # std = 0.02 (Hugging Face GPT-2's constant, without its residual rescaling).
     # `init_std` overrides the scheme's std.
-    init: str = "transformer_lens"  # transformer_lens | normal
-    init_std: float | None = None
+    init: str = run_field("transformer_lens", enum=["transformer_lens", "normal"])
+    init_std: float | None = run_field(None, exclusiveMinimum=0)
 
     @property
     def d_head(self) -> int:
@@ -141,22 +172,23 @@ class ModelSpec:
 @dataclass(frozen=True)
 class TrainSpec:
     lr: float = 1e-3
-    batch_size: int = 128
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    max_steps: int = 50_000
+    batch_size: int = run_field(128, minimum=1)
+    weight_decay: float = run_field(0.01, minimum=0)
+    beta1: float = run_field(0.9, minimum=0, exclusiveMaximum=1)
+    beta2: float = run_field(0.999, minimum=0, exclusiveMaximum=1)
+    eps: float = run_field(1e-8, exclusiveMinimum=0)
+    max_steps: int = run_field(50_000, minimum=1)
     # Learning-rate schedule (`mbc.training.train.learning_rate`): `constant` (the paper's main runs)
     # or `warmup_cosine` (the author's base regime, used for his batch-size and z-sharing
     # runs: linear warmup over warmup_steps, then cosine decay to 0 at max_steps).
-    schedule: str = "constant"  # constant | warmup_cosine
-    warmup_steps: int = 0
-    clip_norm: float = 0.0  # clip the gradient's global L2 norm to this; 0: no clipping
+    schedule: str = run_field("constant", enum=["constant", "warmup_cosine"])
+    warmup_steps: int = run_field(0, minimum=0)
+    clip_norm: float = run_field(0.0, minimum=0)  # clip the gradient's global L2 norm; 0: off
     # Stop once converged and at least `early_stop_tau_factor` * tau steps have run
     # (diagnostics need checkpoints up to ~2 tau). 0 disables early stopping.
-    early_stop_tau_factor: float = 3.0
-    early_stop_loss_fraction: float = 0.02  # "converged": L_cand < this * log K
+    early_stop_tau_factor: float = run_field(3.0, minimum=0)
+    # "converged": L_cand < this * log K
+    early_stop_loss_fraction: float = run_field(0.02, exclusiveMinimum=0, exclusiveMaximum=1)
     # Also wait for the first-target crossing (L1 < eval.threshold log K on the same
     # evaluation grid): the factor then counts from the later of tau and that step. For
     # runs whose statistic is the first-target tau (E7), which can come several tau after
@@ -170,23 +202,25 @@ class TrainSpec:
     # a window below early_stop_loss_fraction log K. For label noise (E12), whose clean-label
     # L_cand never converges while the corrupted training labels are memorised. In the run
     # id only when not `candidate` (NEW_FIELDS).
-    early_stop_series: str = "candidate"  # candidate | train_log
+    early_stop_series: str = run_field("candidate", enum=["candidate", "train_log"])
     # How the in-loop evaluation is computed, not what: `fast` runs each context's shared
     # prefix once for its K candidates, `plain` every candidate sequence in full; equal to
     # float32 rounding (tests/test_train.py). Training has one forward either way.
     # `compile`: torch.compile the training loss (a cold compile costs about a minute).
     # Both are IMPLEMENTATION_FIELDS: outside the run id (see RunSpec.content_hash).
-    engine: str = "fast"  # fast | plain
-    compile: bool = False
+    # `auto` (compile, precision): chosen by the hardware (mbc.core.arithmetic) before any
+    # run id exists.
+    engine: str = run_field("fast", enum=["fast", "plain"])
+    compile: bool = run_field(False, enum=[True, False, "auto"])
     # Arithmetic of the training forward and backward: fp32, or bf16 autocast (weights,
     # gradients, AdamW state and every evaluation metric stay fp32/fp64). It changes the
     # numbers, so it is part of the run id, but only when not fp32 (NEW_FIELDS).
-    precision: str = "fp32"  # fp32 | bf16
+    precision: str = run_field("fp32", enum=["fp32", "bf16", "auto"])
     # A run stops as diverged at the first check (every eval.dense_every steps and at every
     # evaluation) where a loss is non-finite or above divergence_factor x log(vocabulary)
     # (mbc.core.divergence). It changes the outputs of a run that diverges only: in the
     # run id only when not at its default (NEW_FIELDS).
-    divergence_factor: float = 100.0
+    divergence_factor: float = run_field(100.0, exclusiveMinimum=1)
 
 
 # Fields that choose an implementation, not the computation: a numerically equivalent
@@ -212,16 +246,16 @@ class EvalSpec:
     """In-loop evaluation on fixed contexts: log-spaced early, every `every` steps, and
     every `dense_every` steps wherever the run crosses a transition mark (mbc.training.train)."""
 
-    every: int = 500
-    n_log: int = 40
-    n_contexts: int = 256  # fixed (B_g, z_j) contexts scored against all K candidates
+    every: int = run_field(500, minimum=0)
+    n_log: int = run_field(40, minimum=0)
+    n_contexts: int = run_field(256, minimum=1)  # fixed (B_g, z_j) contexts x K candidates
     threshold: float = 0.5  # tau: first step with L_cand < threshold * log K
     # The author evaluated every 50 steps. Between two evaluations whose metrics lie on
     # different sides of a transition mark (`mbc.training.schedule.TRANSITION_MARKS`), the weights
     # kept every `dense_every` steps are evaluated too: each crossing is then located to
     # dense_every steps, at the cost of evaluating densely only around the transition.
     # 0: off. Must divide `every`.
-    dense_every: int = 50
+    dense_every: int = run_field(50, minimum=0)
     # The author's grid: every evaluation from dense_every on falls on a multiple of it (the
     # log-spaced ones rounded up), and every statistic reads those rows only, so tau, the
     # onsets and the transition window are first crossings on his 50-step grid. The rows
@@ -231,10 +265,10 @@ class EvalSpec:
     # this many groups drawn afresh by the step's own seed (random.Random(step)), one random
     # z each, logged beside the fixed evaluation in train_log.csv (`candidate_loss_sampled`);
     # 0: off. In the run id only when on (NEW_FIELDS).
-    sampled_groups: int = 0
-    checkpoint_every: int = 500  # model snapshots for post-hoc diagnostics
-    checkpoint_n_log: int = 24
-    resume_every: int = 2500  # full optimiser state for resuming an interrupted run
+    sampled_groups: int = run_field(0, minimum=0)
+    checkpoint_every: int = run_field(500, minimum=0)  # model snapshots for the diagnostics
+    checkpoint_n_log: int = run_field(24, minimum=0)
+    resume_every: int = run_field(2500, minimum=1)  # full optimiser state, to resume a run
 
 
 def grid_every(spec: EvalSpec) -> int:

@@ -4,7 +4,8 @@ The Hessian ``H`` (n x n, ``n = sum(p.numel())``, units: loss per parameter unit
 never formed: :func:`hvp_fn` returns ``v -> H v`` computed by double backward (Pearlmutter's
 trick as done in PyHessian): ``g = dL/dtheta`` with ``create_graph=True``, then
 ``H v = d<g, v>/dtheta``. One product costs about two backward passes. :func:`hessian_extremes`
-feeds it to :mod:`mbc.diagnostics.spectrum`.
+feeds it to :mod:`mbc.diagnostics.spectrum`; :func:`checkpoint_estimates` to the estimators
+config `diagnostics.hessian.methods` names (registered with :func:`estimator`).
 
 Flat vectors follow the order of ``params``, each parameter flattened row-major
 (``torch.cat([p.reshape(-1) for p in params])``), the same layout as
@@ -19,27 +20,32 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from mbc.core.sections import HessianDiagnostic
+from mbc.diagnostics.hessian_table import CHECKPOINT_COLUMNS, ESTIMATE_COLUMNS
 from mbc.diagnostics.spectrum import SpectrumEstimate, extremes_by_power, lanczos
 
 __all__ = [
-    "author_power_rule", "checkpoint_estimates", "checkpoint_row", "hessian_estimates",
+    "ESTIMATORS", "author_power_rule", "checkpoint_estimates", "checkpoint_rows", "estimator",
     "hessian_extremes", "hvp_fn", "n_params",
 ]  # fmt: skip
 
-# hessian.csv, one row per checkpoint
-HESSIAN_COLUMNS = [
-    "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
-    "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
-    # the author's estimator on the same checkpoint and subsample: power iteration for
-    # lambda_max, then on H - (lambda_max + 1) I for lambda_min, each stopped once
-    # |cos(v_t, v_t-1)| > 0.9999 after at least 10 steps, at most 50 (config hessian.power_*),
-    # with the steps each end took
-    "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
-    "converged_max_power", "converged_min_power", "anisotropy_power", "n_iter_max_power",
-    "n_iter_min_power",
-]  # fmt: skip
+# An estimator (matvec, n, cfg, *, seed, device) -> SpectrumEstimate of the Hessian behind
+# `matvec` (n x n, float64 vectors on `device`), its budget and rule read from config
+# `diagnostics.hessian` (`cfg`); config `diagnostics.hessian.methods` names the ones every
+# checkpoint gets, in order. Register one with @estimator("name").
+Estimator = Callable[..., SpectrumEstimate]
+ESTIMATORS: dict[str, Estimator] = {}
 
-METHODS = ("lanczos", "power")
+
+def estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Register the decorated function as the Hessian estimator `name`."""
+
+    def register(fn: Estimator) -> Estimator:
+        if name in ESTIMATORS:
+            raise ValueError(f"a Hessian estimator named {name!r} is registered already")
+        ESTIMATORS[name] = fn
+        return fn
+
+    return register
 
 
 def n_params(params: Sequence[torch.Tensor]) -> int:
@@ -135,37 +141,19 @@ def hessian_extremes(
     :func:`mbc.diagnostics.spectrum.extremes_by_power`). The Krylov vectors are float64 on the params'
     device. ``tol`` is the relative-residual tolerance of the ``converged_*`` flags.
     """
-    return hessian_estimates(loss_fn, params, n_iters={method: n_iter}, seed=seed, tol=tol)[method]
-
-
-def hessian_estimates(
-    loss_fn: Callable[[], torch.Tensor],
-    params: Sequence[torch.Tensor],
-    *,
-    n_iters: dict[str, int],
-    seed: int,
-    tol: float = 1e-3,
-    power_rule: dict | None = None,
-) -> dict[str, SpectrumEstimate]:
-    """:func:`hessian_extremes` by several methods (``{method: n_iter}``) on one Hessian:
-    the first-order graph of :func:`hvp_fn` is built once and shared by all of them.
-    power_rule: keywords of :func:`mbc.diagnostics.spectrum.extremes_by_power`'s stopping
-    rule and shift (``cos_tol``, ``min_iter``, ``shift_offset``; the author's estimator)."""
-    unknown = sorted(set(n_iters) - set(METHODS))
-    if unknown:
-        raise ValueError(f"method must be one of {METHODS}, got {unknown[0]!r}")
-    params = list(params)
-    matvec = hvp_fn(loss_fn, params)
-    n = n_params(params)
     run = {"lanczos": lanczos, "power": extremes_by_power}
-    extra = {"lanczos": {}, "power": power_rule or {}}
-    return {
-        method: run[method](
-            matvec, n, n_iter=n_iter, seed=seed, tol=tol, dtype=torch.float64,
-            device=params[0].device, **extra[method],
-        )
-        for method, n_iter in n_iters.items()
-    }  # fmt: skip
+    if method not in run:
+        raise ValueError(f"method must be one of {sorted(run)}, got {method!r}")
+    params = list(params)
+    return run[method](
+        hvp_fn(loss_fn, params),
+        n_params(params),
+        n_iter=n_iter,
+        seed=seed,
+        tol=tol,
+        dtype=torch.float64,
+        device=params[0].device,
+    )
 
 
 # ---- one checkpoint of a run, as config `diagnostics.hessian` asks (E10) ----------------
@@ -185,33 +173,76 @@ def author_power_rule(cfg: HessianDiagnostic) -> dict:
     }
 
 
+@estimator("lanczos")
+def lanczos_estimate(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    cfg: HessianDiagnostic,
+    *,
+    seed: int,
+    device: torch.device,
+) -> SpectrumEstimate:
+    """Ours: cfg.n_iter Lanczos steps with full reorthogonalisation."""
+    return lanczos(
+        matvec, n, n_iter=cfg.n_iter, seed=seed, tol=cfg.tol, dtype=torch.float64, device=device
+    )
+
+
+@estimator("power")
+def power_estimate(
+    matvec: Callable[[torch.Tensor], torch.Tensor],
+    n: int,
+    cfg: HessianDiagnostic,
+    *,
+    seed: int,
+    device: torch.device,
+) -> SpectrumEstimate:
+    """The author's: power iteration, at most cfg.power_n_iter steps per end, stopped and
+    shifted by `author_power_rule`."""
+    return extremes_by_power(
+        matvec,
+        n,
+        n_iter=cfg.power_n_iter,
+        seed=seed,
+        tol=cfg.tol,
+        dtype=torch.float64,
+        device=device,
+        **author_power_rule(cfg),
+    )
+
+
 def checkpoint_estimates(
     loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor],
     cfg: HessianDiagnostic, seed: int,
 ) -> dict[str, SpectrumEstimate]:  # fmt: skip
-    """Lanczos and the author's power iteration on one checkpoint's Hessian."""
-    return hessian_estimates(
-        loss_fn, params, n_iters={"lanczos": cfg.n_iter, "power": cfg.power_n_iter},
-        seed=seed, tol=cfg.tol, power_rule=author_power_rule(cfg),
-    )  # fmt: skip
-
-
-def checkpoint_row(
-    run_id: str, k: int, tau: int | None, step: int, tau_fraction: float, phase: str,
-    estimates: dict[str, SpectrumEstimate],
-) -> dict:  # fmt: skip
-    """One row of hessian.csv (`HESSIAN_COLUMNS`): both estimators on one checkpoint."""
-    est, power = estimates["lanczos"], estimates["power"]
+    """cfg.methods' estimators, in order, on one checkpoint's Hessian: the first-order graph
+    of :func:`hvp_fn` is built once and shared by all of them, so they estimate one matrix."""
+    unknown = [m for m in cfg.methods if m not in ESTIMATORS]
+    if unknown:
+        raise ValueError(
+            f"diagnostics.hessian.methods: no Hessian estimator named {unknown[0]!r} "
+            f"(registered: {', '.join(ESTIMATORS)})"
+        )
+    params = list(params)
+    matvec, n = hvp_fn(loss_fn, params), n_params(params)
     return {
-        "run_id": run_id, "k": k, "tau": tau, "step": step, "tau_fraction": tau_fraction,
-        "phase": phase,
-        "lambda_max": est.lambda_max, "lambda_min": est.lambda_min,
-        "residual_max": est.residual_max, "residual_min": est.residual_min,
-        "converged_max": est.converged_max, "converged_min": est.converged_min,
-        "anisotropy": est.anisotropy,
-        "lambda_max_power": power.lambda_max, "lambda_min_power": power.lambda_min,
-        "residual_max_power": power.residual_max, "residual_min_power": power.residual_min,
-        "converged_max_power": power.converged_max,
-        "converged_min_power": power.converged_min, "anisotropy_power": power.anisotropy,
-        "n_iter_max_power": power.n_iter_max, "n_iter_min_power": power.n_iter_min,
-    }  # fmt: skip
+        m: ESTIMATORS[m](matvec, n, cfg, seed=seed, device=params[0].device) for m in cfg.methods
+    }
+
+
+def checkpoint_rows(
+    run_id: str,
+    k: int,
+    tau: int | None,
+    step: int,
+    tau_fraction: float,
+    phase: str,
+    estimates: dict[str, SpectrumEstimate],
+) -> list[dict]:
+    """hessian.csv's rows of one checkpoint (`HESSIAN_COLUMNS`): one per estimator, in
+    `estimates`' order."""
+    head = dict(zip(CHECKPOINT_COLUMNS, (run_id, k, tau, step, tau_fraction, phase), strict=True))
+    return [
+        {**head, "method": m, **{c: getattr(e, c) for c in ESTIMATE_COLUMNS}}
+        for m, e in estimates.items()
+    ]

@@ -4,6 +4,7 @@ of the figures, without importing matplotlib at every job's start-up. `mbc.paper
 registers one drawing function per entry and refuses one that reads other tables."""
 
 from mbc.core.config_references import ConfigError, dotted
+from mbc.core.sections import FIRST_HESSIAN_METHODS
 
 FIGURE_TABLES: dict[str, list[str]] = {
     "loss_curves": ["metrics", "tau"],
@@ -34,7 +35,8 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "noise": {"experiments": ("lr", "batch_size"), "fits": ("lr", "batch_steps", "batch_examples")},
     "collective": {},
     "routing": {"experiments": ("onsets",)},
-    "hessian": {"fits": ("anisotropy", "anisotropy_power")},
+    # one anisotropy-vs-K fit per estimator: its roles are open (`OPEN_ROLES`)
+    "hessian": {"fits": ()},
     # the linear runs, and the transformer runs preferred as their match (same K and D)
     "appendix_linear": {"experiments": ("linear", "transformer")},
     "appendix_direction": {"experiments": ("runs",)},
@@ -48,6 +50,11 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "appendix_threshold": {},
     "appendix_plateau": {},
 }
+
+# Roles a figure takes from elsewhere in config: the hessian figure's fit roles are the
+# estimators of config `diagnostics.hessian.methods`, each optional (an estimator without
+# one is drawn without a line); the fit in role m reads m's rows (`method: m`).
+OPEN_ROLES = {("hessian", "fits")}
 
 # The fit roles that draw one line per value of a `by` fit, and the `by` they need (the
 # figure reads the fit's rows `<name>_at_<by><value>`; `check_fit_roles` checks it).
@@ -67,13 +74,14 @@ def figures_schema() -> dict:
         return {"type": "object", "additionalProperties": False, "required": list(props),
                 "properties": props}  # fmt: skip
 
+    def role_map(name: str, kind: str, names: tuple[str, ...]) -> dict:
+        role = {"$ref": f"#/definitions/figure_{kind}"}
+        if (name, kind) in OPEN_ROLES:  # its keys are checked by `check_fit_roles`
+            return {"type": "object", "additionalProperties": role}
+        return closed({r: role for r in names})
+
     entries = {
-        name: closed(
-            {
-                kind: closed({r: {"$ref": f"#/definitions/figure_{kind}"} for r in names})
-                for kind, names in roles.items()
-            }  # fmt: skip
-        )
+        name: closed({kind: role_map(name, kind, names) for kind, names in roles.items()})
         for name, roles in FIGURE_ROLES.items()
     }
     return {**closed(entries), "required": [n for n, roles in FIGURE_ROLES.items() if roles]}
@@ -81,11 +89,20 @@ def figures_schema() -> dict:
 
 def check_fit_roles(cfg: dict, written=dotted) -> None:
     """Each fit a figure's role draws has a `by` where the role draws one line per value and
-    none elsewhere (`mbc.config.load` runs it after core's checks, which know the fits
+    none elsewhere, and the hessian figure's roles are estimators whose rows their fits read (`mbc.config.load` runs it after core's checks, which know the fits
     exist). An error names the key where the user wrote it (`written`)."""
     fit_by = {f["name"]: f.get("by") for f in cfg.get("fits", [])}
+    fit_method = {f["name"]: f.get("method") for f in cfg.get("fits", [])}
+    hessian = (cfg.get("diagnostics") or {}).get("hessian") or {}
+    methods = list(hessian.get("methods", FIRST_HESSIAN_METHODS))
     for fig, entry in (cfg.get("figures") or {}).items():
         for role, fit in (entry.get("fits") or {}).items():
+            if (fig, "fits") in OPEN_ROLES:
+                key = written(("figures", fig, "fits", role))
+                if role not in methods:
+                    raise ConfigError(key, fit, f"not in diagnostics.hessian.methods {methods}")
+                if fit_method.get(fit) != role:
+                    raise ConfigError(key, fit, f"this role draws a fit with `method: {role}`")
             need, has = FIT_ROLES_BY.get((fig, role)), fit_by.get(fit)
             if need != has:  # the figure reads <name>_at_<by><value> rows, or one line
                 why = (

@@ -19,6 +19,7 @@ from mbc.paper.figures.common import (  # isort: skip
     _legend, _names, _no_data, _numeric, _register, _tau_rows, _text_col,
 )  # fmt: skip
 from mbc.core.report_sections import FigureEntry
+from mbc.diagnostics.hessian_table import long_table
 
 
 def _tau_fraction(df: pd.DataFrame) -> np.ndarray:
@@ -238,23 +239,26 @@ def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
 
 @_register("hessian", ["hessian", "fits"])
 def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """Hessian extremes along training (E10); anisotropy vs K at the plateau phase, with the
-    `anisotropy` (Lanczos) and `anisotropy_power` (power iteration) fits."""
+    """Hessian extremes along training (E10) by the first estimator (config
+    `diagnostics.hessian.methods`); anisotropy vs K at the plateau phase by every estimator,
+    each with the fit in its role (`OPEN_ROLES`: the roles are estimators)."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.2))
     a.set_title(r"(a) $\lambda_\max$ and $|\lambda_\min|$ along training", loc="left")
     b.set_title("(b) anisotropy on the plateau", loc="left")
     h = _along_training(
-        tables["hessian"],
-        ("lambda_max", "lambda_min", "residual_max", "residual_min", "anisotropy",
-         "anisotropy_power"),
-    )  # fmt: skip
+        long_table(tables["hessian"]),
+        ("lambda_max", "lambda_min", "residual_max", "residual_min", "anisotropy"),
+    )
     for col in ("converged_max", "converged_min"):
         h[col] = _as_bool(h[col]) if col in h.columns else False
     if h.empty:
         _no_data(a, "empty hessian table")
         _no_data(b, "empty hessian table")
         return fig
+    methods = list(dict.fromkeys(_text_col(h, "method")))  # the table's order: config's
     h["abs_min"] = h["lambda_min"].abs()
+    plateau = h[_text_col(h, "phase") == "plateau"]
+    h = h[_text_col(h, "method") == methods[0]]
     seen: set[float] = set()
     any_hollow = False
     for g, k, col in _runs_by_k(h):
@@ -315,30 +319,36 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     else:
         _no_data(a, "no positive eigenvalue estimates")
 
-    p = h[_text_col(h, "phase") == "plateau"]
-    p = p[_finite(p["k"], p["anisotropy"]) & (p["k"] > 0) & (p["anisotropy"] > 0)]
+    p = plateau[_finite(plateau["k"], plateau["anisotropy"]) & (plateau["k"] > 0)]
+    p = p[p["anisotropy"] > 0]
     if p.empty:
         _no_data(b, "no plateau-phase estimates")
         return fig
-    conv = (p["converged_max"] & p["converged_min"]).to_numpy(bool)
-    b.scatter(
-        p["k"][conv], p["anisotropy"][conv], s=16, color="C0", label="both converged", zorder=3
-    )
-    if (~conv).any():
-        _hollow(b, p["k"][~conv], p["anisotropy"][~conv], "C0", s=16, label="not converged")
-    _fit_line(b, _fit_row(tables["fits"], entry.fit_of("anisotropy")), p["k"])
-    # the author's estimator on the same checkpoints: power iteration
-    pw = p[_finite(p["anisotropy_power"]) & (p["anisotropy_power"] > 0)]
-    if not pw.empty:
-        b.scatter(pw["k"], pw["anisotropy_power"], s=16, marker="^", color="C1",
-                  label="power iteration (author's)", zorder=3)  # fmt: skip
-        _fit_line(
-            b,
-            _fit_row(tables["fits"], entry.fit_of("anisotropy_power")),
-            pw["k"],
-            color="C1",
-            prefix="power fit",
+    for i, (method, marker) in enumerate(zip(methods, "o^sDv<>", strict=False)):
+        pm, color = p[_text_col(p, "method") == method], f"C{i}"
+        conv = (pm["converged_max"] & pm["converged_min"]).to_numpy(bool)
+        b.scatter(
+            pm["k"][conv],
+            pm["anisotropy"][conv],
+            s=16,
+            marker=marker,
+            color=color,
+            label=f"{method}, both ends converged",
+            zorder=3,
         )
+        if (~conv).any():
+            _hollow(
+                b,
+                pm["k"][~conv],
+                pm["anisotropy"][~conv],
+                color,
+                marker=marker,
+                s=16,
+                label=f"{method}, not converged",
+            )
+        if (fit := entry.fits.get(method)) is not None:  # no role: drawn without a line
+            row = _fit_row(tables["fits"], fit)
+            _fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit")
     b.set_xscale("log")
     b.set_yscale("log")
     b.set_xlabel("K")
