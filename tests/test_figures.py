@@ -19,7 +19,8 @@ from mbc.config import load, read_yaml
 from mbc.core.artifacts import write_csv_atomic
 from mbc.core.report_sections import Figures
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
-from mbc.diagnostics.summary import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS, TAU_COLUMNS
+from mbc.diagnostics.plateau_sensitivity import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS
+from mbc.diagnostics.summary import TAU_COLUMNS
 from mbc.paper import figures
 from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES, OPEN_ROLES
 
@@ -278,7 +279,7 @@ def _render_all(
     """Render every figure (drawing what `entries` name); return each figure's legend and
     panel texts."""
     texts: dict[str, list[str]] = {}
-    original = figures.common._save
+    original = figures.registry._save
 
     def capture(fig, out_pdf, out_png):
         texts[out_pdf.stem] = [t.get_text() for leg in fig.findobj(Legend)
@@ -288,7 +289,7 @@ def _render_all(
         original(fig, out_pdf, out_png)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures.common, "_save", capture)
+        mp.setattr(figures.registry, "_save", capture)
         for name in names:
             figures.render(
                 name, table_paths, out / f"{name}.pdf", out / f"{name}.png", entries[name]

@@ -167,14 +167,14 @@ def test_a_new_estimator_is_one_function_and_one_config_line(tmp_path, monkeypat
 
 def render_legend(name: str, paths: dict, out: Path, entry) -> list[str]:
     texts = []
-    original = figures.common._save
+    original = figures.registry._save
 
     def capture(fig, out_pdf, out_png):
         texts.extend(t.get_text() for leg in fig.findobj(Legend) for t in leg.get_texts())
         original(fig, out_pdf, out_png)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures.common, "_save", capture)
+        mp.setattr(figures.registry, "_save", capture)
         figures.render(name, paths, out / f"{name}.pdf", out / f"{name}.png", entry)
     return texts
 

@@ -31,11 +31,13 @@ matplotlib.use("Agg")  # before the modules below import pyplot
 # Importing the figure modules registers their figures.
 from mbc.paper.figure_tables import FIGURE_TABLES  # noqa: E402
 from mbc.paper.figures import appendix, diagnostics, main_text  # noqa: E402, F401
-from mbc.paper.figures.common import (  # noqa: E402
+from mbc.paper.figures.common import (
     CENSORED_LABEL,
     DPI,
-    FIGURES,
     STYLE,
+)
+from mbc.paper.figures.registry import (
+    FIGURES,
     TABLES_NEEDED,
     render,
 )

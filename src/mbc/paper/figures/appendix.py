@@ -11,37 +11,41 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from mbc.paper.figures.common import (  # isort: skip
+from mbc.core.report_sections import FigureEntry
+from mbc.core.spec import REVERSE_DIRECTIONS
+from mbc.paper.figures.common import (
     _FIT_NUMERIC,
     CENSORED_LABEL,
     ONE_COL,
     TWO_COL,
     _as_bool,
-    _colors,
     _finite,
-    _fit_line,
     _fit_row,
     _fmt,
-    _hollow,
-    _legend,
     _metrics_rows,
     _names,
-    _no_data,
-    _note,
     _numeric,
     _one_seed_per,
-    _register,
+    _tau_rows,
+    _text_col,
+)
+from mbc.paper.figures.drawing import (
+    _colors,
+    _fit_line,
+    _hollow,
+    _legend,
+    _no_data,
+    _note,
     _run_curves,
     _tau_axes,
     _tau_budget_arrays,
     _tau_marker_handle,
     _tau_points,
-    _tau_rows,
-    _text_col,
     _threshold_lines,
 )
-from mbc.core.report_sections import FigureEntry
-from mbc.core.spec import REVERSE_DIRECTIONS
+from mbc.paper.figures.registry import (
+    _register,
+)
 
 
 @_register("appendix_linear", ["metrics", "tau"])

@@ -14,12 +14,30 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from mbc.paper.figures.common import (  # isort: skip
-    TWO_COL, _as_bool, _censored_runs_entry, _colors, _finite, _fit_line, _fit_row, _fmt, _hollow,
-    _legend, _names, _no_data, _numeric, _register, _tau_rows, _text_col,
-)  # fmt: skip
 from mbc.core.report_sections import FigureEntry
 from mbc.diagnostics.hessian_table import long_table
+from mbc.paper.figures.common import (
+    TWO_COL,
+    _as_bool,
+    _finite,
+    _fit_row,
+    _fmt,
+    _names,
+    _numeric,
+    _tau_rows,
+    _text_col,
+)
+from mbc.paper.figures.drawing import (
+    _censored_runs_entry,
+    _colors,
+    _fit_line,
+    _hollow,
+    _legend,
+    _no_data,
+)
+from mbc.paper.figures.registry import (
+    _register,
+)
 
 
 def _tau_fraction(df: pd.DataFrame) -> np.ndarray:

@@ -11,33 +11,37 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from mbc.paper.figures.common import (  # isort: skip
+from mbc.core.report_sections import FigureEntry
+from mbc.paper.figures.common import (
     CENSORED_LABEL,
     DIVERGED_LABEL,
     ONE_COL,
     TWO_COL,
-    _censored_handle,
-    _colors,
     _finite,
-    _fit_line,
     _fit_row,
     _fmt,
-    _legend,
     _metrics_rows,
     _names,
+    _one_seed_per,
+    _tau_rows,
+)
+from mbc.paper.figures.drawing import (
+    _censored_handle,
+    _colors,
+    _fit_line,
+    _legend,
     _no_data,
     _note,
-    _one_seed_per,
-    _register,
     _run_curves,
     _tau_axes,
     _tau_budget_arrays,
     _tau_marker_handle,
     _tau_points,
-    _tau_rows,
     _threshold_lines,
 )
-from mbc.core.report_sections import FigureEntry
+from mbc.paper.figures.registry import (
+    _register,
+)
 
 
 @_register("loss_curves", ["metrics", "tau"])

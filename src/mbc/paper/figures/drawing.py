@@ -1,0 +1,306 @@
+"""The drawing helpers every figure shares: censored and diverged markers, fitted lines
+read from `fits`, legends that keep off the data, log axes, run curves."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.transforms import offset_copy
+
+from mbc.paper.figures.common import CENSORED_LABEL, DIVERGED_LABEL, DIVERGED_STYLE, _finite
+
+
+def _no_data(ax: Axes, what: str) -> None:
+    """Mark a panel that has nothing to show (empty table or missing experiment)."""
+    ax.text(
+        0.5,
+        0.5,
+        f"no data\n({what})",
+        transform=ax.transAxes,
+        ha="center",
+        va="center",
+        color="0.4",
+        fontsize=8,
+        style="italic",
+    )
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _note(ax: Axes, text: str, loc: str = "lower right") -> None:
+    x, ha = (0.98, "right") if "right" in loc else (0.02, "left")
+    y, va = (0.02, "bottom") if "lower" in loc else (0.98, "top")
+    ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=6.5, color="0.35")
+
+
+def _colors(values: Iterable[float], cmap: str = "viridis") -> dict[float, tuple]:
+    """One colour per distinct value, ordered (viridis, without its faint yellow end)."""
+    vals = sorted({float(v) for v in values if np.isfinite(v)})
+    cm = plt.get_cmap(cmap)
+    if len(vals) <= 1:
+        return {v: cm(0.25) for v in vals}
+    return {v: cm(0.85 * i / (len(vals) - 1)) for i, v in enumerate(vals)}
+
+
+def _censored_handle(color: str = "0.3") -> Line2D:
+    return Line2D([], [], marker="^", ls="none", mfc="none", mec=color, ms=5, label=CENSORED_LABEL)
+
+
+def _legend(
+    ax: Axes,
+    *,
+    censored: bool = False,
+    extra: Iterable = (),
+    below: bool = False,
+    also: Iterable[Axes] = (),
+    **kw,
+) -> None:
+    """Legend of the labelled artists (of `ax` and `also`), plus the censored proxy when any
+    censored run is drawn. `below`: under the axes (clear of the x label), for long labels."""
+    handles, labels = ax.get_legend_handles_labels()
+    for other in also:
+        h, lab = other.get_legend_handles_labels()
+        handles, labels = handles + h, labels + lab
+    keep = [(h, lab) for h, lab in zip(handles, labels, strict=True) if lab != CENSORED_LABEL]
+    firsts = [i for i, (_, lab) in enumerate(keep) if lab == DIVERGED_LABEL][:1]
+    keep = [hl for i, hl in enumerate(keep) if hl[1] != DIVERGED_LABEL or i in firsts]
+    handles, labels = [h for h, _ in keep], [lab for _, lab in keep]
+    for h in extra:
+        handles.append(h)
+        labels.append(h.get_label())
+    if censored:
+        h = _censored_handle()
+        handles.append(h)
+        labels.append(h.get_label())
+    if not handles:
+        return
+    if below:
+        kw.setdefault("loc", "upper center")
+        kw["bbox_to_anchor"] = (0.5, 0.0)
+        kw["bbox_transform"] = offset_copy(ax.transAxes, fig=ax.figure, y=-30, units="points")
+    ax.legend(handles, labels, **kw)
+
+
+def _log_label(v: float, _pos=None) -> str:
+    """Compact log-axis tick label: plain numbers in [0.01, 10^4), else a x 10^n."""
+    if not (np.isfinite(v) and v > 0):
+        return ""
+    if 1e-2 <= v < 1e4:
+        return f"{v:g}"
+    e = math.floor(math.log10(v) + 1e-9)
+    m = v / 10**e
+    return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
+
+
+def _tidy_log_axes(fig: Figure) -> None:
+    """Readable log axes: a few labelled majors (1-2-5 on short spans), unlabelled minors."""
+    axes = list(fig.axes)
+    axes += [c for a in fig.axes for c in a.child_axes]
+    for a in axes:
+        for axis, lim in ((a.xaxis, a.get_xlim), (a.yaxis, a.get_ylim)):
+            if axis.get_scale() != "log":
+                continue
+            lo, hi = sorted(lim())
+            if not (lo > 0 and np.isfinite(hi)):
+                continue
+            base = getattr(axis.get_transform(), "base", 10)
+            axis.set_minor_formatter(NullFormatter())
+            if base != 10:
+                axis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}"))
+                continue
+            span = math.log10(hi / lo)
+            plain = lo >= 1e-2 and hi < 1e4  # labels print as plain numbers (narrow)
+            if span < 1.0:
+                subs = (1.0, 2.0, 3.0, 5.0) if plain and span < 0.7 else (1.0, 2.0, 5.0)
+            elif span < 2.5 and plain:
+                subs = (1.0, 2.0, 5.0) if span < 1.5 else (1.0, 3.0)
+            else:
+                subs = (1.0,)
+            axis.set_major_locator(LogLocator(10, subs=subs))
+            axis.set_major_formatter(FuncFormatter(_log_label))
+
+
+def _hollow(ax: Axes, x, y, color, **kw) -> None:
+    """Hollow markers (censored, onset not reached, not converged): edge colour only."""
+    ax.scatter(x, y, facecolors="none", edgecolors=color, zorder=3, **kw)
+
+
+def _tau_points(
+    ax: Axes,
+    x: np.ndarray,
+    tau: np.ndarray,
+    budget: np.ndarray,
+    censored: np.ndarray,
+    diverged: np.ndarray | None = None,
+    *,
+    color,
+    marker: str = "o",
+    label: str | None = None,
+    positive: bool = True,
+    size: float = 16,
+) -> tuple[int, int]:
+    """Observed taus as filled markers, censored runs as hollow triangles at their budget,
+    diverged runs as crosses (x) at the step they were stopped (`budget`: tau.csv `steps`).
+
+    Returns (number observed drawn, number censored drawn).
+    """
+    x, tau, budget = (np.asarray(a, dtype=float) for a in (x, tau, budget))
+    censored = np.asarray(censored, dtype=bool)
+    dv = np.zeros_like(censored) if diverged is None else np.array(diverged, dtype=bool)
+    obs = ~censored & ~dv & _finite(x, tau)
+    cen = censored & ~dv & _finite(x, budget)
+    dv &= _finite(x, budget)
+    if positive:
+        obs &= (x > 0) & (tau > 0)
+        cen &= (x > 0) & (budget > 0)
+        dv &= (x > 0) & (budget > 0)
+    if dv.any():
+        ax.scatter(x[dv], budget[dv], s=size * 1.5, label=DIVERGED_LABEL, **DIVERGED_STYLE)
+    if obs.any() or (label and not cen.any()):
+        ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
+    if cen.any():
+        lab = None if obs.any() else label
+        _hollow(ax, x[cen], budget[cen], color, s=size * 1.3, marker="^", linewidths=0.9, label=lab)
+    return int(obs.sum()), int(cen.sum())
+
+
+def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
+    """Legend text of a `fits` row: the exponent on line 1, its CI and censoring on line 2."""
+    e, lo, hi = row["exponent"], row["ci_low"], row["ci_high"]
+    if not np.isfinite(e):
+        return f"{prefix}: unavailable"
+    level = row["ci_level"]
+    details = []
+    if np.isfinite(lo) and np.isfinite(hi):
+        lev = f"{100 * level:.0f}% " if np.isfinite(level) else ""
+        details.append(f"{lev}CI [{lo:.3f}, {hi:.3f}]")
+    nc = row["n_censored"]
+    if np.isfinite(nc) and nc > 0:
+        details.append(f"{int(nc)} censored")
+    tail = "\n" + ", ".join(details) if details else ""
+    return f"{prefix}: slope {e:.3f}{tail}"
+
+
+def _fit_line(
+    ax: Axes, row: pd.Series | None, xs: Iterable[float], *, color="0.2", prefix: str = "fit"
+) -> bool:
+    """Draw prefactor * x**exponent from a `fits` row over the range of `xs` (log axes)."""
+    if row is None:
+        return False
+    xs = np.asarray([v for v in xs if np.isfinite(v) and v > 0], dtype=float)
+    e, c = row["exponent"], row["prefactor"]
+    label = _fit_label(row, prefix)
+    if xs.size == 0 or not (np.isfinite(e) and np.isfinite(c) and c > 0):
+        ax.plot([], [], ls="--", color=color, label=label)
+        return False
+    lo, hi = xs.min(), xs.max()
+    if lo == hi:
+        lo, hi = lo / 1.5, hi * 1.5
+    grid = np.geomspace(lo, hi, 64)
+    ax.plot(grid, c * grid**e, ls="--", lw=0.9, color=color, label=label, zorder=2)
+    return True
+
+
+def _tau_budget_arrays(
+    df: pd.DataFrame, x: str, tau: str = "tau", censored: str = "censored"
+) -> tuple[np.ndarray, ...]:
+    """`_tau_points`' arrays: x, a tau column (the candidate tau, or another crossing with
+    its own censoring column), the budget (`steps`), censored and diverged."""
+    floats = [df[c].to_numpy(float) for c in (x, tau, "steps")]
+    return (*floats, *(df[c].to_numpy(bool) for c in (censored, "diverged")))
+
+
+def _normalised_loss(m: pd.DataFrame, k: float) -> np.ndarray:
+    """Candidate loss in units of log K (display only: the plateau sits at 1)."""
+    if not (np.isfinite(k) and k > 1):
+        return np.full(len(m), np.nan)
+    return m["candidate_loss"].to_numpy(float) / math.log(k)
+
+
+def _value_at(steps: np.ndarray, values: np.ndarray, at: float) -> float:
+    ok = _finite(steps, values)
+    if not ok.any() or not np.isfinite(at):
+        return math.nan
+    return float(np.interp(at, steps[ok], values[ok]))
+
+
+def _run_curves(
+    ax_loss: Axes,
+    ax_dz: Axes | None,
+    m: pd.DataFrame,
+    row: pd.Series,
+    *,
+    color,
+    ls: str = "-",
+    label: str | None = None,
+) -> bool:
+    """One run's L_cand / log K (and delta_z) vs step, with tau (or its censoring) marked.
+
+    Returns whether the run is censored and was marked as such. A diverged run's curve ends
+    in a cross (x) at the last finite value before the step it was stopped.
+    """
+    m = m[m["step"] > 0].sort_values("step")  # log x axis
+    steps = m["step"].to_numpy(float)
+    y = _normalised_loss(m, row["k"])
+    ax_loss.plot(steps, y, ls=ls, color=color, label=label)
+    if ax_dz is not None:
+        ax_dz.plot(steps, m["delta_z"].to_numpy(float), ls=ls, color=color, label=label)
+    if row.get("diverged", False):
+        ok = _finite(steps, y)
+        if ok.any():
+            last = np.flatnonzero(ok)[-1]
+            ax_loss.plot(
+                [steps[last]], [y[last]], ls="none", label=DIVERGED_LABEL, **DIVERGED_STYLE
+            )
+        return False
+    if not row["censored"]:
+        t = row["tau"]
+        ax_loss.plot([t], [_value_at(steps, y, t)], "o", color=color, mec="white", mew=0.5)
+        if ax_dz is not None:
+            dz = m["delta_z"].to_numpy(float)
+            ax_dz.plot([t], [_value_at(steps, dz, t)], "o", color=color, mec="white", mew=0.5)
+        return False
+    b = row["steps"] if np.isfinite(row["steps"]) else (steps[-1] if steps.size else math.nan)
+    if not np.isfinite(b):
+        return False
+    kw = dict(marker="^", ls="none", mfc="none", mec=color, ms=5, mew=0.9)
+    ax_loss.plot([b], [_value_at(steps, y, b)], **kw)
+    if ax_dz is not None:
+        ax_dz.plot([b], [_value_at(steps, m["delta_z"].to_numpy(float), b)], **kw)
+    return True
+
+
+def _censored_runs_entry(run_ids: Iterable[str]) -> list[Line2D]:
+    """A legend entry naming censored runs that a step / tau axis cannot place."""
+    ids = sorted({str(r) for r in run_ids})
+    if not ids:
+        return []
+    shown = ", ".join(ids[:4]) + (f" (+{len(ids) - 4})" if len(ids) > 4 else "")
+    label = f"{CENSORED_LABEL}, not shown: {shown}"
+    return [Line2D([], [], marker="^", ls="none", mfc="none", mec="0.3", ms=5, label=label)]
+
+
+def _tau_marker_handle() -> Line2D:
+    return Line2D([], [], marker="o", ls="none", color="0.3", mec="white", label="tau")
+
+
+def _tau_axes(ax: Axes, xlabel: str) -> None:
+    """Log-log axes of tau (steps) against `xlabel`."""
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("tau (steps)")
+
+
+def _threshold_lines(ax: Axes, thresholds: Iterable[float]) -> None:
+    ax.axhline(1.0, color="0.4", ls=":", lw=0.8, label="log K (plateau)")
+    for thr in sorted({float(t) for t in thresholds if np.isfinite(t)}):
+        ax.axhline(thr, color="0.4", ls="--", lw=0.8, label=f"threshold {thr:g} log K")

@@ -1,0 +1,109 @@
+"""The figures' registry: each figure function registered by name with the tables it reads
+(`FIGURES`, `TABLES_NEEDED`, checked against `mbc.paper.figure_tables`), `render`, and
+the style and atomic saving every figure goes through."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from mbc.core.artifacts import read_csv_checked, write_bytes_atomic
+from mbc.core.report_sections import FigureEntry
+from mbc.paper.figure_tables import FIGURE_TABLES
+from mbc.paper.figures.common import DPI, STYLE
+from mbc.paper.figures.drawing import _no_data, _tidy_log_axes
+
+FigureFn = Callable[[Mapping[str, pd.DataFrame], Path, Path, FigureEntry], None]
+FIGURES: dict[str, FigureFn] = {}
+TABLES_NEEDED: dict[str, list[str]] = {}
+
+
+def _register(name: str, needs: Iterable[str]) -> Callable:
+    """Turn a drawing function ``draw(tables, entry) -> Figure`` into ``fig_<name>`` and
+    register it. `needs` must be what `mbc.paper.figure_tables` declares (what the rule gives
+    it); `entry` is the figure's config `figures` entry (its experiments and fits, by role)."""
+    needs = list(needs)
+    if FIGURE_TABLES.get(name) != needs:
+        raise RuntimeError(
+            f"figure {name!r} reads {needs}; mbc.paper.figure_tables declares "
+            f"{FIGURE_TABLES.get(name)}"
+        )
+
+    def deco(draw: Callable[[dict[str, pd.DataFrame], FigureEntry], Figure]) -> FigureFn:
+        def fig_fn(
+            tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path, entry: FigureEntry
+        ) -> None:
+            if entry.name != name:
+                raise ValueError(f"figure {name!r} given the config entry of {entry.name!r}")
+            full = {t: pd.DataFrame() if tables.get(t) is None else tables[t] for t in needs}
+            before = set(plt.get_fignums())
+            try:
+                with plt.style.context(STYLE):
+                    fig = draw(full, entry)
+                    _unlog_empty_axes(fig)
+                    _tidy_log_axes(fig)
+                    _save(fig, Path(out_pdf), Path(out_png))
+            finally:  # close what this call opened, also when drawing fails
+                for num in set(plt.get_fignums()) - before:
+                    plt.close(num)
+
+        fig_fn.__name__ = fig_fn.__qualname__ = draw.__name__
+        fig_fn.__doc__ = draw.__doc__
+        fig_fn.__module__ = draw.__module__
+        FIGURES[name] = fig_fn
+        TABLES_NEEDED[name] = needs
+        return fig_fn
+
+    return deco
+
+
+def _save(fig: Figure, out_pdf: Path, out_png: Path) -> None:
+    """Save the figure as PDF and PNG: into memory first, then an atomic write each.
+
+    The layout is solved once (for the PDF) and frozen for the PNG: same placement, half the
+    layout cost.
+    """
+    for path, fmt, meta in (
+        (out_pdf, "pdf", {"CreationDate": None}),  # reproducible bytes
+        (out_png, "png", {"Software": None}),
+    ):
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt, dpi=DPI, metadata=meta)
+        fig.set_layout_engine("none")
+        write_bytes_atomic(path, buf.getvalue())
+
+
+def _unlog_empty_axes(fig: Figure) -> None:
+    """A log axis with no value > 0 to show (every run censored at a budget of 0, nothing
+    measured) cannot be drawn: such a panel goes linear and says it has no data."""
+    for ax in [a for top in fig.axes for a in (top, *top.child_axes)]:  # insets too
+        for i, axis in enumerate((ax.xaxis, ax.yaxis)):
+            pts = [ln.get_xydata() for ln in ax.lines] + [c.get_offsets() for c in ax.collections]
+            v = np.concatenate([np.asarray(p, float).reshape(-1, 2)[:, i] for p in pts] + [[]])
+            if axis.get_scale() == "log" and not (np.isfinite(v) & (v > 0)).any():
+                (ax.set_xscale, ax.set_yscale)[i]("linear")
+                if not any(t.get_text().startswith("no data") for t in ax.texts):
+                    _no_data(ax, "nothing > 0 to place on its log axis")
+
+
+def render(
+    name: str,
+    table_paths: Mapping[str, str | Path],
+    out_pdf: str | Path,
+    out_png: str | Path,
+    entry: FigureEntry,
+) -> None:
+    """Draw figure `name` from the CSV tables it needs, as its config `figures` entry says."""
+    if name not in FIGURES:
+        raise KeyError(f"unknown figure {name!r}; known: {sorted(FIGURES)}")
+    missing = [t for t in TABLES_NEEDED[name] if t not in table_paths]
+    if missing:
+        raise KeyError(f"figure {name!r} needs tables {missing} (got {sorted(table_paths)})")
+    tables = {t: read_csv_checked(table_paths[t]) for t in TABLES_NEEDED[name]}
+    FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
