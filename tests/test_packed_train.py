@@ -111,6 +111,24 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         pd.testing.assert_frame_equal(tables(d)[0], m)
 
 
+def test_packed_linear_runs_write_what_unpacked_ones_write(tmp_path):
+    """E13's linear baseline trains in a pack (`PackedLinear`) and writes what it writes
+    trained alone, to float32 rounding; its pack has its own id."""
+    b = tiny_spec()
+    b = dataclasses.replace(b, model=dataclasses.replace(b.model, kind="linear"))
+    specs = [b, dataclasses.replace(b, seed=1), _train(b, lr=1e-3, max_steps=80)]
+    assert list(make_packs({str(i): s for i, s in enumerate(specs)}, 8)) == [
+        "linear512z2-T16t5p10-B16-fp32-0"
+    ]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
+    dirs = [tmp_path / f"packed{i}" for i in range(len(specs))]
+    assert train_pack(specs, datasets, dirs, CPU, **QUIET) == [True] * len(specs)
+    for i in range(len(specs)):
+        assert_same_run(tmp_path / f"alone{i}", dirs[i], crossed=False)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_interrupted_pack_resumes_bitwise(tmp_path, precision):
     specs = [_train(s, precision=precision) for s in mixed_specs()[:4]]

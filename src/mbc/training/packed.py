@@ -37,11 +37,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from mbc.core.packing import pack_key
-from mbc.core.spec import RunSpec
+from mbc.core.spec import VOCAB, RunSpec
 from mbc.training.data import STREAM_INIT, Dataset, stream_seed
-from mbc.training.forward import forward
+from mbc.training.forward import forward, linear
 from mbc.training.metrics import metrics_from_logprobs, token_logprobs
-from mbc.training.model import Transformer, build_model
+from mbc.training.model import LinearBaseline, Transformer, build_model, linear_inputs
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.schedule import BatchOrder, learning_rate
 from mbc.training.train import make_optimizer
@@ -51,17 +51,20 @@ def _key(name: str) -> str:
     return name.replace(".", "__")
 
 
-class PackedTransformer(nn.Module):
-    """R `mbc.training.model.Transformer`s of one shape; parameter `a.b` is stored as `a__b` (R, ...)."""
+class _PackedModel(nn.Module):
+    """R models of one shape; parameter `a.b` is stored as `a__b` (R, ...).
+    Subclasses: `PackedTransformer`, `PackedLinear`."""
 
-    def __init__(self, models: list[Transformer]):
+    kind: type[nn.Module]
+
+    def __init__(self, models: list[nn.Module]):
         super().__init__()
         if not models:
             raise ValueError("need at least one model")
         first = models[0]
         for m in models:
-            if not isinstance(m, Transformer):
-                raise TypeError("packing is implemented for the transformer only")
+            if not isinstance(m, self.kind):
+                raise TypeError(f"{type(self).__name__} packs {self.kind.__name__}s only")
             if _shape(m) != _shape(first):
                 raise ValueError("packed runs must share the model's shape and sequence layout")
         states = [dict(m.named_parameters()) for m in models]
@@ -87,9 +90,9 @@ class PackedTransformer(nn.Module):
         for n, t in stacked.items():
             self.register_parameter(_key(n), nn.Parameter(t.clone()))
 
-    def subset(self, rows: torch.Tensor) -> PackedTransformer:
+    def subset(self, rows: torch.Tensor) -> _PackedModel:
         """A pack of these runs only (their rows of every parameter, copied)."""
-        new = PackedTransformer.__new__(PackedTransformer)
+        new = type(self).__new__(type(self))
         nn.Module.__init__(new)
         new._register(
             self.spec,
@@ -103,12 +106,39 @@ class PackedTransformer(nn.Module):
         return getattr(self, _key(name))
 
     def state_dict_of(self, r: int) -> dict[str, torch.Tensor]:
-        """Run r's weights as an ordinary `Transformer` state dict (detached copies)."""
+        """Run r's weights as an ordinary model's state dict (detached copies)."""
         return {n: self.p(n)[r].detach().clone() for n in self.names}
 
     def weights(self, runs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Every stacked parameter by its `Transformer` name, or its rows of the runs `runs`."""
+        """Every stacked parameter by its model's name, or its rows of the runs `runs`."""
         return {n: self.p(n) if runs is None else self.p(n)[runs] for n in self.names}
+
+    def _check(self, tokens: torch.Tensor, runs: torch.Tensor | None) -> None:
+        r = tokens.shape[0]
+        if r != (self.r if runs is None else len(runs)):
+            raise ValueError(
+                f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
+            )
+
+    def losses(
+        self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
+        per-run first-target loss of the batch (R,), detached, from the same logits
+        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
+        n_t = self.task.n_targets
+        logits = self.forward(tokens, low=low).float()
+        r, n = tokens.shape[:2]
+        ce = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
+        ).view(r, n, n_t)
+        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
+
+
+class PackedTransformer(_PackedModel):
+    """R `mbc.training.model.Transformer`s of one shape."""
+
+    kind = Transformer
 
     def forward(
         self,
@@ -124,11 +154,7 @@ class PackedTransformer(nn.Module):
         unit), as under `torch.autocast`: the embeddings, LayerNorms and the residual
         stream stay fp32, activations are cast to bf16 where they enter a matmul.
         """
-        r, n, _ = tokens.shape
-        if r != (self.r if runs is None else len(runs)):
-            raise ValueError(
-                f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
-            )
+        self._check(tokens, runs)
         w = self.weights(runs) | (low or {})
         return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
@@ -174,23 +200,66 @@ class PackedTransformer(nn.Module):
             for j, b in enumerate(batches)
         ]
 
-    def losses(
-        self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
-        per-run first-target loss of the batch (R,), detached, from the same logits
-        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
-        n_t = self.task.n_targets
-        logits = self.forward(tokens, low=low).float()
-        r, n = tokens.shape[:2]
-        ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
-        ).view(r, n, n_t)
-        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
+
+class PackedLinear(_PackedModel):
+    """R `mbc.training.model.LinearBaseline`s (E13) of one shape: its two linear maps as
+    two `torch.baddbmm` over the R runs' weights, on the same one-hot [B; z] input."""
+
+    kind = LinearBaseline
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        runs: torch.Tensor | None = None,
+        low: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """tokens (R, n, T) -> logits (R, n, n_targets, vocab), `LinearBaseline.forward` of
+        each run. runs, low: as `PackedTransformer.forward`."""
+        self._check(tokens, runs)
+        w = self.weights(runs) | (low or {})
+        r, n, _ = tokens.shape
+        x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
+        h = linear(x.unsqueeze(2), w["w1.weight"], w["w1.bias"])
+        y = linear(h, w["w2.weight"], w["w2.bias"])
+        return y.view(r, n, self.task.n_targets, VOCAB)
+
+    @torch.no_grad()
+    def evaluate(
+        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
+    ) -> list[dict]:
+        """`PackedTransformer.evaluate` for linear runs: every candidate in full (the linear
+        model reads no prefix to share; `engine` changes nothing)."""
+        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
+        task = batches[0].task
+        n, k, n_t = batches[0].n_contexts, task.k, task.n_targets
+
+        def logprobs(seqs: torch.Tensor) -> torch.Tensor:
+            chunk = max(1, max_seqs // len(runs))
+            out = [
+                token_logprobs(self.forward(s, idx), s[..., -n_t:])
+                for s in seqs.split(chunk, dim=1)
+            ]
+            return torch.cat(out, dim=1)
+
+        lp = logprobs(torch.stack([b.candidates for b in batches])).view(len(runs), n, k, -1)
+        shuffled = None
+        if batches[0].shuffled is not None:
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]))
+        return [
+            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
+            for j, b in enumerate(batches)
+        ]
 
 
-def _shape(m: Transformer) -> tuple:
+def packed_model(models: list[nn.Module]) -> _PackedModel:
+    """The pack of `models`: `PackedTransformer` or `PackedLinear` by their kind."""
+    return (PackedLinear if isinstance(models[0], LinearBaseline) else PackedTransformer)(models)
+
+
+def _shape(m: nn.Module) -> tuple:
     s, t = m.spec, m.task
+    if isinstance(m, LinearBaseline):
+        return ("linear", s.linear_hidden, t.z_length, t.seq_len, t.n_targets)
     return (s.n_layers, s.n_heads, s.d_model, s.d_mlp, s.n_positions, t.seq_len, t.n_targets)
 
 
@@ -227,8 +296,8 @@ class PackedRuns:
             raise ValueError("one dataset per spec")
         if len({pack_key(s) for s in specs}) != 1 or pack_key(specs[0]) is None:
             raise ValueError(
-                "packed runs must be transformers that share the model's shape, the sequence "
-                "layout, the batch size, train.precision and train.compile (pack_key)"
+                "packed runs must share the model's kind and shape, the sequence layout, the "
+                "batch size, train.precision and train.compile (pack_key)"
             )
         states = list(states) if states is not None else [None] * len(specs)
         if any((st is None) != (step == 0) for st in states):
@@ -241,7 +310,7 @@ class PackedRuns:
             if st is not None:
                 m.load_state_dict(st["model"])
             models.append(m)
-        self.model = PackedTransformer(models).to(device).train()
+        self.model = packed_model(models).to(device).train()
 
         self._make_optimizer(fused)
         if step > 0:
@@ -407,10 +476,10 @@ class PackedRuns:
         return self._norms
 
     def weights(self, r: int) -> dict[str, torch.Tensor]:
-        """Run r's weights (copies) under the `Transformer`'s state-dict names."""
+        """Run r's weights (copies) under its model's state-dict names."""
         return self.model.state_dict_of(r)
 
-    def export_run(self, r: int) -> tuple[Transformer, torch.optim.Optimizer]:
+    def export_run(self, r: int) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Run r as an ordinary (model, AdamW) pair, as `mbc.training.train.train_run` holds them."""
         spec = self.specs[r]
         model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
