@@ -19,8 +19,10 @@ rule train:
         "../../envs/mbc.yaml"
     threads: config.get("threads", 1)
     resources:
-        # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU.
+        # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU,
+        # `--resources gpu_mem_mb=M` their estimated memory (docs/gpu-and-slurm.md).
         train_slots=1,
+        gpu_mem_mb=lambda wc: gpu_mem_mb([wc.run_id]),
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         device=config.get("device", "auto"),
@@ -44,6 +46,7 @@ if PACKS:
         threads: config.get("threads", 1)
         resources:
             train_slots=1,
+            gpu_mem_mb=lambda wc: gpu_mem_mb(PACKS[wc.pack_id]),
         params:
             specs=lambda wc: [SPECS[r].to_dict() for r in PACKS[wc.pack_id]],
             device=config.get("device", "auto"),

@@ -78,6 +78,34 @@ def n_parameters(spec: RunSpec) -> int:
     return VOCAB * d + m.n_positions * d + m.n_layers * block + 2 * d + d * VOCAB + VOCAB
 
 
+# per train_pack process: the CUDA context and the caching allocator's slack, which the
+# allocator's peak does not count (an allowance, not measured here)
+PROCESS_GB = 0.5
+
+
+def run_memory_gb(spec: RunSpec) -> float:
+    """Estimated device memory of one run in a pack: fp32 weights, gradients and AdamW's two
+    moments, and the activations one step keeps for its backward (per token and layer: the
+    residual-width tensors, the MLP's hidden pair and the attention pattern and its scores;
+    the logits three times)."""
+    m, t = spec.model, spec.task
+    b = spec.train.batch_size
+    state = 4 * n_parameters(spec)
+    logits = 3 * b * t.n_targets * VOCAB
+    if m.kind == "linear":
+        acts = b * ((B_LEN + t.z_length) * VOCAB + m.linear_hidden) + logits
+    else:
+        per_token = 8 * m.d_model + 2 * m.d_mlp + 2 * m.n_heads * t.seq_len
+        acts = b * t.seq_len * m.n_layers * per_token + logits
+    return 4 * (state + acts) / 2**30
+
+
+def pack_memory_gb(specs: list[RunSpec]) -> float:
+    """Estimated device memory of a pack's process (`run_memory_gb` of each run, plus
+    `PROCESS_GB`): what the workflow's train and train_pack jobs declare as `gpu_mem_mb`."""
+    return PROCESS_GB + sum(run_memory_gb(s) for s in specs)
+
+
 def tau_law(specs: dict[str, RunSpec], measured: dict[str, dict]) -> tuple[float | None, int]:
     """(c, n): c of tau = c D^1.2, the median of tau / D^1.2 over the n measured taus of
     transformer runs (None when there is none)."""
