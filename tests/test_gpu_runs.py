@@ -11,9 +11,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import gpu_runs  # noqa: E402
+import torch  # noqa: E402
 
 from mbc.core.layout import Layout  # noqa: E402
 from mbc.core.runlog import finished, read_log  # noqa: E402
+from mbc.training.data import build_dataset  # noqa: E402
+from mbc.training.packed_train import train_pack  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +84,70 @@ def test_merge_refuses_a_run_whose_data_differs(trained, tmp_path, capsys):
     said = capsys.readouterr().out
     assert "0 runs taken" in said and said.count("its dataset there differs from") == 2
     assert not (outdir / "runs").exists() or not any((outdir / "runs").iterdir())
+
+
+def _run_tables(outdir, rid) -> dict:
+    """A merged run's tables, without the wall-clock columns (the one thing two trainings
+    of the same run cannot share)."""
+    import pandas as pd
+
+    d = outdir if outdir.name == rid else Path(Layout(str(outdir)).run(rid).dir)
+    out = {}
+    for name in ("metrics.csv", "checkpoints.csv", "train_log.csv"):
+        t = pd.read_csv(d / name)
+        out[name] = t.drop(columns=[c for c in t.columns if "wall" in c or c == "time"])
+    return out
+
+
+def test_short_calls_resume_each_other_and_merge_to_the_tables_of_one_go(tmp_path, capsys):
+    """Calls that stop after 150 pack steps (as a deadline would), each given the last one's
+    output: every run resumes from its last resume point and the third call finishes them;
+    merged call by call, every table equals the one-go training's, bitwise (fp32, CPU) but
+    for the logged gradient norm (to float32 rounding). The resume state travels in
+    resume.tar.gz, and a finished run is not trained again."""
+    import numpy as np
+    import pandas as pd
+
+    cfg = gpu_runs.load("smoke")
+    diagnosed = {r for k in ("collective", "routing", "hessian") for r in cfg.diagnosed_runs(k)}
+    ids = [r for r in cfg.run_ids("E2") if r not in diagnosed][:3]
+    (tmp_path / "runs.txt").write_text("\n".join(ids) + "\n")
+    common = ["--preset", "smoke", "--runs", str(tmp_path / "runs.txt"), "--jobs", "1"]
+    # one go: the pack `gpu_runs train` trains, here in this process
+    specs = [cfg.specs[r] for r in ids]
+    whole = [tmp_path / "whole" / r for r in ids]
+    train_pack(specs, [build_dataset(s.task, s.seed) for s in specs], whole, torch.device("cpu"),
+               say=lambda m: None)  # fmt: skip
+
+    merged, prev, resumed = tmp_path / "merged", None, []
+    for call in range(1, 4):
+        out = tmp_path / f"call{call}"
+        args = ["train", *common, "--out", str(out), "--work", str(tmp_path / f"w{call}"),
+                "--stop-after", "150"] + (["--resume-from", str(prev)] if prev else [])  # fmt: skip
+        assert gpu_runs.main(args) == 0
+        summary = json.loads((out / "gpu_runs.json").read_text())
+        resumed.append(sorted(r.get("resume_step", 0) for r in summary["runs"]))
+        assert gpu_runs.main(["merge", "--preset", "smoke", "--from", str(out),
+                              "--outdir", str(merged)]) == 0  # fmt: skip
+        prev = out
+    said = capsys.readouterr().out
+    # call 1 stops all three at 150 (resume points at 100); call 2 finishes two (early
+    # stops at 200 and 225) and stops the third at 250; call 3 finishes it
+    assert resumed == [[100] * 3, [0, 0, 200], [0]], resumed
+    assert "2 of 3 runs finished" in said and "1 of 1 runs finished" in said
+    assert all(r["finished"] for r in summary["runs"])
+    for rid, one_go in zip(ids, whole, strict=True):
+        assert finished(read_log(Layout(str(merged)).run(rid).log))
+        a, b = _run_tables(one_go, rid), _run_tables(merged, rid)
+        for name in a:
+            # bitwise, but for the logged gradient norm: its per-run sum of squares over a
+            # pack of another width (the third run trained on alone from step 200, in one go
+            # beside a second run until 225) rounds differently
+            exact = [c for c in a[name].columns if c != "grad_norm"]
+            pd.testing.assert_frame_equal(a[name][exact], b[name][exact], check_exact=True)
+            if "grad_norm" in a[name]:
+                np.testing.assert_allclose(a[name].grad_norm, b[name].grad_norm, rtol=1e-6)
+    # a fourth call finds nothing left to train
+    assert gpu_runs.main(["train", *common, "--out", str(tmp_path / "call4"),
+                          "--resume-from", str(prev)]) == 0  # fmt: skip
+    assert "0 runs of smoke to train (3 finished before" in capsys.readouterr().out
