@@ -43,6 +43,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -277,6 +278,78 @@ def train(a) -> int:
     return 0
 
 
+def plan(a) -> int:
+    """Write PLAN/runs.txt (the preset's runs no diagnostic reads: their snapshots do not
+    travel) and PLAN/calls.md (the command of every call, the merge and the carry between
+    calls), sized so one call's resume state stays within --carry-mb; with --rates and
+    --tau-coef, the expected number of calls (the estimate's model, `mbc.planning`)."""
+    from mbc.core.artifacts import write_text_atomic
+    from mbc.core.packing import pack_key
+
+    cfg = load(a.preset)
+    diag = {r for k in ("collective", "routing", "hessian") for r in cfg.diagnosed_runs(k)}
+    ids = [r for r in cfg.specs if r not in diag]
+    per_run = max(state_mb(cfg.specs[r]) for r in ids)
+    in_flight = max(1, int(a.carry_mb // per_run))
+    width = min(in_flight, a.width)
+    jobs = max(1, in_flight // width)
+    deadline = a.slot_s - a.margin_s
+    if deadline <= 0:
+        raise SystemExit(f"gpu_runs plan: --slot-s {a.slot_s:g} leaves no time after "
+                         f"--margin-s {a.margin_s:g}")  # fmt: skip
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "runs.txt", "\n".join(ids) + "\n")
+    carry = a.carry_dir
+    train_cmd = (f"python benchmarks/gpu_runs.py train --preset {a.preset} --runs {out}/runs.txt "
+                 f"--deadline-s {deadline:g} --width {width} --jobs {jobs} "
+                 f"--carry-mb {a.carry_mb:g} --out \"$OUT\"")  # fmt: skip
+    lines = [
+        f"# {a.preset} on a device in calls of at most {a.slot_s:g} s",
+        "",
+        f"{len(ids)} runs ({len(diag)} that a diagnostic reads train here, with the workflow). "
+        f"A run's resume point is {per_run:.1f} MB, so at most {in_flight} runs are in flight "
+        f"({jobs} chunk(s) of {width}) and a call returns at most {a.carry_mb:g} MB of state.",
+        "",
+        "First call (on the device, from the repository root):",
+        "", f"    {train_cmd}", "",
+        f"Every later call: the same, carrying `{carry}` and adding `--resume-from {carry}`.",
+        "", f"    {train_cmd} --resume-from {carry}", "",
+        "Here, after each call (FILES: the folder its files came back to):", "",
+        f"    python benchmarks/gpu_runs.py merge --preset {a.preset} --from FILES",
+        f"    rm -rf {carry} && mkdir -p {carry} && cp FILES/gpu_runs.json FILES/resume.tar.gz "
+        f"{carry}/",
+        "",
+        "until a call prints `0 to train in a later call`.",
+    ]  # fmt: skip
+    if a.rates and a.tau_coef:
+        from mbc.planning.cost import expected, measured_taus, n_evaluations
+        from mbc.planning.timing import pack_seconds
+
+        rates = json.loads(Path(a.rates).read_text())
+        specs = {r: cfg.specs[r] for r in ids}
+        exp = expected(specs, measured_taus(cfg.outdir, specs), a.tau_coef)
+        secs = 0.0
+        for c in chunks(specs, width):
+            cs = [specs[r] for r in c]
+            if pack_key(cs[0]) is None:
+                continue
+            st = [exp[r].steps for r in c]
+            ev = [n_evaluations(specs[r], exp[r].steps, exp[r].tau) for r in c]
+            secs += pack_seconds(cs, st, ev, rates, batched=rates["device"] != "cpu")
+        n_calls = math.ceil(secs / jobs / deadline)
+        lines += [
+            "",
+            f"Estimated (rates {a.rates}, tau = {a.tau_coef:g} D^1.2, the estimate's model): "
+            f"{secs / 60:.0f} min of chunk time, {jobs} chunk(s) at a time: about {n_calls} "
+            f"calls, plus what each call trains again after its stop (up to eval.resume_every "
+            f"steps a run).",
+        ]  # fmt: skip
+    write_text_atomic(out / "calls.md", "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
 def merge(a) -> int:
     from mbc.core.artifacts import write_bytes_atomic
     from mbc.core.layout import Layout
@@ -333,7 +406,7 @@ def merge(a) -> int:
     return 1 if refused else 0
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train")
@@ -345,18 +418,41 @@ def main(argv=None) -> int:
     t.add_argument("--deadline-s", type=float, default=470.0)
     t.add_argument("--width", type=int, default=4)
     t.add_argument("--jobs", type=int, default=12)
-    t.add_argument("--resume-from", default=None,
-                   help="the last call's output: its gpu_runs.json and resume.tar.gz")
-    t.add_argument("--carry-mb", type=float, default=48.0,
-                   help="the most resume state one call returns (runs in flight x state_mb)")
+    t.add_argument(
+        "--resume-from",
+        default=None,
+        help="the last call's output: its gpu_runs.json and resume.tar.gz",
+    )
+    t.add_argument(
+        "--carry-mb",
+        type=float,
+        default=48.0,
+        help="the most resume state one call returns (runs in flight x state_mb)",
+    )
     t.add_argument("--stop-after", type=int, default=None,
                    help="testing: each chunk stops after this many pack steps")  # fmt: skip
+    pl = sub.add_parser("plan")
+    pl.add_argument("--preset", required=True)
+    pl.add_argument("--out", required=True, help="the plan's folder: runs.txt, calls.md")
+    pl.add_argument("--slot-s", type=float, default=540.0, help="one call's time limit")
+    pl.add_argument("--margin-s", type=float, default=70.0,
+                    help="of each slot, for start-up and the return")  # fmt: skip
+    pl.add_argument("--carry-mb", type=float, default=48.0)
+    pl.add_argument("--width", type=int, default=64, help="the widest chunk")
+    pl.add_argument("--carry-dir", default=".gpu_carry",
+                    help="where the last call's state waits here (git-ignored)")  # fmt: skip
+    pl.add_argument("--rates", default=None, help="a device's rates: estimate the calls")
+    pl.add_argument("--tau-coef", type=float, default=None)
     m = sub.add_parser("merge")
     m.add_argument("--preset", required=True)
     m.add_argument("--from", required=True, help="the folder holding gpu_runs.json")
     m.add_argument("--outdir", default=None)
-    a = ap.parse_args(argv)
-    return train(a) if a.cmd == "train" else merge(a)
+    return ap
+
+
+def main(argv=None) -> int:
+    a = parser().parse_args(argv)
+    return {"train": train, "plan": plan, "merge": merge}[a.cmd](a)
 
 
 if __name__ == "__main__":

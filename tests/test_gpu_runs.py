@@ -151,3 +151,30 @@ def test_short_calls_resume_each_other_and_merge_to_the_tables_of_one_go(tmp_pat
     assert gpu_runs.main(["train", *common, "--out", str(tmp_path / "call4"),
                           "--resume-from", str(prev)]) == 0  # fmt: skip
     assert "0 runs of smoke to train (3 finished before" in capsys.readouterr().out
+
+
+def test_plan_writes_the_runs_and_the_commands_of_each_call(tmp_path, capsys):
+    """`plan`: the runs no diagnostic reads, and a train command per call that keeps the
+    resume state within --carry-mb (runs in flight x a run's state), the later calls
+    resuming from the carried state."""
+    import shlex
+
+    cfg = gpu_runs.load("smoke")
+    diagnosed = {r for k in ("collective", "routing", "hessian") for r in cfg.diagnosed_runs(k)}
+    plan = tmp_path / "plan"
+    per_run = max(gpu_runs.state_mb(s) for s in cfg.specs.values())
+    assert gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "60",
+                          "--margin-s", "20", "--carry-mb", str(3.5 * per_run)]) == 0  # fmt: skip
+    runs = (plan / "runs.txt").read_text().split()
+    assert set(runs) == set(cfg.specs) - diagnosed and runs
+    cmds = [shlex.split(line.strip().replace('"$OUT"', "OUT"))[2:]
+            for line in (plan / "calls.md").read_text().splitlines()
+            if line.strip().startswith("python benchmarks/gpu_runs.py train")]  # fmt: skip
+    first, later = (gpu_runs.parser().parse_args(c) for c in cmds)
+    assert first.resume_from is None and later.resume_from == ".gpu_carry"
+    assert first.deadline_s == 40 and first.runs == str(plan / "runs.txt")
+    assert first.width * first.jobs == 3  # 3.5 runs' state: three in flight
+    assert first.carry_mb == pytest.approx(3.5 * per_run, rel=1e-5)
+    assert "merge --preset smoke --from FILES" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="leaves no time"):
+        gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "10"])
