@@ -172,10 +172,12 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
     by_id = {s.run_id: s for s in specs}
     packs = make_packs(by_id, max_runs=2)
     sizes = sorted(len(m) for m in packs.values())
-    assert sizes == [1, 1, 2, 2], packs  # 5 seeds -> 2 + 2 + 1; batch 8 alone; linear in none
+    # 5 seeds -> 2 + 2 + 1; batch 8 alone; the linear baseline in a pack of its own kind
+    assert sizes == [1, 1, 1, 2, 2], packs
     assert sorted(packs) == ["L2h2d32m64-T16t5p10-B16-fp32-0", "L2h2d32m64-T16t5p10-B16-fp32-1",
-                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0"]  # fmt: skip
-    assert specs[-1].run_id not in {r for m in packs.values() for r in m}
+                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0",
+                             "linear512z2-T16t5p10-B16-fp32-0"]  # fmt: skip
+    assert packs["linear512z2-T16t5p10-B16-fp32-0"] == [specs[-1].run_id]
     assert make_packs(by_id, max_runs=2) == packs, "the same runs form the same packs"
     # a new run joins its shape's last pack under the same id; the others keep theirs
     more = {**by_id, (new := dataclasses.replace(b, seed=9)).run_id: new}

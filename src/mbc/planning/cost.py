@@ -85,12 +85,15 @@ PROCESS_GB = 0.5
 
 def run_memory_gb(spec: RunSpec) -> float:
     """Estimated device memory of one run in a pack: fp32 weights, gradients and AdamW's two
-    moments, and the activations one step keeps for its backward (per token and layer: the
-    residual-width tensors, the MLP's hidden pair and the attention pattern and its scores;
-    the logits three times)."""
-    m, t = spec.model, spec.task
+    moments; the weight copies kept every eval.dense_every steps until the next evaluation
+    (at most every / dense_every - 1); and the activations one step keeps for its backward
+    (per token and layer: the residual-width tensors, the MLP's hidden pair and the
+    attention pattern and its scores; the logits three times)."""
+    m, t, ev = spec.model, spec.task, spec.eval
     b = spec.train.batch_size
-    state = 4 * n_parameters(spec)
+    n = n_parameters(spec)
+    kept = max(0, ev.every // ev.dense_every - 1) if ev.dense_every else 0
+    state = (4 + kept) * n
     logits = 3 * b * t.n_targets * VOCAB
     if m.kind == "linear":
         acts = b * ((B_LEN + t.z_length) * VOCAB + m.linear_hidden) + logits
@@ -98,6 +101,14 @@ def run_memory_gb(spec: RunSpec) -> float:
         per_token = 8 * m.d_model + 2 * m.d_mlp + 2 * m.n_heads * t.seq_len
         acts = b * t.seq_len * m.n_layers * per_token + logits
     return 4 * (state + acts) / 2**30
+
+
+def training_memory_gb(spec: RunSpec) -> float:
+    """`run_memory_gb` without the kept weight copies: what a bare training step holds
+    (gpu_check's measured peak, `mbc.planning.timing.time_pack_step`)."""
+    ev = spec.eval
+    kept = max(0, ev.every // ev.dense_every - 1) if ev.dense_every else 0
+    return run_memory_gb(spec) - 4 * kept * n_parameters(spec) / 2**30
 
 
 def pack_memory_gb(specs: list[RunSpec]) -> float:
