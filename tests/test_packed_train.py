@@ -277,7 +277,7 @@ def test_batched_evaluation_equals_each_runs_own():
 def test_packed_runs_with_batched_evaluation_write_what_unpacked_runs_write(tmp_path, monkeypatch):
     """batched_eval (the CUDA default) on a CPU: runs of equal K evaluated together, a run
     of its own K alone; every table still equals the unpacked run's."""
-    from mbc.training.packed import PackedTransformer
+    from mbc.training.packed_models import PackedTransformer
 
     widths = []
     batched = PackedTransformer.evaluate

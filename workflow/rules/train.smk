@@ -4,7 +4,7 @@
 # pack.enabled: the runs of one shape train together in one `train_pack` job (PACKS in
 # common.smk); each packed run's tables are then written by `unpack_run` from the log its
 # pack wrote, exactly where `train` writes them. The linear baseline's runs (E13) pack
-# among themselves (`mbc.training.packed.PackedLinear`).
+# among themselves (`mbc.training.packed_models.PackedLinear`).
 rule train:
     input:
         lambda wc: L.dataset(SPECS[wc.run_id].dataset_id),

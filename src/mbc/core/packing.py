@@ -17,7 +17,7 @@ def pack_key(spec: RunSpec) -> tuple | None:
     """Runs with equal keys can train as one `mbc.training.packed.PackedRuns`: the model's
     shape, the sequence layout, the batch size and the arithmetic (precision, compile).
     The linear baseline of E13 packs with linear runs of its hidden width and z length
-    (`mbc.training.packed.PackedLinear`). None: a model kind that cannot be packed."""
+    (`mbc.training.packed_models.PackedLinear`). None: a model kind that cannot be packed."""
     m, t = spec.model, spec.task
     if m.kind == "linear":
         shape = ("linear", m.linear_hidden, t.z_length)

@@ -130,7 +130,7 @@ class LinearBaseline(nn.Module):
 
 def linear_inputs(tokens: torch.Tensor, task: TaskSpec) -> torch.Tensor:
     """The linear baseline's input tokens [B; z] of sequences (..., T): (..., B_LEN + z_length)
-    (`LinearBaseline` and its pack, `mbc.training.packed.PackedLinear`)."""
+    (`LinearBaseline` and its pack, `mbc.training.packed_models.PackedLinear`)."""
     b = tokens[..., 1 : 1 + B_LEN]
     z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
     return torch.cat([b, z], dim=-1)
