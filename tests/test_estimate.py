@@ -220,6 +220,10 @@ def test_the_linear_pack_beside_a_transformer_pack_from_planted_rates():
     assert together["serial_s"] == pytest.approx(t_pack + 3.0)
     alone = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=1)
     assert alone["wall_s"] == pytest.approx(alone["serial_s"])
+    # measured linear pack steps (`linear_pack`) replace the transformer's for linear runs
+    rates["linear_pack"] = {"1": {"step_s": 0.002}, "8": {"step_s": 0.004}}
+    own = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=2)
+    assert sorted(s for _, _, s in own["packs"]) == pytest.approx([300 * 0.002, t_pack])
 
 
 def test_a_packs_estimated_memory_is_near_the_measured_h200_peak():
@@ -372,3 +376,18 @@ def test_the_banner_uses_the_estimates_calibration_where_no_tau_is_measured(tmp_
     after = banner_lines(cfg, cores=2, measure=False)
     (law,) = [line for line in after if "tau = c D^" in line]
     assert "c from the calibration run" in law
+
+
+def test_measured_rates_time_the_linear_baselines_packs_when_given_one():
+    import dataclasses
+
+    from mbc.planning.timing import measure_rates, step_seconds
+
+    t = tiny_spec()
+    lin = dataclasses.replace(t, model=dataclasses.replace(t.model, kind="linear"))
+    rates = measure_rates(t, torch.device("cpu"), widths=(1, 2), eval_ks=(3,), steps=2,
+                          eval_width=2, say=lambda m: None, linear=lin)  # fmt: skip
+    assert sorted(rates["linear_pack"]) == ["1", "2"]
+    assert step_seconds(rates, 2, lin) == rates["linear_pack"]["2"]["step_s"]
+    assert "linear_pack" not in measure_rates(t, torch.device("cpu"), widths=(1,), eval_ks=(3,),
+                                              steps=2, eval_width=2, say=lambda m: None)  # fmt: skip

@@ -229,7 +229,8 @@ def _packed(cfg, specs, df, device, rates_path, say, slots, memory_gb) -> dict:
         common = Counter(map(shape_key, specs.values())).most_common(1)[0][0]
         ref = next(s for s in specs.values() if shape_key(s) == common)
         say(f"measuring pack rates on {device} at {shape_of(ref)}")
-        rates = measure_rates(ref, device, say=say)
+        linear = next((s for s in specs.values() if s.model.kind == "linear"), None)
+        rates = measure_rates(ref, device, say=say, linear=linear)
     steps = dict(zip(df.run_id, df.expected_steps, strict=True))
     taus = {r: None if pd.isna(t) else t for r, t in zip(df.run_id, df.tau, strict=True)}
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
@@ -318,8 +319,10 @@ def report(out: dict, say=print) -> None:
         say(f"  {pid}: {n} runs, {duration(secs)} alone")
     if any(pid.startswith("linear") for pid, _, _ in p["packs"]):
         say(
-            "  (linear-baseline packs: the transformer's measured pack step at their width, "
-            "never measured on a GPU: an upper bound)"
+            "  (linear-baseline packs: their measured pack steps)"
+            if r.get("linear_pack")
+            else "  (linear-baseline packs: the transformer's measured pack step at their width; "
+            "the rates have none of their own: an upper bound)"
         )
     if p["alone_s"]:
         say(f"  runs that cannot be packed, one by one: {duration(p['alone_s'])}")

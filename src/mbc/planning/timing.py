@@ -17,9 +17,10 @@ finish, so with expected steps s_1 <= ... <= s_R it takes
 with eval_s the batched one on CUDA, step_s(R) interpolated linearly in R between the
 measured widths (beyond the widest: its time per run) and scaled by a step's work (weights
 x tokens) relative to the reference shape: exact there, a rough guide for other shapes.
-The linear baseline's packs (E13) take the reference shape's pack step of their width,
-unscaled: never measured on a GPU, an upper bound (a linear step is two matmuls and an
-AdamW update, a fraction of the transformer's kernels and FLOPs).
+The linear baseline's packs (E13) take their own measured pack steps (`linear_pack`,
+measured when `measure_rates` is given a linear run) or, where the rates have none, the
+reference shape's pack step of their width, unscaled: an upper bound (a linear step is two
+matmuls and an AdamW update, a fraction of the transformer's kernels and FLOPs).
 
 Packs side by side (`concurrent_schedule`: the workflow's train_pack jobs under
 `--resources gpu_mem_mb=...`): each stretch of a pack at width R keeps the device busy
@@ -151,8 +152,10 @@ def measure_rates(
     steps: int = 20,
     eval_width: int = 32,
     say=print,
+    linear: RunSpec | None = None,
 ) -> dict:
-    """The rates `pack_seconds` needs, at `spec`'s shape."""
+    """The rates `pack_seconds` needs, at `spec`'s shape; with `linear` (a linear-baseline
+    run), its packs' steps too (`linear_pack`)."""
     rates = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "device_mem_gb": (
@@ -176,6 +179,11 @@ def measure_rates(
             f"pack of {w:>3}: {1 / r['step_s']:8.1f} pack steps/s = "
             f"{w / r['step_s']:9.1f} run-steps/s{mem}"
         )
+    if linear is not None:
+        rates["linear_pack"] = {}
+        for w in widths:
+            r = rates["linear_pack"][str(w)] = time_pack_step(linear, w, device, steps)
+            say(f"linear baseline, pack of {w:>3}: {w / r['step_s']:9.1f} run-steps/s")
     rates["eval_batched_s"], rates["eval_batched_width"] = {}, eval_width
     for k in eval_ks:
         rates["eval_s"][str(k)] = time_evaluation(with_k(spec, k), device)
@@ -204,17 +212,17 @@ def save_rates(rates: dict, path) -> None:
 
 
 def step_seconds(rates: dict, width: int, spec: RunSpec) -> float:
-    """Seconds per pack step of `width` runs of `spec`'s shape (a linear baseline's: the
-    reference shape's, module docstring)."""
-    t = _ref_step_seconds(rates, width)
+    """Seconds per pack step of `width` runs of `spec`'s shape (a linear baseline's: its own
+    measured, else the reference shape's, module docstring)."""
     if spec.model.kind == "linear":
-        return t
-    return t * _work(shape_of(spec)) / _work(rates["shape"])
+        return _ref_step_seconds(rates, width, rates.get("linear_pack") or rates["pack"])
+    return _ref_step_seconds(rates, width) * _work(shape_of(spec)) / _work(rates["shape"])
 
 
-def _ref_step_seconds(rates: dict, width: int) -> float:
-    ws = sorted(int(w) for w in rates["pack"])
-    ts = [rates["pack"][str(w)]["step_s"] for w in ws]
+def _ref_step_seconds(rates: dict, width: int, table: dict | None = None) -> float:
+    table = rates["pack"] if table is None else table
+    ws = sorted(int(w) for w in table)
+    ts = [table[str(w)]["step_s"] for w in ws]
     # beyond the widest pack measured: its time per run
     return float(np.interp(width, ws, ts)) if width <= ws[-1] else ts[-1] * width / ws[-1]
 
