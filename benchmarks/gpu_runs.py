@@ -258,6 +258,9 @@ def train(a) -> int:
                 need = sum(mb[r] for r in queue[0])
                 if running and sum(running.values()) + need > a.carry_mb:
                     break
+                if need > a.carry_mb:  # alone, or never: it runs, and may return more
+                    print(f"gpu_runs: WARNING: a chunk's resume state ({need:.1f} MB) exceeds "
+                          f"--carry-mb {a.carry_mb:g}; lower --width", flush=True)  # fmt: skip
                 c = queue.pop(0)
                 job = (a.preset, overrides, c, str(work), deadline_wall, device, a.stop_after)
                 running[pool.apply_async(_train_chunk, (job,))] = need
