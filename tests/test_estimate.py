@@ -200,8 +200,9 @@ def test_the_linear_pack_beside_a_transformer_pack_from_planted_rates():
     """Planted rates 0.01 s a step alone, 0.02 s for 8 runs: the device's best is 400
     run-steps/s, one run uses 100 / 400 = 0.25 of it, two 175 / 400. A transformer pack
     of two runs (100 and 200 steps: 100 at width 2, 100 at width 1) and the linear
-    baseline's pack of one run (300 steps, the reference's one-run step, unscaled) ask
-    0.4375 + 0.25 < 1 together: each takes its time alone; the linear one, 3 s, ends last."""
+    baseline's pack of one run (300 steps, the reference's one-run step, unscaled; its
+    fraction by its work) ask less than 1 together: each takes its time alone; the linear
+    one, 3 s, ends last."""
     import dataclasses
 
     from mbc.planning.timing import packed_wall_seconds, utilization
@@ -213,11 +214,17 @@ def test_the_linear_pack_beside_a_transformer_pack_from_planted_rates():
     steps = {"t0": 100, "t1": 200, "lin": 300}
     assert utilization(rates, 1) == pytest.approx(0.25)
     assert utilization(rates, 2) == pytest.approx(2 / (0.01 + 0.01 / 7) / 400)
+    # the linear run's fraction: its work (one-hot [B; z] x 512 + 512 x the targets, x batch
+    # 16) over the tiny transformer's (weights x 16 x 16 tokens)
+    ratio = (8 * 40 + 5 * 40) * 512 * 16 / ((2 * (4 * 32**2 + 2 * 32 * 64) + 2 * 40 * 32) * 256)
+    assert utilization(rates, 1, lin) == pytest.approx(0.25 * ratio)
     together = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=2)
     t_pack = 100 * (0.01 + 0.01 / 7) + 100 * 0.01
     assert sorted(s for _, _, s in together["packs"]) == pytest.approx([t_pack, 3.0])
     assert together["wall_s"] == pytest.approx(3.0)
     assert together["serial_s"] == pytest.approx(t_pack + 3.0)
+    width2 = 100 * (0.01 + 0.01 / 7) * utilization(rates, 2)
+    assert together["device_s"] == pytest.approx(width2 + 1.0 * 0.25 + 3.0 * 0.25 * ratio)
     alone = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=1)
     assert alone["wall_s"] == pytest.approx(alone["serial_s"])
     # measured linear pack steps (`linear_pack`) replace the transformer's for linear runs

@@ -24,8 +24,10 @@ matmuls and an AdamW update, a fraction of the transformer's kernels and FLOPs).
 
 Packs side by side (`concurrent_schedule`: the workflow's train_pack jobs under
 `--resources gpu_mem_mb=...`): each stretch of a pack at width R keeps the device busy
-for the fraction u(R) = (R / step_s(R)) / peak of its throughput, peak the best measured
-run-steps/s; evaluation counts as u = 1 (a conservative bound). Packs start longest first
+for the fraction u(R) = (R x work / step_s(R)) / peak of its throughput, peak the best
+measured run-steps/s of the reference shape times its work (a step's weights x tokens; for
+the linear baseline its two dense matmuls x batch); evaluation counts as u = 1 (a
+conservative bound). Packs start longest first
 while a job slot and their estimated memory (`pack_memory_gb`) are free; while the running
 packs' fractions sum past 1 each advances at 1 / sum of its own speed (the device shared
 in proportion). A modelled schedule, not a measured one: it assumes the small packs'
@@ -45,7 +47,7 @@ import torch
 
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.packing import make_packs, pack_key
-from mbc.core.spec import VOCAB, RunSpec
+from mbc.core.spec import B_LEN, VOCAB, RunSpec
 from mbc.planning.cost import pack_memory_gb
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
@@ -227,11 +229,25 @@ def _ref_step_seconds(rates: dict, width: int, table: dict | None = None) -> flo
     return float(np.interp(width, ws, ts)) if width <= ws[-1] else ts[-1] * width / ws[-1]
 
 
-def utilization(rates: dict, width: int) -> float:
-    """The fraction of the device's throughput a pack of `width` runs keeps busy: its
-    run-steps/s over the best measured (module docstring)."""
+def utilization(rates: dict, width: int, spec: RunSpec | None = None) -> float:
+    """The fraction of the device's throughput a pack of `width` runs of `spec`'s shape (None:
+    the reference shape) keeps busy: its work per second over the best measured, the
+    reference's run-steps/s times its step's work (module docstring)."""
     peak = max(int(w) / v["step_s"] for w, v in rates["pack"].items())
-    return min(1.0, width / _ref_step_seconds(rates, width) / peak)
+    if spec is None:
+        return min(1.0, width / _ref_step_seconds(rates, width) / peak)
+    work = _step_work(spec) / _work(rates["shape"])
+    return min(1.0, width * work / step_seconds(rates, width, spec) / peak)
+
+
+def _step_work(spec: RunSpec) -> float:
+    """`_work` of `spec`'s step; the linear baseline's: its two dense matmuls (the one-hot
+    input times W1, the hidden times W2) x batch, one position a sequence."""
+    m, t = spec.model, spec.task
+    if m.kind != "linear":
+        return _work(shape_of(spec))
+    n_in, n_out = (B_LEN + t.z_length) * VOCAB, t.n_targets * VOCAB
+    return (n_in + n_out) * m.linear_hidden * spec.train.batch_size
 
 
 def _work(shape: dict) -> float:
@@ -261,7 +277,7 @@ def pack_segments(
         width = len(order) - j
         if steps[i] > done:
             secs = (steps[i] - done) * step_seconds(rates, width, specs[i])
-            out.append((secs, utilization(rates, width)))
+            out.append((secs, utilization(rates, width, specs[i])))
         done = steps[i]
     ev = sum(n * eval_seconds(rates, s.task.k, batched) for s, n in zip(specs, evals, strict=True))
     return out + [(ev, 1.0)]
@@ -341,18 +357,20 @@ def packed_wall_seconds(
     memory_gb: float | None = None,
 ) -> dict:
     """{"packs": [(pack id, runs, seconds alone)], "alone_s", "wall_s", "serial_s",
-    "schedule": [`Placed`]} for one device: `wall_s` with up to `slots` packs side by side
+    "device_s", "schedule": [`Placed`]} for one device: `device_s` the packs' work at the
+    device's best throughput (no arrangement of them is faster in this model); `wall_s` with up to `slots` packs side by side
     (`concurrent_schedule`), `serial_s` one after another; batched: the packs evaluate their
     runs together (`train_pack` on CUDA). alone_s: runs that cannot be packed, one by one
     after the packs."""
     packs = make_packs(specs, max_runs)
-    rows, sched_in = [], []
+    rows, sched_in, device_s = [], [], 0.0
     for pid, members in packs.items():
         s = [specs[r] for r in members]
         segs = pack_segments(
             s, [steps[r] for r in members], [evals[r] for r in members], rates, batched
         )
         rows.append((pid, len(members), sum(x for x, _ in segs)))
+        device_s += sum(x * u for x, u in segs)
         sched_in.append((pid, len(members), segs, pack_memory_gb(s)))
     alone = [r for r in specs if pack_key(specs[r]) is None]
     alone_s = sum(
@@ -367,5 +385,6 @@ def packed_wall_seconds(
         "alone_s": alone_s,
         "serial_s": sum(x[2] for x in rows) + alone_s,
         "wall_s": together + alone_s,
+        "device_s": device_s,
         "schedule": schedule,
     }
