@@ -178,3 +178,49 @@ def test_plan_writes_the_runs_and_the_commands_of_each_call(tmp_path, capsys):
     assert "merge --preset smoke --from FILES" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="leaves no time"):
         gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "10"])
+
+
+@pytest.mark.slow  # four calls, each a process that imports torch: minutes on a loaded CPU
+def test_a_call_stopped_by_its_deadline_is_finished_by_the_next(tmp_path, capsys):
+    """A deadline of seconds (however far the runs got by then, which depends on the
+    machine): every run either finished or comes back in resume.tar.gz, and the next call
+    finishes the rest; the tables equal the one-go training's (the logged gradient norm to
+    float32 rounding). A deadline already past starts nothing and carries everything on."""
+    import numpy as np
+    import pandas as pd
+
+    cfg = gpu_runs.load("smoke")
+    diagnosed = {r for k in ("collective", "routing", "hessian") for r in cfg.diagnosed_runs(k)}
+    # an lr-grid run and the linear baseline (its own pack)
+    ids = [[r for r in cfg.run_ids(e) if r not in diagnosed][0] for e in ("E6", "E13")]
+    (tmp_path / "runs.txt").write_text("\n".join(ids) + "\n")
+    common = ["--preset", "smoke", "--runs", str(tmp_path / "runs.txt"), "--jobs", "1"]
+    specs = [cfg.specs[r] for r in ids]
+    whole = [tmp_path / "whole" / r for r in ids]
+    for spec, d in zip(specs, whole, strict=True):  # one go: each in its own pack (two kinds)
+        train_pack([spec], [build_dataset(spec.task, spec.seed)], [d], torch.device("cpu"),
+                   say=lambda m: None)  # fmt: skip
+    none = tmp_path / "none"
+    assert gpu_runs.main(["train", *common, "--out", str(none), "--deadline-s", "0"]) == 0
+    assert "0 of 2 runs finished" in capsys.readouterr().out
+    first, last = tmp_path / "first", tmp_path / "last"
+    assert gpu_runs.main(["train", *common, "--out", str(first), "--deadline-s", "3",
+                          "--resume-from", str(none)]) == 0  # fmt: skip
+    summary = json.loads((first / "gpu_runs.json").read_text())
+    import tarfile
+
+    with tarfile.open(first / "resume.tar.gz") as tar:
+        carried = {m.name.split("/")[1] for m in tar.getmembers()}
+    for r in summary["runs"]:
+        assert r["finished"] or r["resume_step"] == 0 or r["run_id"] in carried, r
+    assert gpu_runs.main(["train", *common, "--out", str(last), "--resume-from", str(first)]) == 0
+    merged = tmp_path / "merged"
+    for out in (first, last):
+        gpu_runs.main(["merge", "--preset", "smoke", "--from", str(out), "--outdir", str(merged)])
+    for rid, one_go in zip(ids, whole, strict=True):
+        a, b = _run_tables(one_go, rid), _run_tables(merged, rid)
+        for name in a:
+            exact = [c for c in a[name].columns if c != "grad_norm"]
+            pd.testing.assert_frame_equal(a[name][exact], b[name][exact], check_exact=True)
+            if "grad_norm" in a[name]:
+                np.testing.assert_allclose(a[name].grad_norm, b[name].grad_norm, rtol=1e-6)
