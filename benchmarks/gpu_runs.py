@@ -142,12 +142,17 @@ def _train_chunk(args) -> list[dict]:
     return rows
 
 
-def _carried(prev: Path | None, work: Path) -> tuple[list[str], dict[str, int]]:
+def _carried(prev: Path | None, work: Path, preset: str) -> tuple[list[str], dict[str, int]]:
     """Unpack a previous call's resume.tar.gz into `work` (each unfinished run's state):
     (the runs finished in that call or before it, {run id: its resume step})."""
     if prev is None:
         return [], {}
+    if not (prev / "gpu_runs.json").is_file():
+        raise SystemExit(f"gpu_runs: --resume-from {prev}: no gpu_runs.json there")
     summary = json.loads((prev / "gpu_runs.json").read_text())
+    if summary["preset"] != preset:
+        raise SystemExit(f"gpu_runs: --resume-from {prev}: a call of preset "
+                         f"{summary['preset']}, not {preset}")  # fmt: skip
     done = sorted(set(summary.get("done_before", [])) | {
         r["run_id"] for r in summary["runs"] if r["finished"]})  # fmt: skip
     carried = {}
@@ -189,7 +194,8 @@ def train(a) -> int:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     out, work = Path(a.out), Path(a.work or tempfile.mkdtemp(prefix="gpu_runs-"))
     out.mkdir(parents=True, exist_ok=True)
-    done_before, carried = _carried(Path(a.resume_from) if a.resume_from else None, work)
+    prev = Path(a.resume_from) if a.resume_from else None
+    done_before, carried = _carried(prev, work, a.preset)
     ids = [r for r in ids if r not in done_before]
     todo = chunks({r: cfg.specs[r] for r in ids}, a.width)
     # runs carried in continue first: their state must travel on either way

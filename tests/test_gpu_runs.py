@@ -176,6 +176,9 @@ def test_plan_writes_the_runs_and_the_commands_of_each_call(tmp_path, capsys):
     assert first.width * first.jobs == 3  # 3.5 runs' state: three in flight
     assert first.carry_mb == pytest.approx(3.5 * per_run, rel=1e-5)
     assert "merge --preset smoke --from FILES" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="no gpu_runs.json there"):
+        gpu_runs.main(["train", "--preset", "smoke", "--runs", str(plan / "runs.txt"),
+                       "--out", str(tmp_path / "o"), "--resume-from", str(tmp_path)])  # fmt: skip
     with pytest.raises(SystemExit, match="leaves no time"):
         gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "10"])
 
