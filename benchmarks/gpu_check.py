@@ -247,7 +247,9 @@ def main(argv=None) -> int:
 
     section(f"2. throughput at the E1 K = {ref.task.k} shape ({timing.shape_of(ref)})")
     steps = a.steps or (5 if small else 20)
-    rates = timing.measure_rates(ref, device, steps=steps)
+    # E13's linear baseline packs too: its own pack steps (`linear_pack`)
+    linear = next((s for s in cfg.specs.values() if s.model.kind == "linear"), None)
+    rates = timing.measure_rates(ref, device, steps=steps, linear=linear)
     one = 1 / rates["single_step_s"]
     for w, r in rates["pack"].items():
         print(

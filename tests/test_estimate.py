@@ -155,6 +155,87 @@ def test_a_pack_costs_its_widths_times_its_steps():
     assert pack_seconds([spec], [10], [4], rates) == pytest.approx(10 + 4 * eval_seconds(rates, 3))
 
 
+def test_packs_side_by_side_share_the_device_in_proportion():
+    """Planted stretches: a pack that fills the device (u = 1, 10 s alone) beside one that
+    uses a quarter (4 s): together they ask 1.25, so both run at 0.8 of their pace until the
+    small one ends at 4 / 0.8 = 5 s; the big one has 6 s left, alone: it ends at 11 s. One
+    slot, or memory for one only: one after another, longest first."""
+    from mbc.planning.timing import concurrent_schedule
+
+    big, small = ("big", 4, [(10.0, 1.0)], 10.0), ("small", 1, [(4.0, 0.25)], 5.0)
+    ends = lambda placed: {p.pack_id: (p.start_s, p.end_s) for p in placed}  # noqa: E731
+    assert ends(concurrent_schedule([small, big], 2, None)) == {
+        "big": (0, pytest.approx(11.0)),
+        "small": (0, pytest.approx(5.0)),
+    }
+    serial = {"big": (0, pytest.approx(10.0)), "small": (pytest.approx(10.0), pytest.approx(14.0))}
+    assert ends(concurrent_schedule([small, big], 1, None)) == serial
+    assert ends(concurrent_schedule([small, big], 2, 12.0)) == serial
+    # two that together leave room: each at its own pace
+    two = [("a", 1, [(3.0, 0.25), (2.0, 0.5)], 1.0), ("b", 1, [(4.0, 0.25)], 1.0)]
+    assert ends(concurrent_schedule(two, 2, None)) == {
+        "a": (0, pytest.approx(5.0)),
+        "b": (0, pytest.approx(4.0)),
+    }
+
+
+def test_the_linear_pack_beside_a_transformer_pack_from_planted_rates():
+    """Planted rates 0.01 s a step alone, 0.02 s for 8 runs: the device's best is 400
+    run-steps/s, one run uses 100 / 400 = 0.25 of it, two 175 / 400. A transformer pack
+    of two runs (100 and 200 steps: 100 at width 2, 100 at width 1) and the linear
+    baseline's pack of one run (300 steps, the reference's one-run step, unscaled; its
+    fraction by its work) ask less than 1 together: each takes its time alone; the linear
+    one, 3 s, ends last."""
+    import dataclasses
+
+    from mbc.planning.timing import packed_wall_seconds, utilization
+
+    rates = _rates({1: 0.01, 8: 0.02})
+    t = tiny_spec()
+    lin = dataclasses.replace(t, model=dataclasses.replace(t.model, kind="linear"))
+    specs = {"t0": t, "t1": dataclasses.replace(t, seed=1), "lin": lin}
+    steps = {"t0": 100, "t1": 200, "lin": 300}
+    assert utilization(rates, 1) == pytest.approx(0.25)
+    assert utilization(rates, 2) == pytest.approx(2 / (0.01 + 0.01 / 7) / 400)
+    # the linear run's fraction: its work (one-hot [B; z] x 512 + 512 x the targets, x batch
+    # 16) over the tiny transformer's (weights x 16 x 16 tokens)
+    ratio = (8 * 40 + 5 * 40) * 512 * 16 / ((2 * (4 * 32**2 + 2 * 32 * 64) + 2 * 40 * 32) * 256)
+    assert utilization(rates, 1, lin) == pytest.approx(0.25 * ratio)
+    together = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=2)
+    t_pack = 100 * (0.01 + 0.01 / 7) + 100 * 0.01
+    assert sorted(s for _, _, s in together["packs"]) == pytest.approx([t_pack, 3.0])
+    assert together["wall_s"] == pytest.approx(3.0)
+    assert together["serial_s"] == pytest.approx(t_pack + 3.0)
+    width2 = 100 * (0.01 + 0.01 / 7) * utilization(rates, 2)
+    assert together["device_s"] == pytest.approx(width2 + 1.0 * 0.25 + 3.0 * 0.25 * ratio)
+    alone = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=1)
+    assert alone["wall_s"] == pytest.approx(alone["serial_s"])
+    # measured linear pack steps (`linear_pack`) replace the transformer's for linear runs
+    rates["linear_pack"] = {"1": {"step_s": 0.002}, "8": {"step_s": 0.004}}
+    own = packed_wall_seconds(specs, steps, dict.fromkeys(specs, 0), rates, 8, slots=2)
+    assert sorted(s for _, _, s in own["packs"]) == pytest.approx([300 * 0.002, t_pack])
+
+
+def test_a_packs_estimated_memory_is_near_the_measured_h200_peak():
+    """A training step's memory (`run_memory_gb` less the kept weight copies) at the shape
+    gpu_check measured: within 25% of the measured growth of the peak memory per run between
+    packs of 32 and 128 (benchmarks/results); the kept copies add the weights' size each."""
+    from mbc.planning.cost import n_parameters, run_memory_gb, training_memory_gb
+    from mbc.planning.timing import shape_of
+
+    measured = json.loads(
+        (Path(CONFIG).parent / "benchmarks/results/h200-2026-12-04/rates.json").read_text()
+    )
+    cfg = mbc_config.load(mbc_config.read_yaml(CONFIG), {"preset": "paper"})
+    spec = next(s for s in cfg.specs.values() if shape_of(s) == measured["shape"])
+    p = measured["pack"]
+    per_run = (p["128"]["peak_mem_gb"] - p["32"]["peak_mem_gb"]) / 96
+    assert training_memory_gb(spec) == pytest.approx(per_run, rel=0.25)
+    kept = spec.eval.every // spec.eval.dense_every - 1
+    extra = run_memory_gb(spec) - training_memory_gb(spec)
+    assert extra == pytest.approx(kept * 4 * n_parameters(spec) / 2**30)
+
+
 def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys):
     import json
 
@@ -163,9 +244,14 @@ def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys)
     out = estimate("smoke", CONFIG, str(tmp_path), tau_coef=1.0, rates_path=str(rates))
     p = out["packed"]
     said = capsys.readouterr().out
-    assert sum(n for _, n, _ in p["packs"]) == sum("-linear-" not in r for r in out["table"].run_id)
-    assert p["wall_s"] == pytest.approx(sum(s for _, _, s in p["packs"]) + p["alone_s"])
+    # every run packs, the linear baseline's too (its own pack)
+    assert sum(n for _, n, _ in p["packs"]) == len(out["table"]) and p["alone_s"] == 0
+    assert any(pid.startswith("linear") for pid, _, _ in p["packs"])
+    assert p["serial_s"] == pytest.approx(sum(s for _, _, s in p["packs"]))
+    longest = max(s for _, _, s in p["packs"])
+    assert longest <= p["wall_s"] <= p["serial_s"]  # side by side: never slower
     assert "expected training wall time with pack.enabled (max_runs 256)" in said
+    assert "side by side (up to 8 train_pack jobs, memory not checked" in said
     # a censored run measured in tau.csv (no tau): its evaluations are counted, not NaN
     censored = out["table"].run_id.iloc[0]
     pd.DataFrame([{"run_id": censored, "tau": None, "censored": True, "steps": 300}]).to_csv(
@@ -280,3 +366,18 @@ def test_the_banner_uses_the_estimates_calibration_where_no_tau_is_measured(tmp_
     after = banner_lines(cfg, cores=2, measure=False)
     (law,) = [line for line in after if "tau = c D^" in line]
     assert "c from the calibration run" in law
+
+
+def test_measured_rates_time_the_linear_baselines_packs_when_given_one():
+    import dataclasses
+
+    from mbc.planning.timing import measure_rates, step_seconds
+
+    t = tiny_spec()
+    lin = dataclasses.replace(t, model=dataclasses.replace(t.model, kind="linear"))
+    rates = measure_rates(t, torch.device("cpu"), widths=(1, 2), eval_ks=(3,), steps=2,
+                          eval_width=2, say=lambda m: None, linear=lin)  # fmt: skip
+    assert sorted(rates["linear_pack"]) == ["1", "2"]
+    assert step_seconds(rates, 2, lin) == rates["linear_pack"]["2"]["step_s"]
+    assert "linear_pack" not in measure_rates(t, torch.device("cpu"), widths=(1,), eval_ks=(3,),
+                                              steps=2, eval_width=2, say=lambda m: None)  # fmt: skip

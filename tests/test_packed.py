@@ -78,6 +78,40 @@ def test_packed_matches_independent_runs(variant):
     assert got[:, 0].unique().numel() == 3, "each run has its own init and data"
 
 
+@pytest.mark.parametrize("variant", ["seeds", "mixed"])
+def test_packed_linear_baseline_matches_independent_runs(variant):
+    """E13's linear baseline packs too (`PackedLinear`): each run's losses are its own
+    unpacked run's to float32 rounding, its exported model the same function, and a pack's
+    batched evaluation the run's own."""
+    from mbc.training.metrics import evaluate
+    from mbc.training.train import eval_batch
+
+    base = tiny_spec()
+    base = dataclasses.replace(base, model=dataclasses.replace(base.model, kind="linear"))
+    if variant == "seeds":
+        specs = [_with(base, seed=s) for s in (0, 1, 2)]
+    else:
+        specs = [_with(base, seed=0), _with(base, seed=1, lr=1e-3, k=5), _with(base, seed=2)]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    ref = [independent_losses(s, ds) for s, ds in zip(specs, datasets, strict=True)]
+    packed = PackedRuns(specs, datasets, CPU)
+    assert type(packed.model).__name__ == "PackedLinear"
+    got = torch.stack([packed.step() for _ in range(STEPS)]).T
+    for r, (losses, model, _) in enumerate(ref):
+        torch.testing.assert_close(got[r].tolist(), losses, rtol=1e-5, atol=1e-6)
+        m2, _ = packed.export_run(r)
+        x = datasets[r].tokens[: specs[r].train.batch_size]
+        torch.testing.assert_close(m2(x), model(x), rtol=1e-5, atol=1e-6)
+    assert got[:, 0].unique().numel() == 3, "each run has its own init and data"
+    same_k = [r for r, s in enumerate(specs) if s.task.k == specs[0].task.k]  # one shape
+    batches = [eval_batch(specs[r], datasets[r], CPU) for r in same_k]
+    together = packed.model.evaluate(same_k, batches)
+    for j, (r, b) in enumerate(zip(same_k, batches, strict=True)):
+        alone = evaluate(packed.export_run(r)[0], b)
+        for k, v in alone.items():
+            assert together[j][k] == pytest.approx(v, rel=1e-5, abs=1e-6, nan_ok=True), k
+
+
 def test_bf16_pack_takes_the_autocast_step_of_each_run():
     """train.precision bf16: the pack's one bf16 copy of the linear layers per step gives
     each run the step of its own unpacked bf16-autocast training (the same casts, op for

@@ -111,6 +111,24 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         pd.testing.assert_frame_equal(tables(d)[0], m)
 
 
+def test_packed_linear_runs_write_what_unpacked_ones_write(tmp_path):
+    """E13's linear baseline trains in a pack (`PackedLinear`) and writes what it writes
+    trained alone, to float32 rounding; its pack has its own id."""
+    b = tiny_spec()
+    b = dataclasses.replace(b, model=dataclasses.replace(b.model, kind="linear"))
+    specs = [b, dataclasses.replace(b, seed=1), _train(b, lr=1e-3, max_steps=80)]
+    assert list(make_packs({str(i): s for i, s in enumerate(specs)}, 8)) == [
+        "linear512z2-T16t5p10-B16-fp32-0"
+    ]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
+    dirs = [tmp_path / f"packed{i}" for i in range(len(specs))]
+    assert train_pack(specs, datasets, dirs, CPU, **QUIET) == [True] * len(specs)
+    for i in range(len(specs)):
+        assert_same_run(tmp_path / f"alone{i}", dirs[i], crossed=False)
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_interrupted_pack_resumes_bitwise(tmp_path, precision):
     specs = [_train(s, precision=precision) for s in mixed_specs()[:4]]
@@ -154,10 +172,12 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
     by_id = {s.run_id: s for s in specs}
     packs = make_packs(by_id, max_runs=2)
     sizes = sorted(len(m) for m in packs.values())
-    assert sizes == [1, 1, 2, 2], packs  # 5 seeds -> 2 + 2 + 1; batch 8 alone; linear in none
+    # 5 seeds -> 2 + 2 + 1; batch 8 alone; the linear baseline in a pack of its own kind
+    assert sizes == [1, 1, 1, 2, 2], packs
     assert sorted(packs) == ["L2h2d32m64-T16t5p10-B16-fp32-0", "L2h2d32m64-T16t5p10-B16-fp32-1",
-                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0"]  # fmt: skip
-    assert specs[-1].run_id not in {r for m in packs.values() for r in m}
+                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0",
+                             "linear512z2-T16t5p10-B16-fp32-0"]  # fmt: skip
+    assert packs["linear512z2-T16t5p10-B16-fp32-0"] == [specs[-1].run_id]
     assert make_packs(by_id, max_runs=2) == packs, "the same runs form the same packs"
     # a new run joins its shape's last pack under the same id; the others keep theirs
     more = {**by_id, (new := dataclasses.replace(b, seed=9)).run_id: new}
@@ -257,7 +277,7 @@ def test_batched_evaluation_equals_each_runs_own():
 def test_packed_runs_with_batched_evaluation_write_what_unpacked_runs_write(tmp_path, monkeypatch):
     """batched_eval (the CUDA default) on a CPU: runs of equal K evaluated together, a run
     of its own K alone; every table still equals the unpacked run's."""
-    from mbc.training.packed import PackedTransformer
+    from mbc.training.packed_models import PackedTransformer
 
     widths = []
     batched = PackedTransformer.evaluate

@@ -61,6 +61,9 @@ from mbc.training.data import build_dataset
 from mbc.training.schedule import eval_schedule
 from mbc.training.train import fresh_run, pick_device
 
+# packs side by side by default: README's `snakemake --cores 8`, one core per train_pack job
+PACK_JOBS = 8
+
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
     """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
@@ -106,10 +109,14 @@ def estimate(
     say=print,
     device: str | None = None,
     rates_path: str | None = None,
+    pack_jobs: int | None = None,
+    gpu_mem_gb: float | None = None,
 ) -> dict:
     """device: overrides the config's; with `cuda` (or a rates file) the preset is
     estimated trained in packs on one device (`mbc.planning.timing`), from the rates in
-    `rates_path` (benchmarks/gpu_check.sh writes them) or measured here."""
+    `rates_path` (benchmarks/gpu_check.sh writes them) or measured here, at most
+    `pack_jobs` packs side by side (default `PACK_JOBS`) within `gpu_mem_gb` of device
+    memory (default: the rates file's; none: memory not checked)."""
     raw = mbc_config.read_yaml(config_path)
     overrides = {"preset": preset} | ({"outdir": outdir} if outdir else {})
     cfg = mbc_config.load(raw, overrides)
@@ -208,26 +215,30 @@ def estimate(
         "table": df,
     }
     if packed:
-        out["packed"] = _packed(cfg, specs, df, device, rates_path, say)
+        out["packed"] = _packed(
+            cfg, specs, df, device, rates_path, say, pack_jobs or PACK_JOBS, gpu_mem_gb
+        )
     report(out, say)
     return out
 
 
-def _packed(cfg, specs, df, device, rates_path, say) -> dict:
+def _packed(cfg, specs, df, device, rates_path, say, slots, memory_gb) -> dict:
     if rates_path is not None:
         rates = json.loads(Path(rates_path).read_text())
     else:  # the most common shape measured here
         common = Counter(map(shape_key, specs.values())).most_common(1)[0][0]
         ref = next(s for s in specs.values() if shape_key(s) == common)
         say(f"measuring pack rates on {device} at {shape_of(ref)}")
-        rates = measure_rates(ref, device, say=say)
+        linear = next((s for s in specs.values() if s.model.kind == "linear"), None)
+        rates = measure_rates(ref, device, say=say, linear=linear)
     steps = dict(zip(df.run_id, df.expected_steps, strict=True))
     taus = {r: None if pd.isna(t) else t for r, t in zip(df.run_id, df.tau, strict=True)}
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
     max_runs = int(cfg.raw["pack"]["max_runs"])
     batched = rates["device"] != "cpu"  # train_pack evaluates together on a GPU
-    res = packed_wall_seconds(specs, steps, evals, rates, max_runs, batched)
-    return {"rates": rates, "max_runs": max_runs, **res}
+    memory_gb = memory_gb if memory_gb is not None else rates.get("device_mem_gb")
+    res = packed_wall_seconds(specs, steps, evals, rates, max_runs, batched, slots, memory_gb)
+    return {"rates": rates, "max_runs": max_runs, "slots": slots, "memory_gb": memory_gb, **res}
 
 
 def _shape_name(key: tuple) -> str:
@@ -305,12 +316,40 @@ def report(out: dict, say=print) -> None:
         + ", ".join(f"{w} runs {1 / v['step_s']:.0f} steps/s" for w, v in r["pack"].items())
     )
     for pid, n, secs in sorted(p["packs"], key=lambda x: -x[2]):
-        say(f"  {pid}: {n} runs, {duration(secs)}")
+        say(f"  {pid}: {n} runs, {duration(secs)} alone")
+    if any(pid.startswith("linear") for pid, _, _ in p["packs"]):
+        say(
+            "  (linear-baseline packs: their measured pack steps)"
+            if r.get("linear_pack")
+            else "  (linear-baseline packs: the transformer's measured pack step at their width; "
+            "the rates have none of their own: an upper bound)"
+        )
     if p["alone_s"]:
-        say(f"  runs that cannot be packed (linear baseline), one by one: {duration(p['alone_s'])}")
+        say(f"  runs that cannot be packed, one by one: {duration(p['alone_s'])}")
     say(
         f"expected training wall time with pack.enabled (max_runs {p['max_runs']}), packs one "
-        f"after another: {duration(p['wall_s'])} (evaluation included, diagnostics not)"
+        f"after another: {duration(p['serial_s'])} (evaluation included, diagnostics not)"
+    )
+    mem = sum(x.memory_gb for x in p["schedule"])
+    limit = (
+        f"within {p['memory_gb']:.0f} GiB" if p["memory_gb"] is not None else "memory not checked"
+    )
+    say(
+        f"side by side (up to {p['slots']} train_pack jobs, {limit}; the packs' estimated "
+        f"memory {mem:.1f} GiB in all), as modelled (mbc.planning.timing): "
+        f"{duration(p['wall_s'])}"
+    )
+    say(
+        f"  (the packs' work at the device's best measured throughput: {duration(p['device_s'])}; "
+        "no arrangement is faster in this model)"
+    )
+    for x in sorted(p["schedule"], key=lambda x: x.start_s):
+        say(f"  {x.pack_id}: {duration(x.start_s)} -> {duration(x.end_s)} ({x.memory_gb:.1f} GiB)")
+    other = [k for k in ("pack_bf16", "pack_tf32") if k in r]
+    say(
+        "  arithmetic: the rates are "
+        + str(r["shape"].get("precision", "fp32"))
+        + ("" if other else "; the rates file has no bf16 or TF32 pack rates (not estimated)")
     )
 
 
@@ -327,11 +366,17 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument(
         "--rates", default=None, help="pack rates (benchmarks/gpu_check.sh): a packed estimate"
     )
+    ap.add_argument(
+        "--pack-jobs", type=int, default=None, help=f"packs side by side (default {PACK_JOBS})"
+    )
+    ap.add_argument(
+        "--gpu-mem-gb", type=float, default=None, help="device memory (default: the rates')"
+    )
     a = ap.parse_args(argv)
     try:
         return estimate(
             a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs,
-            device=a.device, rates_path=a.rates,
+            device=a.device, rates_path=a.rates, pack_jobs=a.pack_jobs, gpu_mem_gb=a.gpu_mem_gb,
         )  # fmt: skip
     except RuntimeError as exc:  # --device cuda without CUDA
         raise SystemExit(f"mbc.estimate: {exc}") from None

@@ -1,10 +1,12 @@
 # Shared helpers: the validated config, run lookup and output paths.
+import math
 import os
 import re
 import sys
 
 from pathlib import Path
 
+import mbc.planning.cost
 import mbc.core.arithmetic
 import mbc.core.artifacts
 import mbc.config
@@ -65,6 +67,15 @@ DATASETS = {s.dataset_id: s for s in SPECS.values()}  # dataset_id -> a spec usi
 # pack.enabled: pack id -> its run ids (rules in train.smk)
 PACKS = mbc.core.packing.configured_packs(SPECS, CFG.raw["pack"])
 PACK_OF = mbc.core.packing.pack_of(PACKS)
+
+
+def gpu_mem_mb(run_ids):
+    """A training job's estimated device memory (`mbc.planning.cost.pack_memory_gb`): its
+    resource `gpu_mem_mb`, so `--resources gpu_mem_mb=<the GPU's MiB>` runs packs side by
+    side while they fit (docs/gpu-and-slurm.md)."""
+    return math.ceil(
+        1024 * mbc.planning.cost.pack_memory_gb([SPECS[r] for r in run_ids])
+    )
 
 
 def one_of(ids):

@@ -3,8 +3,8 @@
 #
 # pack.enabled: the runs of one shape train together in one `train_pack` job (PACKS in
 # common.smk); each packed run's tables are then written by `unpack_run` from the log its
-# pack wrote, exactly where `train` writes them. Runs that cannot be packed (the linear
-# baseline) train alone either way.
+# pack wrote, exactly where `train` writes them. The linear baseline's runs (E13) pack
+# among themselves (`mbc.training.packed_models.PackedLinear`).
 rule train:
     input:
         lambda wc: L.dataset(SPECS[wc.run_id].dataset_id),
@@ -19,8 +19,10 @@ rule train:
         "../../envs/mbc.yaml"
     threads: config.get("threads", 1)
     resources:
-        # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU.
+        # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU,
+        # `--resources gpu_mem_mb=M` their estimated memory (docs/gpu-and-slurm.md).
         train_slots=1,
+        gpu_mem_mb=lambda wc: gpu_mem_mb([wc.run_id]),
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         device=config.get("device", "auto"),
@@ -44,6 +46,7 @@ if PACKS:
         threads: config.get("threads", 1)
         resources:
             train_slots=1,
+            gpu_mem_mb=lambda wc: gpu_mem_mb(PACKS[wc.pack_id]),
         params:
             specs=lambda wc: [SPECS[r].to_dict() for r in PACKS[wc.pack_id]],
             device=config.get("device", "auto"),

@@ -16,11 +16,15 @@ from mbc.core.spec import RunSpec
 def pack_key(spec: RunSpec) -> tuple | None:
     """Runs with equal keys can train as one `mbc.training.packed.PackedRuns`: the model's
     shape, the sequence layout, the batch size and the arithmetic (precision, compile).
-    None: the run cannot be packed (the linear baseline of E13)."""
+    The linear baseline of E13 packs with linear runs of its hidden width and z length
+    (`mbc.training.packed_models.PackedLinear`). None: a model kind that cannot be packed."""
     m, t = spec.model, spec.task
-    if m.kind != "transformer":
+    if m.kind == "linear":
+        shape = ("linear", m.linear_hidden, t.z_length)
+    elif m.kind == "transformer":
+        shape = (m.n_layers, m.n_heads, m.d_model, m.d_mlp, m.n_positions)
+    else:
         return None
-    shape = (m.n_layers, m.n_heads, m.d_model, m.d_mlp, m.n_positions)
     layout = (t.seq_len, t.n_targets, t.first_pred_pos)
     return (shape, layout, spec.train.batch_size, spec.train.precision, spec.train.compile)
 
@@ -58,7 +62,10 @@ def pack_widths(specs: dict[str, RunSpec], pack: dict) -> dict[str, int]:
 
 
 def _name(key: tuple) -> str:
-    (layers, heads, d, d_mlp, _), (seq_len, n_t, p), batch, precision, compiled = key
-    return f"L{layers}h{heads}d{d}m{d_mlp}-T{seq_len}t{n_t}p{p}-B{batch}-{precision}" + (
-        "-compiled" if compiled else ""
-    )
+    shape, (seq_len, n_t, p), batch, precision, compiled = key
+    if shape[0] == "linear":  # `linear512z4-T16t5p10-B128-fp32-0`
+        arch = f"linear{shape[1]}z{shape[2]}"
+    else:
+        layers, heads, d, d_mlp, _ = shape
+        arch = f"L{layers}h{heads}d{d}m{d_mlp}"
+    return f"{arch}-T{seq_len}t{n_t}p{p}-B{batch}-{precision}" + ("-compiled" if compiled else "")

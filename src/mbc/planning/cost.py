@@ -78,6 +78,45 @@ def n_parameters(spec: RunSpec) -> int:
     return VOCAB * d + m.n_positions * d + m.n_layers * block + 2 * d + d * VOCAB + VOCAB
 
 
+# per train_pack process: the CUDA context and the caching allocator's slack, which the
+# allocator's peak does not count (an allowance, not measured here)
+PROCESS_GB = 0.5
+
+
+def run_memory_gb(spec: RunSpec) -> float:
+    """Estimated device memory of one run in a pack: fp32 weights, gradients and AdamW's two
+    moments; the weight copies kept every eval.dense_every steps until the next evaluation
+    (at most every / dense_every - 1); and the activations one step keeps for its backward
+    (per token and layer: the residual-width tensors, the MLP's hidden pair and the
+    attention pattern and its scores; the logits three times)."""
+    m, t, ev = spec.model, spec.task, spec.eval
+    b = spec.train.batch_size
+    n = n_parameters(spec)
+    kept = max(0, ev.every // ev.dense_every - 1) if ev.dense_every else 0
+    state = (4 + kept) * n
+    logits = 3 * b * t.n_targets * VOCAB
+    if m.kind == "linear":
+        acts = b * ((B_LEN + t.z_length) * VOCAB + m.linear_hidden) + logits
+    else:
+        per_token = 8 * m.d_model + 2 * m.d_mlp + 2 * m.n_heads * t.seq_len
+        acts = b * t.seq_len * m.n_layers * per_token + logits
+    return 4 * (state + acts) / 2**30
+
+
+def training_memory_gb(spec: RunSpec) -> float:
+    """`run_memory_gb` without the kept weight copies: what a bare training step holds
+    (gpu_check's measured peak, `mbc.planning.timing.time_pack_step`)."""
+    ev = spec.eval
+    kept = max(0, ev.every // ev.dense_every - 1) if ev.dense_every else 0
+    return run_memory_gb(spec) - 4 * kept * n_parameters(spec) / 2**30
+
+
+def pack_memory_gb(specs: list[RunSpec]) -> float:
+    """Estimated device memory of a pack's process (`run_memory_gb` of each run, plus
+    `PROCESS_GB`): what the workflow's train and train_pack jobs declare as `gpu_mem_mb`."""
+    return PROCESS_GB + sum(run_memory_gb(s) for s in specs)
+
+
 def tau_law(specs: dict[str, RunSpec], measured: dict[str, dict]) -> tuple[float | None, int]:
     """(c, n): c of tau = c D^1.2, the median of tau / D^1.2 over the n measured taus of
     transformer runs (None when there is none)."""

@@ -124,10 +124,16 @@ class LinearBaseline(nn.Module):
         init_weights(self, spec.weight_std)
 
     def forward(self, tokens: torch.Tensor, **_: object) -> torch.Tensor:
-        b = tokens[:, 1 : 1 + B_LEN]
-        z = tokens[:, 2 + B_LEN : 2 + B_LEN + self.task.z_length]
-        x = F.one_hot(torch.cat([b, z], dim=1), VOCAB).flatten(1).to(self.w1.weight.dtype)
+        x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(1).to(self.w1.weight.dtype)
         return self.w2(self.w1(x)).view(-1, self.task.n_targets, VOCAB)
+
+
+def linear_inputs(tokens: torch.Tensor, task: TaskSpec) -> torch.Tensor:
+    """The linear baseline's input tokens [B; z] of sequences (..., T): (..., B_LEN + z_length)
+    (`LinearBaseline` and its pack, `mbc.training.packed_models.PackedLinear`)."""
+    b = tokens[..., 1 : 1 + B_LEN]
+    z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
+    return torch.cat([b, z], dim=-1)
 
 
 def build_model(spec: ModelSpec, task: TaskSpec, generator: torch.Generator) -> nn.Module:

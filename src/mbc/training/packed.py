@@ -33,165 +33,16 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import STREAM_INIT, BatchOrder, Dataset, stream_seed
-from mbc.training.forward import forward
-from mbc.training.metrics import metrics_from_logprobs, token_logprobs
-from mbc.training.model import Transformer, build_model
+from mbc.training.model import build_model
 from mbc.training.packed_adamw import PackedAdamW
+from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
 from mbc.training.train import make_optimizer
-
-
-def _key(name: str) -> str:
-    return name.replace(".", "__")
-
-
-class PackedTransformer(nn.Module):
-    """R `mbc.training.model.Transformer`s of one shape; parameter `a.b` is stored as `a__b` (R, ...)."""
-
-    def __init__(self, models: list[Transformer]):
-        super().__init__()
-        if not models:
-            raise ValueError("need at least one model")
-        first = models[0]
-        for m in models:
-            if not isinstance(m, Transformer):
-                raise TypeError("packing is implemented for the transformer only")
-            if _shape(m) != _shape(first):
-                raise ValueError("packed runs must share the model's shape and sequence layout")
-        states = [dict(m.named_parameters()) for m in models]
-        names = [n for n, _ in first.named_parameters()]
-        # the parameters of the nn.Linear layers: the ones bf16 training copies (`low`)
-        lin = [
-            f"{mn}.{pn}"
-            for mn, m in first.named_modules()
-            if isinstance(m, nn.Linear)
-            for pn, _ in m.named_parameters(recurse=False)
-        ]
-        self._register(
-            first.spec,
-            first.task,
-            {n: torch.stack([s[n].detach() for s in states]) for n in names},
-            lin,
-        )
-
-    def _register(self, spec, task, stacked: dict[str, torch.Tensor], lin: list[str]) -> None:
-        self.spec, self.task, self.linear_names = spec, task, lin
-        self.names = list(stacked)
-        self.r = stacked[self.names[0]].shape[0]
-        for n, t in stacked.items():
-            self.register_parameter(_key(n), nn.Parameter(t.clone()))
-
-    def subset(self, rows: torch.Tensor) -> PackedTransformer:
-        """A pack of these runs only (their rows of every parameter, copied)."""
-        new = PackedTransformer.__new__(PackedTransformer)
-        nn.Module.__init__(new)
-        new._register(
-            self.spec,
-            self.task,
-            {n: self.p(n).detach()[rows] for n in self.names},
-            self.linear_names,
-        )
-        return new.train(self.training)
-
-    def p(self, name: str) -> torch.Tensor:
-        return getattr(self, _key(name))
-
-    def state_dict_of(self, r: int) -> dict[str, torch.Tensor]:
-        """Run r's weights as an ordinary `Transformer` state dict (detached copies)."""
-        return {n: self.p(n)[r].detach().clone() for n in self.names}
-
-    def weights(self, runs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Every stacked parameter by its `Transformer` name, or its rows of the runs `runs`."""
-        return {n: self.p(n) if runs is None else self.p(n)[runs] for n in self.names}
-
-    def forward(
-        self,
-        tokens: torch.Tensor,
-        runs: torch.Tensor | None = None,
-        low: dict[str, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """tokens (R, n, T) -> logits (R, n, n_targets, vocab) at the target positions.
-
-        runs: the forward of these runs only (tokens (len(runs), n, T)).
-        low: bf16 copies of the linear layers' weights and biases (`linear_names`) to use
-        instead of the fp32 parameters: their matmuls then run in bf16 (on a CPU's AMX
-        unit), as under `torch.autocast`: the embeddings, LayerNorms and the residual
-        stream stay fp32, activations are cast to bf16 where they enter a matmul.
-        """
-        r, n, _ = tokens.shape
-        if r != (self.r if runs is None else len(runs)):
-            raise ValueError(
-                f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
-            )
-        w = self.weights(runs) | (low or {})
-        return forward(w, tokens, self.spec, self.task.first_pred_pos)
-
-    @torch.no_grad()
-    def evaluate(
-        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
-    ) -> list[dict]:
-        """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
-        one shape), in one batched forward per chunk of at most `max_seqs` sequences over
-        all runs: with train.engine `fast` each context's K candidates share one run of their
-        common prefix (the forward's `answers`, as `evaluate_shared_prefix`), with `plain`
-        every candidate runs in full (as `evaluate`); equal to float32 rounding. For GPUs,
-        where R evaluations one after another are bound by kernel launches."""
-        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
-        task = batches[0].task
-        n, k, n_t, p = batches[0].n_contexts, task.k, task.n_targets, task.first_pred_pos
-        w = self.weights(idx)
-
-        def logprobs(seqs: torch.Tensor, per_seq: int) -> torch.Tensor:
-            """seqs (R, m, ...) -> target log-probs (R, m, ..., n_t), chunked along m."""
-            chunk = max(1, max_seqs // (len(runs) * per_seq))
-            out = []
-            for i in range(0, seqs.shape[1], chunk):
-                s = seqs[:, i : i + chunk]
-                if per_seq == 1:  # whole sequences
-                    logits, targets = forward(w, s, self.spec, p), s[..., -n_t:]
-                else:  # (R, c, K, T): prefix once, the K answers behind it
-                    targets = s[..., -n_t:]
-                    logits = forward(w, s[:, :, 0, : p + 1], self.spec, p, answers=targets)
-                out.append(token_logprobs(logits, targets))
-            return torch.cat(out, dim=1)
-
-        cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)
-        if engine == "fast":
-            lp = logprobs(cands.view(len(runs), n, k, -1), k)  # (R, n, K, n_t)
-        else:
-            lp = logprobs(cands, 1).view(len(runs), n, k, -1)
-        shuffled = None
-        if batches[0].shuffled is not None:
-            shuffled = logprobs(torch.stack([b.shuffled for b in batches]), 1)
-        return [
-            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
-            for j, b in enumerate(batches)
-        ]
-
-    def losses(
-        self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
-        per-run first-target loss of the batch (R,), detached, from the same logits
-        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
-        n_t = self.task.n_targets
-        logits = self.forward(tokens, low=low).float()
-        r, n = tokens.shape[:2]
-        ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
-        ).view(r, n, n_t)
-        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
-
-
-def _shape(m: Transformer) -> tuple:
-    s, t = m.spec, m.task
-    return (s.n_layers, s.n_heads, s.d_model, s.d_mlp, s.n_positions, t.seq_len, t.n_targets)
 
 
 def _hparams(spec: RunSpec) -> tuple:
@@ -227,8 +78,8 @@ class PackedRuns:
             raise ValueError("one dataset per spec")
         if len({pack_key(s) for s in specs}) != 1 or pack_key(specs[0]) is None:
             raise ValueError(
-                "packed runs must be transformers that share the model's shape, the sequence "
-                "layout, the batch size, train.precision and train.compile (pack_key)"
+                "packed runs must share the model's kind and shape, the sequence layout, the "
+                "batch size, train.precision and train.compile (pack_key)"
             )
         states = list(states) if states is not None else [None] * len(specs)
         if any((st is None) != (step == 0) for st in states):
@@ -241,7 +92,7 @@ class PackedRuns:
             if st is not None:
                 m.load_state_dict(st["model"])
             models.append(m)
-        self.model = PackedTransformer(models).to(device).train()
+        self.model = packed_model(models).to(device).train()
 
         self._make_optimizer(fused)
         if step > 0:
@@ -407,10 +258,10 @@ class PackedRuns:
         return self._norms
 
     def weights(self, r: int) -> dict[str, torch.Tensor]:
-        """Run r's weights (copies) under the `Transformer`'s state-dict names."""
+        """Run r's weights (copies) under its model's state-dict names."""
         return self.model.state_dict_of(r)
 
-    def export_run(self, r: int) -> tuple[Transformer, torch.optim.Optimizer]:
+    def export_run(self, r: int) -> tuple[nn.Module, torch.optim.Optimizer]:
         """Run r as an ordinary (model, AdamW) pair, as `mbc.training.train.train_run` holds them."""
         spec = self.specs[r]
         model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))

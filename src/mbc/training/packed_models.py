@@ -1,0 +1,232 @@
+"""The stacked models of packed training (`mbc.training.packed.PackedRuns`): R runs' weights
+of one shape as one module, each parameter (R, ...) with the run axis first.
+`PackedTransformer` runs `mbc.training.forward.forward` over the R weight sets;
+`PackedLinear` the linear baseline's two maps as two batched matmuls (E13).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from mbc.core.spec import VOCAB
+from mbc.training.forward import forward, linear
+from mbc.training.metrics import metrics_from_logprobs, token_logprobs
+from mbc.training.model import LinearBaseline, Transformer, linear_inputs
+
+
+def _key(name: str) -> str:
+    return name.replace(".", "__")
+
+
+class _PackedModel(nn.Module):
+    """R models of one shape; parameter `a.b` is stored as `a__b` (R, ...).
+    Subclasses: `PackedTransformer`, `PackedLinear`."""
+
+    kind: type[nn.Module]
+
+    def __init__(self, models: list[nn.Module]):
+        super().__init__()
+        if not models:
+            raise ValueError("need at least one model")
+        first = models[0]
+        for m in models:
+            if not isinstance(m, self.kind):
+                raise TypeError(f"{type(self).__name__} packs {self.kind.__name__}s only")
+            if _shape(m) != _shape(first):
+                raise ValueError("packed runs must share the model's shape and sequence layout")
+        states = [dict(m.named_parameters()) for m in models]
+        names = [n for n, _ in first.named_parameters()]
+        # the parameters of the nn.Linear layers: the ones bf16 training copies (`low`)
+        lin = [
+            f"{mn}.{pn}"
+            for mn, m in first.named_modules()
+            if isinstance(m, nn.Linear)
+            for pn, _ in m.named_parameters(recurse=False)
+        ]
+        self._register(
+            first.spec,
+            first.task,
+            {n: torch.stack([s[n].detach() for s in states]) for n in names},
+            lin,
+        )
+
+    def _register(self, spec, task, stacked: dict[str, torch.Tensor], lin: list[str]) -> None:
+        self.spec, self.task, self.linear_names = spec, task, lin
+        self.names = list(stacked)
+        self.r = stacked[self.names[0]].shape[0]
+        for n, t in stacked.items():
+            self.register_parameter(_key(n), nn.Parameter(t.clone()))
+
+    def subset(self, rows: torch.Tensor) -> _PackedModel:
+        """A pack of these runs only (their rows of every parameter, copied)."""
+        new = type(self).__new__(type(self))
+        nn.Module.__init__(new)
+        new._register(
+            self.spec,
+            self.task,
+            {n: self.p(n).detach()[rows] for n in self.names},
+            self.linear_names,
+        )
+        return new.train(self.training)
+
+    def p(self, name: str) -> torch.Tensor:
+        return getattr(self, _key(name))
+
+    def state_dict_of(self, r: int) -> dict[str, torch.Tensor]:
+        """Run r's weights as an ordinary model's state dict (detached copies)."""
+        return {n: self.p(n)[r].detach().clone() for n in self.names}
+
+    def weights(self, runs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """Every stacked parameter by its model's name, or its rows of the runs `runs`."""
+        return {n: self.p(n) if runs is None else self.p(n)[runs] for n in self.names}
+
+    def _check(self, tokens: torch.Tensor, runs: torch.Tensor | None) -> None:
+        r = tokens.shape[0]
+        if r != (self.r if runs is None else len(runs)):
+            raise ValueError(
+                f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
+            )
+
+    def losses(
+        self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
+        per-run first-target loss of the batch (R,), detached, from the same logits
+        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
+        n_t = self.task.n_targets
+        logits = self.forward(tokens, low=low).float()
+        r, n = tokens.shape[:2]
+        ce = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
+        ).view(r, n, n_t)
+        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
+
+
+class PackedTransformer(_PackedModel):
+    """R `mbc.training.model.Transformer`s of one shape."""
+
+    kind = Transformer
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        runs: torch.Tensor | None = None,
+        low: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """tokens (R, n, T) -> logits (R, n, n_targets, vocab) at the target positions.
+
+        runs: the forward of these runs only (tokens (len(runs), n, T)).
+        low: bf16 copies of the linear layers' weights and biases (`linear_names`) to use
+        instead of the fp32 parameters: their matmuls then run in bf16 (on a CPU's AMX
+        unit), as under `torch.autocast`: the embeddings, LayerNorms and the residual
+        stream stay fp32, activations are cast to bf16 where they enter a matmul.
+        """
+        self._check(tokens, runs)
+        w = self.weights(runs) | (low or {})
+        return forward(w, tokens, self.spec, self.task.first_pred_pos)
+
+    @torch.no_grad()
+    def evaluate(
+        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
+    ) -> list[dict]:
+        """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
+        one shape), in one batched forward per chunk of at most `max_seqs` sequences over
+        all runs: with train.engine `fast` each context's K candidates share one run of their
+        common prefix (the forward's `answers`, as `evaluate_shared_prefix`), with `plain`
+        every candidate runs in full (as `evaluate`); equal to float32 rounding. For GPUs,
+        where R evaluations one after another are bound by kernel launches."""
+        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
+        task = batches[0].task
+        n, k, n_t, p = batches[0].n_contexts, task.k, task.n_targets, task.first_pred_pos
+        w = self.weights(idx)
+
+        def logprobs(seqs: torch.Tensor, per_seq: int) -> torch.Tensor:
+            """seqs (R, m, ...) -> target log-probs (R, m, ..., n_t), chunked along m."""
+            chunk = max(1, max_seqs // (len(runs) * per_seq))
+            out = []
+            for i in range(0, seqs.shape[1], chunk):
+                s = seqs[:, i : i + chunk]
+                if per_seq == 1:  # whole sequences
+                    logits, targets = forward(w, s, self.spec, p), s[..., -n_t:]
+                else:  # (R, c, K, T): prefix once, the K answers behind it
+                    targets = s[..., -n_t:]
+                    logits = forward(w, s[:, :, 0, : p + 1], self.spec, p, answers=targets)
+                out.append(token_logprobs(logits, targets))
+            return torch.cat(out, dim=1)
+
+        cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)
+        if engine == "fast":
+            lp = logprobs(cands.view(len(runs), n, k, -1), k)  # (R, n, K, n_t)
+        else:
+            lp = logprobs(cands, 1).view(len(runs), n, k, -1)
+        shuffled = None
+        if batches[0].shuffled is not None:
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]), 1)
+        return [
+            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
+            for j, b in enumerate(batches)
+        ]
+
+
+class PackedLinear(_PackedModel):
+    """R `mbc.training.model.LinearBaseline`s (E13) of one shape: its two linear maps as
+    two `torch.baddbmm` over the R runs' weights, on the same one-hot [B; z] input."""
+
+    kind = LinearBaseline
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        runs: torch.Tensor | None = None,
+        low: dict[str, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """tokens (R, n, T) -> logits (R, n, n_targets, vocab), `LinearBaseline.forward` of
+        each run. runs, low: as `PackedTransformer.forward`."""
+        self._check(tokens, runs)
+        w = self.weights(runs) | (low or {})
+        r, n, _ = tokens.shape
+        x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
+        h = linear(x.unsqueeze(2), w["w1.weight"], w["w1.bias"])
+        y = linear(h, w["w2.weight"], w["w2.bias"])
+        return y.view(r, n, self.task.n_targets, VOCAB)
+
+    @torch.no_grad()
+    def evaluate(
+        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
+    ) -> list[dict]:
+        """`PackedTransformer.evaluate` for linear runs: every candidate in full (the linear
+        model reads no prefix to share; `engine` changes nothing)."""
+        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
+        task = batches[0].task
+        n, k, n_t = batches[0].n_contexts, task.k, task.n_targets
+
+        def logprobs(seqs: torch.Tensor) -> torch.Tensor:
+            chunk = max(1, max_seqs // len(runs))
+            out = [
+                token_logprobs(self.forward(s, idx), s[..., -n_t:])
+                for s in seqs.split(chunk, dim=1)
+            ]
+            return torch.cat(out, dim=1)
+
+        lp = logprobs(torch.stack([b.candidates for b in batches])).view(len(runs), n, k, -1)
+        shuffled = None
+        if batches[0].shuffled is not None:
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]))
+        return [
+            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
+            for j, b in enumerate(batches)
+        ]
+
+
+def packed_model(models: list[nn.Module]) -> _PackedModel:
+    """The pack of `models`: `PackedTransformer` or `PackedLinear` by their kind."""
+    return (PackedLinear if isinstance(models[0], LinearBaseline) else PackedTransformer)(models)
+
+
+def _shape(m: nn.Module) -> tuple:
+    s, t = m.spec, m.task
+    if isinstance(m, LinearBaseline):
+        return ("linear", s.linear_hidden, t.z_length, t.seq_len, t.n_targets)
+    return (s.n_layers, s.n_heads, s.d_model, s.d_mlp, s.n_positions, t.seq_len, t.n_targets)
