@@ -482,16 +482,16 @@ def test_an_unwritable_compile_cache_falls_back_to_a_temporary_one(tmp_path, mon
     training job died in Inductor with a traceback)."""
     import os
 
-    from mbc import pipeline
+    from mbc.training.compile_cache import use_outdir_compile_cache
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/sys/kernel/mbc-test-compile-cache")
-    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")
+    use_outdir_compile_cache(tmp_path / "out" / "runs" / "r")
     scratch = os.environ["TORCHINDUCTOR_CACHE_DIR"]
     assert scratch != "/sys/kernel/mbc-test-compile-cache" and Path(scratch).is_dir()
     (line,) = capsys.readouterr().out.splitlines()
     assert line.startswith("mbc: torch compile cache /sys/kernel/mbc-test-compile-cache cannot")
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR")
-    pipeline._compile_cache(tmp_path / "out" / "runs" / "r")  # the outdir's, writable
+    use_outdir_compile_cache(tmp_path / "out" / "runs" / "r")  # the outdir's, writable
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "out" / ".mbc" / "torch_compile")
 
 

@@ -8,7 +8,6 @@ imports Snakemake.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,8 +30,6 @@ from mbc.core.artifacts import (
     read_sidecar_sha256,
     torch_load_checked,
     torch_save_atomic,
-    unwritable,
-    write_bytes_atomic,
     write_csv_atomic,
     write_json_atomic,
     write_sidecar_sha256,
@@ -40,7 +37,7 @@ from mbc.core.artifacts import (
 )
 from mbc.core.config import Run
 from mbc.core.frozen import thaw
-from mbc.core.layout import Layout, RunPaths
+from mbc.core.layout import RunPaths
 from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
 from mbc.core.rule_log import console
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
@@ -74,6 +71,7 @@ from mbc.diagnostics.routing import (
 )
 from mbc.diagnostics.summary import summarize_run, tau_table
 from mbc.paper import outcome
+from mbc.paper.latexmk import run_latexmk
 from mbc.paper.report import (
     definitions_table,
     fits_table,
@@ -88,6 +86,7 @@ from mbc.paper.report import (
     statistic_macros,
 )
 from mbc.training import packed_train, train_log
+from mbc.training.compile_cache import use_outdir_compile_cache
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
@@ -117,32 +116,10 @@ def make_dataset(task: TaskSpec, seed: int, out_path) -> None:
     print(f"dataset: D={ds.tokens.shape[0]} T={ds.tokens.shape[1]} seed={seed}")
 
 
-def _compile_cache(run_dir) -> None:
-    """One inductor cache per outdir (<outdir>/.mbc/torch_compile): every later job of the
-    same shape loads the compiled kernels instead of compiling them again (README:
-    "Training speed"). A TORCHINDUCTOR_CACHE_DIR set by the user wins. One that cannot be
-    written to (Inductor would fail every job) is replaced by a temporary one, said in one
-    line and removed when the job ends."""
-    import atexit
-    import shutil
-    import tempfile
-
-    cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or str(
-        Layout.of_run_dir(Path(run_dir).resolve()).compile_cache
-    )
-    if (why := unwritable(cache)) is not None:
-        scratch = tempfile.mkdtemp(prefix="mbc-torch-compile-")
-        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-        print(f"mbc: torch compile cache {cache} cannot be written to ({why}): this job "
-              f"compiles in {scratch} (removed when it ends)")  # fmt: skip
-        cache = scratch
-    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
-
-
 def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads: int = 1) -> None:
     torch.set_num_threads(threads)
     if spec.train.compile:
-        _compile_cache(run_dir)
+        use_outdir_compile_cache(run_dir)
     dev = pick_device(device)
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
     metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
@@ -167,7 +144,7 @@ def train_pack(
     its last step and tau."""
     torch.set_num_threads(threads)
     if specs[0].train.compile:
-        _compile_cache(run_dirs[0])
+        use_outdir_compile_cache(run_dirs[0])
     dev = pick_device(device)
     print(f"training a pack of {len(specs)} runs on {dev} ({threads} threads)")
     loaded: dict[str, Dataset] = {}  # runs of one task and seed share a dataset
@@ -457,35 +434,8 @@ def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
 
 
 def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
-    """latexmk in a scratch directory, then move the PDF into place atomically."""
-    import shutil
-    import subprocess
-    import tempfile
-
-    if not shutil.which("latexmk"):
-        raise RuntimeError("latexmk not found: install the TeX toolchain (paper/README_TEX.md)")
-    env = dict(os.environ, TEXINPUTS=":".join(str(Path(p).resolve()) for p in texinputs) + ":")
-    try:
-        scratch = tempfile.TemporaryDirectory(prefix="mbc-latex-")
-    except OSError:  # no writable temporary directory: beside the PDF, removed all the same
-        Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
-        scratch = tempfile.TemporaryDirectory(prefix=".mbc-latex-", dir=Path(out_pdf).parent)
-    with scratch as tmp:
-        cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
-               f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
-        # TeX's messages are bytes in whatever encoding the paths and fonts gave them
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
-        print(res.stdout)  # latexmk's transcript: the rule's log, not the console
-        if res.returncode != 0:
-            raise RuntimeError(
-                f"latexmk failed ({res.returncode}):\n{res.stdout[-3000:]}{res.stderr[-2000:]}"
-            )
-        log = (Path(tmp) / "main.log").read_text(errors="replace")
-        if "Undefined control sequence" in log:
-            raise RuntimeError("main.tex uses a macro that numbers.tex does not define")
-        # kept beside the PDF: overfull boxes and missing characters are checked there
-        write_text_atomic(Path(out_pdf).with_suffix(".log"), log)
-        write_bytes_atomic(out_pdf, (Path(tmp) / "main.pdf").read_bytes())
+    """The paper's PDF (`mbc.paper.latexmk`)."""
+    run_latexmk(tex_path, texinputs, out_pdf)
 
 
 def make_routing_heads(attention_path, ablation_path, out_path) -> None:

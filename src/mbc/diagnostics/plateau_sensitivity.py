@@ -1,4 +1,4 @@
-"""The plateau's height under other window ends (docs/method.md#plateau): how much of the
+"""The plateau's height under other window ends (docs/method.md#plateau-height): how much of the
 summaries' plateau height depends on where its window ends. The summaries' own window is
 `mbc.diagnostics.summary.plateau`; this table repeats it run by run."""
 
