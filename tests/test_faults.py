@@ -338,6 +338,43 @@ def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
     assert banner.cached_rate(spec, "cpu", 1, cache) == 123.0 and not capsys.readouterr().err
 
 
+def test_a_wrong_typed_calibration_cache_is_discarded_with_one_line_and_calibrated_again(
+    tmp_path, monkeypatch, capsys
+):
+    """The machine's calibration cache (`mbc.estimate`'s calibration runs) not a mapping, or
+    with an entry that is not a [tau, crossed] pair: one line, and the run is calibrated
+    again and written back (such entries were dropped without a word)."""
+    import json
+
+    from helpers import tiny_spec
+
+    import mbc.estimate
+    from mbc.planning import banner
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    calls = []
+    monkeypatch.setattr(mbc.estimate, "calibrate_tau", lambda *a: calls.append(a) or (40, True))
+    spec = tiny_spec()
+    cache = banner.calibration_cache()
+    cache.parent.mkdir(parents=True)
+    cache.write_text("[1, 2]")
+    assert mbc.estimate.cached_calibration(spec, "cpu", 60.0) == (40, True)
+    assert capsys.readouterr().err.splitlines() == [
+        f"mbc: {cache}: not a mapping of calibrations, discarded (calibrated again)"
+    ]
+    key = f"{spec.run_id}|cpu|60"
+    cache.write_text(json.dumps({key: ["40", True], "other|cpu|60": [12, False]}))
+    assert mbc.estimate.cached_calibration(spec, "cpu", 60.0) == (40, True)
+    assert capsys.readouterr().err.splitlines() == [
+        f"mbc: {cache}: 1 entry(ies) not a [tau, crossed] pair (such as ['40', True]), "
+        "discarded (calibrated again)"
+    ]
+    assert len(calls) == 2, "calibrated again each time"
+    assert json.loads(cache.read_text()) == {"other|cpu|60": [12, False], key: [40, True]}
+    assert mbc.estimate.cached_calibration(spec, "cpu", 60.0) == (40, True)
+    assert len(calls) == 2 and not capsys.readouterr().err, "then read from the cache"
+
+
 def _measured(out, dest) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "mbc.measured", "--preset", "smoke", "--outdir", str(out),
            "--dest", str(dest)]  # fmt: skip

@@ -97,17 +97,41 @@ def calibration_cache() -> Path:
 
 
 def read_calibrations() -> dict[str, tuple[int, bool]]:
-    """The calibration cache: "run id|device|cap" -> (tau, crossed). Missing, torn or
-    foreign: {} (calibrated again); an entry of another shape is left out."""
+    """The calibration cache: "run id|device|cap" -> (tau, crossed). Missing or torn by a
+    concurrent writer: {} (calibrated again). Not such a mapping, or an entry of another
+    shape (hand-edited, foreign): discarded with one line, calibrated again."""
+    path = calibration_cache()
     try:
-        known = json.loads(calibration_cache().read_text())
+        known = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    return {
-        k: (v[0], v[1])
-        for k, v in (known if isinstance(known, dict) else {}).items()
-        if isinstance(v, list) and len(v) == 2 and isinstance(v[0], int) and isinstance(v[1], bool)
-    }
+    if not isinstance(known, dict):
+        print(
+            f"mbc: {path}: not a mapping of calibrations, discarded (calibrated again)",
+            file=sys.stderr,
+        )
+        return {}
+    good = {k: (v[0], v[1]) for k, v in known.items() if _is_calibration(v)}
+    if len(good) < len(known):
+        bad = next(v for k, v in known.items() if k not in good)
+        print(
+            f"mbc: {path}: {len(known) - len(good)} entry(ies) not a [tau, crossed] pair (such "
+            f"as {bad!r}), discarded (calibrated again)",
+            file=sys.stderr,
+        )
+    return good
+
+
+def _is_calibration(value: object) -> bool:
+    """[tau, crossed]: a whole number of steps >= 1 and a bool."""
+    return (
+        isinstance(value, list)
+        and len(value) == 2
+        and isinstance(value[0], int)
+        and not isinstance(value[0], bool)
+        and value[0] >= 1
+        and isinstance(value[1], bool)
+    )
 
 
 def calibrated_coef(specs: dict[str, RunSpec]) -> tuple[float, str] | None:
