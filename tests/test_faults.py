@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import REPO, smoke_args, snakemake
+from helpers import REPO, smoke_args, snakemake, snakemake_exe
 
 from mbc import config as mbc_config
 
@@ -804,6 +804,42 @@ def test_an_invocation_through_a_symlink_cannot_resume_a_run_in_training(smoke, 
         assert "Traceback" not in said and (state / "log.jsonl").read_bytes() == before
     _tables(link)
     _equal_tables(out, smoke)
+
+
+def test_two_invocations_on_one_outdir_through_a_symlink_one_runs_and_tables_equal(smoke, tmp_path):
+    """Two `snakemake` on one outdir, the second through a symlink, while the first repairs
+    and retrains: the second stops in one line before it repairs or runs anything (the
+    outdir lock, taken in `onstart`, holds whatever path reached it, and goes with the
+    first across its start again after the repair); the first ends with the clean run's
+    tables."""
+    out = _copy(smoke, tmp_path)
+    link = tmp_path / "link"
+    link.symlink_to(out, target_is_directory=True)
+    tau = pd.read_csv(smoke / "tau.csv")
+    for run in tau[tau.experiment == "E1"].run_id:  # retrained from step 0: the first is busy
+        shutil.rmtree(out / "runs" / run / "state")
+        (out / "runs" / run / "metrics.csv").unlink()
+    targets = [str(out / f"{t}.csv") for t in TABLES]
+    first = subprocess.Popen(
+        [snakemake_exe(), "--cores", "1", *targets, *smoke_args(out)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    said = []
+    for line in first.stdout:  # until the first holds the outdir and has started again
+        said.append(line)
+        if line.startswith("mbc: repair: done; planning the jobs again"):
+            break
+    second = snakemake(*(str(link / f"{t}.csv") for t in TABLES), *smoke_args(link), check=False)
+    said += first.stdout.readlines()
+    assert first.wait() == 0, "".join(said)[-3000:]
+    assert second.returncode != 0 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    assert second.stderr.strip().splitlines()[-1] == (
+        f"mbc: another snakemake is running on {link}/: nothing repaired or run here; wait "
+        "for it to end"
+    )
+    assert "mbc: repair:" not in second.stderr
+    _equal_tables(out, smoke)
+    _nothing_left(link)
 
 
 def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_have_one(tmp_path):

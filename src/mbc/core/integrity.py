@@ -30,6 +30,7 @@ depending on it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import json
@@ -57,15 +58,27 @@ MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 _HELD: dict[Path, object] = {}  # outdir lock path -> its open file, held by this process
 
 
+HELD_FD = "MBC_OUTDIR_LOCK_FD"  # `<lock path>=<fd>`: an outdir lock held across `replan`'s exec
+
+
 def hold_outdir(outdir: str | os.PathLike) -> bool:
     """Hold `<outdir>/.mbc/outdir.lock` for the rest of this process (the main Snakemake
-    process of an invocation): False when another invocation holds it. Repair runs only
-    under it, so a second `snakemake` on a running outdir, refused later by Snakemake's
-    own lock, never deletes what the first is writing. A lock that cannot be opened (a
-    directory in its place) stops the process in one line (SystemExit), before any repair."""
+    process of an invocation, from `onstart`): False when another invocation holds it.
+    Repair and jobs run only under it, so a second `snakemake` on a running outdir, by
+    whatever path, stops before it deletes or writes anything. A process started again by
+    `replan` takes over the lock its predecessor held (the same open file, so no second
+    invocation gets in between). A lock that cannot be opened (a directory in its place)
+    stops the process in one line (SystemExit), before any repair."""
     path = Layout(str(outdir)).lock.resolve()
     if path in _HELD:  # (the Snakefile parsed again in this process)
         return True
+    inherited = os.environ.get(HELD_FD, "")
+    if inherited.rpartition("=")[0] == str(path):
+        with contextlib.suppress(OSError, ValueError):
+            fd = int(inherited.rpartition("=")[2])
+            os.set_inheritable(fd, False)  # not to the jobs: the lock ends with this process
+            _HELD[path] = os.fdopen(fd, "a")
+            return True
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
@@ -74,16 +87,24 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
         raise SystemExit(
             f"mbc: {path} cannot be the outdir's lock ({what}): remove it and run again"
         ) from None
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.close()
-        return False
-    except OSError as exc:  # a network file system without flock: repair, unguarded
-        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
-              "snakemake on this outdir is not detected", file=sys.stderr)  # fmt: skip
+    for attempt in range(10):  # a dry run's probe (`outdir_in_use`) holds it for microseconds
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if attempt == 9:
+                fh.close()
+                return False
+            time.sleep(0.05)
+        except OSError as exc:  # a network file system without flock: repair, unguarded
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+                raise
+            print(
+                f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+                "snakemake on this outdir is not detected",
+                file=sys.stderr,
+            )
+            break
     _HELD[path] = fh
     return True
 
@@ -359,8 +380,11 @@ def replan(workflow) -> None:
     """Start this Snakemake process again on its own command line, once (`REPLANNED`), so
     that the DAG is planned from the files the repair left: Snakemake planned this one
     before `onstart`, from the damaged outdir. Its lock files are removed first (the new
-    process takes them again); the outdir lock is released by the exec (close-on-exec)."""
+    process takes them again); the outdir lock goes across the exec, to `hold_outdir`."""
     os.environ[REPLANNED] = "1"
+    for path, fh in _HELD.items():
+        os.set_inheritable(fh.fileno(), True)
+        os.environ[HELD_FD] = f"{path}={fh.fileno()}"
     workflow.persistence.unlock()
     sys.stdout.flush()
     sys.stderr.flush()
