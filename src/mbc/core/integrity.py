@@ -294,24 +294,20 @@ def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     return None
 
 
-def altered_aggregates(aggregates: list[Path]) -> list[tuple[Path, str]]:
-    """(table, why) of the aggregated tables that are not what their checksum recorded
-    (`differs`): moved aside, then rebuilt."""
-    return [(p, why) for p in aggregates if p.is_file() and (why := differs(p))]
-
-
 def move_altered_aggregates(
     outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
 ) -> list[str]:
     """Move aside (`<table>.corrupt-<time>`) every table of the outdir that `differs` from
     its checksum, so that the DAG about to be built rebuilds it; one line per table. Under
     `dry_run` nothing moves and the lines say what a real run would do. `skip`: tables the
-    repair deletes anyway (the aggregated tables, where a run's chain is broken: one built
-    from a run directory since deleted is not said to be moved aside too)."""
+    repair deletes anyway (the aggregated tables, where a run's chain is broken), checked
+    for their own bytes only: one built from a run directory since deleted is not said to
+    be moved aside too, while an edited one is still kept aside, not deleted."""
     lines = []
     skipped = set(skip)
-    tables = [p for p in sorted(Path(outdir).glob("*.csv")) if p not in skipped]
-    for p, why in altered_aggregates(tables):
+    for p in sorted(Path(outdir).glob("*.csv")):
+        if not p.is_file() or (why := differs(p, inputs=p not in skipped)) is None:
+            continue
         aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
         done = "would be moved aside" if dry_run else f"moved aside to {aside.name}"
         lines.append(f"{p}: {why}, {done} so that it is rebuilt")
@@ -326,13 +322,13 @@ def unverified_tables(outdirs: set[Path]) -> list[Path]:
     return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
 
 
-def differs(path: Path) -> str | None:
+def differs(path: Path, inputs: bool = True) -> str | None:
     """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
-    another table (another run's, copied in with its sidecar), the bytes differ, or the
-    sidecar names inputs that are not this outdir's (a table copied in from another outdir
-    with its sidecar). None without a sidecar. Inputs are compared by their own sidecars
-    (no big file is read); one that changed after the table was written (newer than it)
-    is no finding: Snakemake reruns the table for it anyway."""
+    another table (another run's, copied in with its sidecar), the bytes differ, or (with
+    `inputs`) the sidecar names inputs that are not this outdir's (a table copied in from
+    another outdir with its sidecar). None without a sidecar. Inputs are compared by their
+    own sidecars (no big file is read); one that changed after the table was written (newer
+    than it) is no finding: Snakemake reruns the table for it anyway."""
     if (rec := read_sidecar(path)) is None:
         return None
     if rec.identity is not None and rec.identity != identity_of(path):
@@ -340,7 +336,7 @@ def differs(path: Path) -> str | None:
     if sha256_file(path) != rec.digest:
         return "differs from the checksum written with it (cut or edited since)"
     root = outdir_of(path)
-    for digest, rel in rec.inputs:  # none in a sidecar written before inputs were
+    for digest, rel in rec.inputs if inputs else ():  # none in a sidecar from before inputs
         src = root / rel
         if not src.is_file():
             return f"was built from {rel}, which this outdir does not have, by its checksum"
