@@ -409,14 +409,14 @@ def repair(
             p.rename(p.with_name(aside))
     shown = 0
     doomed: set[Path] = set()
-    aside: set[Path] = set()
+    kept_aside: set[Path] = set()  # corrupt files moved aside, not deleted
     for fd in findings:
         f = by_id[fd.run_id]
         quiet = not fd.corrupt and shown >= MAX_LISTED  # a long list of absent runs: counted
         if fd.corrupt and fd.path.exists():
             moved = "would be moved aside" if dry_run else "moved aside"
             lines.append(f"{fd.path}: {fd.why}, {moved} to {fd.path.name}.corrupt-{stamp}")
-            aside.add(fd.path)
+            kept_aside.add(fd.path)
             if not dry_run:
                 fd.path.rename(fd.path.with_name(f"{fd.path.name}.corrupt-{stamp}"))
         elif not quiet:
@@ -436,7 +436,7 @@ def repair(
         lines.append(f"... and {len(findings) - shown} more run(s) without outputs")
     if findings:
         doomed.update(p for p in aggregates if p.exists())
-        doomed -= aside  # (under a dry run still there; moved aside, not deleted)
+        doomed -= kept_aside  # (under a dry run still there)
         lines.append(
             f"{len(doomed)} derived file(s) deleted so that the next jobs rebuild them"
             + (" (dry run: nothing changed)" if dry_run else "")
