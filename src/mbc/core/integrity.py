@@ -82,8 +82,11 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     except OSError as exc:  # a network file system without flock: repair, unguarded
         if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             raise
-        print(f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
-              "snakemake on this outdir is not detected", file=sys.stderr)  # fmt: skip
+        print(
+            f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
+            "snakemake on this outdir is not detected",
+            file=sys.stderr,
+        )
     _HELD[path] = fh
     return True
 
