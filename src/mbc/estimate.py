@@ -145,8 +145,10 @@ def estimate(
             here = device
             if device.type == "cuda" and not torch.cuda.is_available():
                 here = torch.device("cpu")
-            say(f"calibrating tau on {here}: training {cal.run_id} to its first crossing "
-                f"(at most {calibrate_s:.0f} s)")  # fmt: skip
+            say(
+                f"calibrating tau on {here}: training {cal.run_id} to its first crossing "
+                f"(at most {calibrate_s:.0f} s)"
+            )
             tau, crossed = cached_calibration(cal, here, calibrate_s)
             tau_coef = tau / cal.task.d**D_EXPONENT
             coef_note = (
@@ -172,9 +174,14 @@ def estimate(
             key = rate_key(run_id)
             if key not in rates:
                 rates[key] = cached_rate(
-                    spec, str(device), threads, cache, width=widths.get(run_id, 0), steps=20,
+                    spec,
+                    str(device),
+                    threads,
+                    cache,
+                    width=widths.get(run_id, 0),
+                    steps=20,
                     say=say,
-                )  # fmt: skip
+                )
 
     rows = []
     for run_id, e in expected(specs, measured, tau_coef).items():
@@ -272,9 +279,11 @@ def report(out: dict, say=print) -> None:
         say(f"  {out['steps_per_s']} steps/s (given) for every run")
     per_exp = df.assign(experiments=df.experiments.str.split(",")).explode("experiments")
     g = per_exp.groupby("experiments").agg(
-        runs=("run_id", "size"), budget=("max_steps", "sum"), steps=("expected_steps", "sum"),
+        runs=("run_id", "size"),
+        budget=("max_steps", "sum"),
+        steps=("expected_steps", "sum"),
         seconds=("expected_s", "sum"),
-    )  # fmt: skip
+    )
     say(
         f"{'exp':<6}{'runs':>5}{'budget':>12}{'expected':>12}"
         + ("" if packed else f"{'cpu time':>10}")
@@ -375,9 +384,18 @@ def main(argv: list[str] | None = None) -> dict:
     a = ap.parse_args(argv)
     try:
         return estimate(
-            a.preset, a.config, a.outdir, a.steps_per_s, a.tau_coef, a.calibrate_s, a.jobs,
-            device=a.device, rates_path=a.rates, pack_jobs=a.pack_jobs, gpu_mem_gb=a.gpu_mem_gb,
-        )  # fmt: skip
+            a.preset,
+            a.config,
+            a.outdir,
+            a.steps_per_s,
+            a.tau_coef,
+            a.calibrate_s,
+            a.jobs,
+            device=a.device,
+            rates_path=a.rates,
+            pack_jobs=a.pack_jobs,
+            gpu_mem_gb=a.gpu_mem_gb,
+        )
     except RuntimeError as exc:  # --device cuda without CUDA
         raise SystemExit(f"mbc.estimate: {exc}") from None
     except (mbc_config.ConfigFileError, mbc_config.ConfigError) as exc:

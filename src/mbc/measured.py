@@ -77,9 +77,17 @@ def provenance(logs: dict[str, list[dict]]) -> list[str]:
             f"ended: {max(ends)}",
             f"wall time: {(t1 - t0).total_seconds() / 3600:.2f} h from the first start to the last end",
         ]
-    for key, what in (("device", "device"), ("cpu", "CPU"), ("threads", "threads per training job"), ("torch", "torch"), ("host", "host")):  # fmt: skip
+    for key, what in (
+        ("device", "device"),
+        ("cpu", "CPU"),
+        ("threads", "threads per training job"),
+        ("torch", "torch"),
+        ("host", "host"),
+    ):
         # a start logged before a key was (the device: 806b55a) says so, not "None"
-        values = Counter(_device(x) if key == "device" else str(x.get(key, "not logged")) for x in starts)  # fmt: skip
+        values = Counter(
+            _device(x) if key == "device" else str(x.get(key, "not logged")) for x in starts
+        )
         lines.append(f"{what}: " + ", ".join(f"{v} ({n})" for v, n in values.most_common()))
     lines.append(
         f"resumed: {'yes' if resumed else 'no'} ({len(resumed)} of {len(run_ids)} runs resumed"

@@ -213,9 +213,13 @@ def make_tau_table(runs: list[Run], summary_paths: list, out_path) -> None:
 
 
 def make_plateau_sensitivity(
-    cfg: PlateauSensitivity, diagnostics: Summary, tau_path, metrics_path, out_path,
+    cfg: PlateauSensitivity,
+    diagnostics: Summary,
+    tau_path,
+    metrics_path,
+    out_path,
     grid: dict | None = None,
-):  # fmt: skip
+):
     """results/plateau_sensitivity.csv: plateau height / log K under other window ends, from
     the grid rows the run summaries read (grid: run id -> its eval grid, `grid_rows`)."""
     tau = read_csv_checked(tau_path, required=["experiment", "run_id", "model", "k", "d", "seed"])
@@ -246,9 +250,15 @@ def _run_inputs(dataset_path, run_dir, summary_path) -> list:
 
 
 def diagnose_collective(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: CollectiveDiagnostic, out_groups,
-    out_summary, device: str = "auto",
-) -> None:  # fmt: skip
+    spec: RunSpec,
+    dataset_path,
+    run_dir,
+    summary_path,
+    cfg: CollectiveDiagnostic,
+    out_groups,
+    out_summary,
+    device: str = "auto",
+) -> None:
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
     groups = sample_groups(ds, cfg.n_groups, spec.seed)
     per_step, fractions = {}, {}
@@ -266,9 +276,15 @@ def diagnose_collective(
 
 
 def diagnose_routing(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: RoutingDiagnostic, out_attention,
-    out_ablation, device: str = "auto",
-) -> None:  # fmt: skip
+    spec: RunSpec,
+    dataset_path,
+    run_dir,
+    summary_path,
+    cfg: RoutingDiagnostic,
+    out_attention,
+    out_ablation,
+    device: str = "auto",
+) -> None:
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
     batch = make_eval_batch(ds, fixed_contexts(ds, cfg.n_contexts, rng), rng).to(dev)
@@ -292,9 +308,14 @@ def diagnose_routing(
 
 
 def diagnose_hessian(
-    spec: RunSpec, dataset_path, run_dir, summary_path, cfg: HessianDiagnostic, out_path,
+    spec: RunSpec,
+    dataset_path,
+    run_dir,
+    summary_path,
+    cfg: HessianDiagnostic,
+    out_path,
     device: str = "auto",
-) -> None:  # fmt: skip
+) -> None:
     ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
     n = ds.tokens.shape[0]
@@ -308,9 +329,11 @@ def diagnose_hessian(
         model = load_model(spec, run_dir, index, step, dev)
         params = [p for p in model.parameters() if p.requires_grad]
         estimates = checkpoint_estimates(
-            lambda m=model: training_loss(m, tokens), params, cfg,
+            lambda m=model: training_loss(m, tokens),
+            params,
+            cfg,
             seed=stream_seed(spec.seed, STREAM_DIAG),
-        )  # fmt: skip
+        )
         phase = "plateau" if step == plateau_step else "other"
         rows += checkpoint_rows(spec.run_id, spec.task.k, tau, step, f, phase, estimates)
         print(
@@ -341,9 +364,16 @@ def concat_tables(paths: list, out_path, table: str = "") -> None:
 
 
 def make_fits(
-    fits: Fits, boot: Bootstrap, diverged: str, tau_path, hessian_path, metrics_path, out_fits,
-    out_threshold, grid: dict[str, int] | None = None,
-) -> None:  # fmt: skip
+    fits: Fits,
+    boot: Bootstrap,
+    diverged: str,
+    tau_path,
+    hessian_path,
+    metrics_path,
+    out_fits,
+    out_threshold,
+    grid: dict[str, int] | None = None,
+) -> None:
     """fits.csv and E4's threshold_sensitivity.csv (its taus from the grid rows, like tau.csv's:
     grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`). diverged: config
     `diverged` (`Config.diverged`)."""
@@ -367,14 +397,23 @@ def make_statistics(
 ) -> None:
     """statistics.csv: the fits' rows, then config `statistics` in its order."""
     t = {k: READERS.get(k, read_csv_checked)(p) for k, p in paths.items()}
-    for name, cols in (("collective_summary", SUMMARY_COLUMNS), ("routing_ablation", ABLATION_COLUMNS),
-                       ("hessian", HESSIAN_COLUMNS)):  # fmt: skip
+    for name, cols in (
+        ("collective_summary", SUMMARY_COLUMNS),
+        ("routing_ablation", ABLATION_COLUMNS),
+        ("hessian", HESSIAN_COLUMNS),
+    ):
         if t[name].empty:
             t[name] = pd.DataFrame(columns=cols)
     df = compute_statistics(
-        t["tau"], t["fits"], t["collective_summary"], t["routing_ablation"], t["hessian"],
-        boot, declared, diverged,
-    )  # fmt: skip
+        t["tau"],
+        t["fits"],
+        t["collective_summary"],
+        t["routing_ablation"],
+        t["hessian"],
+        boot,
+        declared,
+        diverged,
+    )
     with built_from(paths.values()):
         write_csv_atomic(out_path, df)
     print(df.to_string())
@@ -388,9 +427,14 @@ def make_hypotheses(hypotheses: Hypotheses, statistics_path, out_path) -> None:
 
 
 def make_robustness(
-    cfg: Robustness, claims: Sequence[ScorecardRow], boot: Bootstrap, diverged: str, tau_path,
-    statistics_path, out: dict,
-) -> None:  # fmt: skip
+    cfg: Robustness,
+    claims: Sequence[ScorecardRow],
+    boot: Bootstrap,
+    diverged: str,
+    tau_path,
+    statistics_path,
+    out: dict,
+) -> None:
     """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
     comparison (config `robustness`) and the verdicts of the scorecard's claims of our own
     (`claims`: the pre-registered statements, `Scorecard.ours`)."""

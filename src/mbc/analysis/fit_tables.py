@@ -41,9 +41,14 @@ WAITING_TIMES = {
 
 
 def _fit(
-    rows: pd.DataFrame, name: str, x: str, y: str, boot: Bootstrap, seed_offset: int = 0,
+    rows: pd.DataFrame,
+    name: str,
+    x: str,
+    y: str,
+    boot: Bootstrap,
+    seed_offset: int = 0,
     diverged: set[str] = frozenset(),
-) -> tuple[PowerLawFit, int]:  # fmt: skip
+) -> tuple[PowerLawFit, int]:
     """The fit and how many diverged runs (`diverged`, ids) it left out."""
     rows, n_div = div.drop(rows.drop_duplicates("run_id"), diverged)
     censored = None
@@ -72,9 +77,13 @@ def _fit(
 
 
 def fit_table(
-    fits: Sequence[Fit], tau: pd.DataFrame, hessian: pd.DataFrame, boot: Bootstrap,
-    differences: Sequence[FitDifference] = (), diverged: str = "exclude",
-) -> pd.DataFrame:  # fmt: skip
+    fits: Sequence[Fit],
+    tau: pd.DataFrame,
+    hessian: pd.DataFrame,
+    boot: Bootstrap,
+    differences: Sequence[FitDifference] = (),
+    diverged: str = "exclude",
+) -> pd.DataFrame:
     """One row per fit (and per `by` value), then one per `differences` entry: the exponent
     of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two.
     diverged: config `diverged` (mbc.analysis.diverged)."""

@@ -174,29 +174,36 @@ class Diagnostics:
     def from_raw(cls, d: dict) -> Diagnostics:
         c, r, h = d["collective"], d["routing"], d["hessian"]
         hessian = HessianDiagnostic(
-            source=h["source"], where=freeze(h.get("where") or {}),
-            n_examples=int(h["n_examples"]), n_iter=int(h["n_iter"]),
-            power_n_iter=int(h["power_n_iter"]), tol=float(h["tol"]),
-            tau_fractions=tuple(h["tau_fractions"]), plateau_fraction=h["plateau_fraction"],
+            source=h["source"],
+            where=freeze(h.get("where") or {}),
+            n_examples=int(h["n_examples"]),
+            n_iter=int(h["n_iter"]),
+            power_n_iter=int(h["power_n_iter"]),
+            tol=float(h["tol"]),
+            tau_fractions=tuple(h["tau_fractions"]),
+            plateau_fraction=h["plateau_fraction"],
             power_cos=None if h.get("power_cos") is None else float(h["power_cos"]),
             power_min_iter=int(h.get("power_min_iter", 1)),
             power_shift_offset=float(h.get("power_shift_offset", 0.0)),
             methods=tuple(h.get("methods", FIRST_HESSIAN_METHODS)),
-        )  # fmt: skip
+        )
         return cls(
             summary=Summary.from_raw(d),
             collective=CollectiveDiagnostic(
-                source=c["source"], where=freeze(c.get("where") or {}),
-                n_groups=int(c["n_groups"]), accurate=float(c["accurate"]),
+                source=c["source"],
+                where=freeze(c.get("where") or {}),
+                n_groups=int(c["n_groups"]),
+                accurate=float(c["accurate"]),
                 tau_fractions=tuple(c["tau_fractions"]),
             ),
             routing=RoutingDiagnostic(
-                source=r["source"], where=freeze(r.get("where") or {}),
+                source=r["source"],
+                where=freeze(r.get("where") or {}),
                 n_contexts=int(r["n_contexts"]),
                 phases=freeze(r["phases"]),
             ),
             hessian=hessian,
-        )  # fmt: skip
+        )
 
 
 @dataclass(frozen=True)

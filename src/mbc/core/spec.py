@@ -384,21 +384,29 @@ FLAT_COLUMNS = [
 ]  # fmt: skip
 DOTTED_COLUMNS = [
     f"{section}.{f.name}"
-    for section, cls in (("task", TaskSpec), ("model", ModelSpec), ("train", TrainSpec), ("eval", EvalSpec))
+    for section, cls in (
+        ("task", TaskSpec),
+        ("model", ModelSpec),
+        ("train", TrainSpec),
+        ("eval", EvalSpec),
+    )
     for f in dataclasses.fields(cls)
     if f"{section}.{f.name}" not in FLAT_FIELDS.values()
-]  # fmt: skip
+]
 
 
 SECTION_SPECS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
 # the numeric ones: what a power-law fit may take as its x (config `fits[].x`)
-NUMERIC_COLUMNS = [
-    c for c in FLAT_COLUMNS if c not in ("task", "model", "init", "sharing")
-] + [
-    c for c in DOTTED_COLUMNS
-    if next(f.type for f in dataclasses.fields(SECTION_SPECS[c.split(".")[0]])
-            if f.name == c.split(".")[1]) in ("int", "float", "float | None")
-]  # fmt: skip
+NUMERIC_COLUMNS = [c for c in FLAT_COLUMNS if c not in ("task", "model", "init", "sharing")] + [
+    c
+    for c in DOTTED_COLUMNS
+    if next(
+        f.type
+        for f in dataclasses.fields(SECTION_SPECS[c.split(".")[0]])
+        if f.name == c.split(".")[1]
+    )
+    in ("int", "float", "float | None")
+]
 
 
 def field_value(spec: RunSpec, dotted: str) -> Any:
@@ -412,8 +420,13 @@ def field_value(spec: RunSpec, dotted: str) -> Any:
 def spec_columns(spec: RunSpec) -> dict[str, Any]:
     """Every field of `spec`, under its tau.csv column name (FLAT_COLUMNS, DOTTED_COLUMNS)."""
     t, m = spec.task, spec.model
-    derived = {"init_std": m.weight_std, "init_scale": m.init_scale, "d": t.d,
-               "n_supergroups": t.n_selector_sets, "sharing_factor": t.sharing_factor}  # fmt: skip
+    derived = {
+        "init_std": m.weight_std,
+        "init_scale": m.init_scale,
+        "d": t.d,
+        "n_supergroups": t.n_selector_sets,
+        "sharing_factor": t.sharing_factor,
+    }
     flat = {
         c: derived[c] if c in derived else field_value(spec, FLAT_FIELDS[c]) for c in FLAT_COLUMNS
     }

@@ -24,9 +24,15 @@ from mbc.diagnostics.hessian_table import CHECKPOINT_COLUMNS, ESTIMATE_COLUMNS
 from mbc.diagnostics.spectrum import SpectrumEstimate, extremes_by_power, lanczos
 
 __all__ = [
-    "ESTIMATORS", "author_power_rule", "checkpoint_estimates", "checkpoint_rows", "estimator",
-    "hessian_extremes", "hvp_fn", "n_params",
-]  # fmt: skip
+    "ESTIMATORS",
+    "author_power_rule",
+    "checkpoint_estimates",
+    "checkpoint_rows",
+    "estimator",
+    "hessian_extremes",
+    "hvp_fn",
+    "n_params",
+]
 
 # An estimator (matvec, n, cfg, *, seed, device) -> SpectrumEstimate of the Hessian behind
 # `matvec` (n x n, float64 vectors on `device`), its budget and rule read from config
@@ -212,9 +218,11 @@ def power_estimate(
 
 
 def checkpoint_estimates(
-    loss_fn: Callable[[], torch.Tensor], params: Sequence[torch.Tensor],
-    cfg: HessianDiagnostic, seed: int,
-) -> dict[str, SpectrumEstimate]:  # fmt: skip
+    loss_fn: Callable[[], torch.Tensor],
+    params: Sequence[torch.Tensor],
+    cfg: HessianDiagnostic,
+    seed: int,
+) -> dict[str, SpectrumEstimate]:
     """cfg.methods' estimators, in order, on one checkpoint's Hessian: the first-order graph
     of :func:`hvp_fn` is built once and shared by all of them, so they estimate one matrix."""
     unknown = [m for m in cfg.methods if m not in ESTIMATORS]

@@ -71,8 +71,12 @@ def figures_schema() -> dict:
     a figure without roles may be left out. `mbc.config.schema` reads it."""
 
     def closed(props: dict) -> dict:  # exactly these keys
-        return {"type": "object", "additionalProperties": False, "required": list(props),
-                "properties": props}  # fmt: skip
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": list(props),
+            "properties": props,
+        }
 
     def role_map(name: str, kind: str, names: tuple[str, ...]) -> dict:
         role = {"$ref": f"#/definitions/figure_{kind}"}

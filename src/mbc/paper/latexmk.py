@@ -24,8 +24,14 @@ def run_latexmk(tex_path, texinputs: list, out_pdf) -> None:
         Path(out_pdf).parent.mkdir(parents=True, exist_ok=True)
         scratch = tempfile.TemporaryDirectory(prefix=".mbc-latex-", dir=Path(out_pdf).parent)
     with scratch as tmp:
-        cmd = ["latexmk", "-pdf", "-interaction=nonstopmode", "-halt-on-error",
-               f"-output-directory={tmp}", str(Path(tex_path).resolve())]  # fmt: skip
+        cmd = [
+            "latexmk",
+            "-pdf",
+            "-interaction=nonstopmode",
+            "-halt-on-error",
+            f"-output-directory={tmp}",
+            str(Path(tex_path).resolve()),
+        ]
         # TeX's messages are bytes in whatever encoding the paths and fonts gave them
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, errors="replace")
         print(res.stdout)  # latexmk's transcript: the rule's log, not the console

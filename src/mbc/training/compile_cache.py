@@ -26,7 +26,9 @@ def use_outdir_compile_cache(run_dir) -> None:
     if (why := unwritable(cache)) is not None:
         scratch = tempfile.mkdtemp(prefix="mbc-torch-compile-")
         atexit.register(shutil.rmtree, scratch, ignore_errors=True)
-        print(f"mbc: torch compile cache {cache} cannot be written to ({why}): this job "
-              f"compiles in {scratch} (removed when it ends)")  # fmt: skip
+        print(
+            f"mbc: torch compile cache {cache} cannot be written to ({why}): this job "
+            f"compiles in {scratch} (removed when it ends)"
+        )
         cache = scratch
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache

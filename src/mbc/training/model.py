@@ -83,9 +83,13 @@ class Transformer(nn.Module):
         ]
 
     def forward(
-        self, tokens: torch.Tensor, *, hooks: Hooks | None = None, all_positions: bool = False,
+        self,
+        tokens: torch.Tensor,
+        *,
+        hooks: Hooks | None = None,
+        all_positions: bool = False,
         answers: torch.Tensor | None = None,
-    ) -> torch.Tensor:  # fmt: skip
+    ) -> torch.Tensor:
         """tokens (n, T) -> logits (n, n_targets, vocab) at the target-predicting positions:
         `mbc.training.forward.forward` over this run's weights (the same forward as a pack's).
 
