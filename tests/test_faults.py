@@ -12,7 +12,7 @@ of the shared smoke run. Where a class is tested elsewhere, the test is named he
 | a concurrent invocation, inspection commands | repair nothing; the second invocation says so | here |
 | a read-only outdir | one line before any job | here |
 | all-censored selections | empty tables, "not enough data", figures say "no data" | test_figures |
-| kill -9 and resume | resumes; final tables bitwise equal an uninterrupted run's | test_reliability (slow) |
+| kill -9 and resume | resumes; final tables bitwise equal an uninterrupted run's | test_reliability |
 | a stale Snakemake lock | recognised at start-up, one line with the fix | here |
 
 The second round (issue 38: identity bound to content, one writer per run, validation
