@@ -238,11 +238,14 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
         out / "packs" / f"{p}.json" for p in make_packs(cfg.specs, cfg.raw["pack"]["max_runs"])
     ]
     assert len(packs) >= 2 and linear
-    # the packs (each writes its runs' tables), the linear run alone, then one unpack_run job
-    snakemake(*map(str, packs), str(out / "runs" / linear[0] / "metrics.csv"), *args)
-    packed = [r for r in runs if r not in linear]
-    members = [r["run_id"] for p in packs for r in json.loads(p.read_text())["runs"]]
-    assert sorted(members) == packed
+    # the packs (each writes its runs' tables; the linear baseline in packs of its own
+    # kind), then one unpack_run job
+    snakemake(*map(str, packs), *args)
+    packed = runs
+    members = {p: [r["run_id"] for r in json.loads(p.read_text())["runs"]] for p in packs}
+    assert sorted(r for m in members.values() for r in m) == packed
+    kinds = {p: {"-linear-" in r for r in m} for p, m in members.items()}
+    assert all(len(k) == 1 for k in kinds.values()), "a pack holds one kind of model"
     (out / "runs" / packed[0] / "metrics.csv").unlink()
     res = snakemake(str(out / "runs" / packed[0] / "metrics.csv"), *args, full_console=True)
     assert "localrule unpack_run:" in res.stdout + res.stderr

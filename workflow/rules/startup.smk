@@ -35,10 +35,21 @@ if MAIN_PROCESS:
     # the outdir's tables not what their checksums recorded (the aggregated tables go anyway
     # where a run's chain is broken: not said twice)
     _SKIP = _AGGREGATES if _FINDINGS else ()
-    _ALTERED = mbc.core.integrity.move_altered_aggregates(OUT, dry_run=True, skip=_SKIP)
+    _ALTERED = mbc.core.integrity.altered_tables(OUT, skip=_SKIP)
     _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)})
+    # jobs for the broken links, forced, so that Snakemake runs `onstart` (the repair) even
+    # where the tables above them look up to date; once repaired, it plans again
+    _TABLES_BUILT = {Path(t) for t in ALL_TARGETS if str(t).endswith(".csv")}
+    mbc.core.integrity.force_when_planned(
+        workflow,
+        mbc.core.integrity.first_broken_outputs(_FINDINGS, _RUNS)
+        | {p for p in _UNVERIFIED if p in _TABLES_BUILT}
+        | {p for p, _ in _ALTERED if p in _TABLES_BUILT},
+    )
     if workflow.output_settings.dryrun:
-        for line in _ALTERED:
+        for line in mbc.core.integrity.move_altered_aggregates(
+            OUT, dry_run=True, skip=_SKIP
+        ):
             print(f"mbc: repair: {line}", file=sys.stderr)
         for line in mbc.core.integrity.repair(
             _FINDINGS, _RUNS, _AGGREGATES, dry_run=True

@@ -294,20 +294,27 @@ def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     return None
 
 
+def altered_tables(outdir: str | os.PathLike, skip: Iterable[Path] = ()) -> list[tuple[Path, str]]:
+    """(table, why) of the outdir's tables that `differ` from their checksums. `skip`:
+    tables the repair deletes anyway (the aggregated tables, where a run's chain is broken),
+    checked for their own bytes only: one built from a run directory since deleted is not
+    said to be altered too, while an edited one still is."""
+    skipped = set(skip)
+    found = []
+    for p in sorted(Path(outdir).glob("*.csv")):
+        if p.is_file() and (why := differs(p, inputs=p not in skipped)) is not None:
+            found.append((p, why))
+    return found
+
+
 def move_altered_aggregates(
     outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
 ) -> list[str]:
-    """Move aside (`<table>.corrupt-<time>`) every table of the outdir that `differs` from
-    its checksum, so that the DAG about to be built rebuilds it; one line per table. Under
-    `dry_run` nothing moves and the lines say what a real run would do. `skip`: tables the
-    repair deletes anyway (the aggregated tables, where a run's chain is broken), checked
-    for their own bytes only: one built from a run directory since deleted is not said to
-    be moved aside too, while an edited one is still kept aside, not deleted."""
+    """Move aside (`<table>.corrupt-<time>`) every table of the outdir that `altered_tables`
+    finds, so that it is rebuilt, not deleted; one line per table. Under `dry_run` nothing
+    moves and the lines say what a real run would do."""
     lines = []
-    skipped = set(skip)
-    for p in sorted(Path(outdir).glob("*.csv")):
-        if not p.is_file() or (why := differs(p, inputs=p not in skipped)) is None:
-            continue
+    for p, why in altered_tables(outdir, skip):
         aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
         done = "would be moved aside" if dry_run else f"moved aside to {aside.name}"
         lines.append(f"{p}: {why}, {done} so that it is rebuilt")
@@ -370,6 +377,38 @@ def _pack_again(f: RunFiles, fd: Finding) -> bool:
 
 
 REPLANNED = "MBC_REPLANNED"  # set in the environment of a Snakemake started again by `replan`
+
+
+def force_when_planned(workflow, paths: set[Path]) -> bool:
+    """Have Snakemake force the jobs that write `paths` (its `forcerun`) when it plans its
+    DAG, so that an invocation whose targets look up to date still runs `onstart`, where
+    the repair is (Snakemake runs it only when it runs jobs; a broken run under an
+    up-to-date table would otherwise be "Nothing to be done"). The Snakefile cannot set it
+    itself: Snakemake hands the workflow its DAG settings only after parsing it. A dry run
+    lists the forced jobs and changes nothing. False where this Snakemake plans otherwise
+    (the repair then waits for an invocation that runs a job)."""
+    prepare = getattr(workflow, "_prepare_dag", None)
+    if prepare is None or not paths:
+        return False
+
+    def with_forced(*args, **kwargs):
+        settings = workflow.dag_settings
+        settings.forcerun = frozenset({*settings.forcerun, *map(str, paths)})
+        return prepare(*args, **kwargs)
+
+    workflow._prepare_dag = with_forced
+    return True
+
+
+def first_broken_outputs(findings: list[Finding], runs: list[RunFiles]) -> set[Path]:
+    """The outputs of each run's first broken link (a dataset or a diagnostic is its own
+    output; a snapshot, a log or a run directory belongs to the train link)."""
+    by_id = {f.run_id: f for f in runs}
+    out: set[Path] = set()
+    for fd in findings:
+        f = by_id[fd.run_id]
+        out.update({0: [fd.path], 1: f.train, 2: [f.summary], 3: [fd.path]}[fd.level])
+    return out
 
 
 def replan(workflow) -> None:
