@@ -1,9 +1,10 @@
 # What an invocation does before its first job, in two halves (mbc.core.integrity):
 #
 # - while the Snakefile is parsed, it only reads: every run's chain of files is checked
-#   (`scan`) and the banner says what is about to happen, untimed. A dry run (-n:
-#   Snakemake's own flag) lists what the repair would do; `-n`, `--lint` and
-#   `--list-changes` change nothing and time nothing;
+#   (`scan`), the jobs of the broken links are forced (so that Snakemake runs `onstart`
+#   even under up-to-date tables), and the banner says what is about to happen, untimed.
+#   A dry run (-n: Snakemake's own flag) lists what the repair would do; `-n`, `--lint`
+#   and `--list-changes` change nothing and time nothing;
 # - in `onstart`, which Snakemake runs only when it runs jobs: the outdir is held (one
 #   invocation at a time) and checked writable, the repair moves damage aside and deletes
 #   what derives from it, and, if it did, Snakemake starts again on the same command line
