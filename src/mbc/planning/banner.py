@@ -54,26 +54,33 @@ def machine_rates() -> Path:
     return Path(root) / "mbc" / "steps_per_s.json"
 
 
-def _read_json(path: Path) -> dict[str, float]:
-    """A rate cache: shape key -> steps/s. An entry that is not a positive finite number,
-    or a file that is not such a mapping, is discarded with one line (measured again): a
-    hand-edited or foreign cache must not stop the start-up after the repair."""
+def _read_cache(path: Path, valid, what: str, entry: str, again: str) -> dict:
+    """A machine's cache (rates, calibrations): missing, or torn by a concurrent writer:
+    {}. A file that is not a mapping, or entries that are not `valid`, are discarded with
+    one line (`again`: what happens instead): a hand-edited or foreign cache must not stop
+    the start-up after the repair."""
     try:
         known = json.loads(path.read_text())
-    except (OSError, ValueError):  # missing, or torn by a concurrent writer: measure again
+    except (OSError, ValueError):
         return {}
     if not isinstance(known, dict):
-        print(f"mbc: {path}: not a mapping of rates, discarded (measured again)", file=sys.stderr)
+        print(f"mbc: {path}: not a mapping of {what}, discarded ({again})", file=sys.stderr)
         return {}
-    good = {k: float(v) for k, v in known.items() if _is_rate(v)}
+    good = {k: v for k, v in known.items() if valid(v)}
     if len(good) < len(known):
         bad = next(v for k, v in known.items() if k not in good)
         print(
-            f"mbc: {path}: {len(known) - len(good)} entry(ies) not a steps/s number (such as "
-            f"{bad!r}), discarded (measured again)",
+            f"mbc: {path}: {len(known) - len(good)} entry(ies) not {entry} (such as {bad!r}), "
+            f"discarded ({again})",
             file=sys.stderr,
         )
     return good
+
+
+def _read_json(path: Path) -> dict[str, float]:
+    """A rate cache: shape key -> steps/s, each a positive finite number."""
+    rates = _read_cache(path, _is_rate, "rates", "a steps/s number", "measured again")
+    return {k: float(v) for k, v in rates.items()}
 
 
 def _is_rate(value: object) -> bool:
@@ -100,26 +107,14 @@ def read_calibrations() -> dict[str, tuple[int, bool]]:
     """The calibration cache: "run id|device|cap" -> (tau, crossed). Missing or torn by a
     concurrent writer: {} (calibrated again). Not such a mapping, or an entry of another
     shape (hand-edited, foreign): discarded with one line, calibrated again."""
-    path = calibration_cache()
-    try:
-        known = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(known, dict):
-        print(
-            f"mbc: {path}: not a mapping of calibrations, discarded (calibrated again)",
-            file=sys.stderr,
-        )
-        return {}
-    good = {k: (v[0], v[1]) for k, v in known.items() if _is_calibration(v)}
-    if len(good) < len(known):
-        bad = next(v for k, v in known.items() if k not in good)
-        print(
-            f"mbc: {path}: {len(known) - len(good)} entry(ies) not a [tau, crossed] pair (such "
-            f"as {bad!r}), discarded (calibrated again)",
-            file=sys.stderr,
-        )
-    return good
+    known = _read_cache(
+        calibration_cache(),
+        _is_calibration,
+        "calibrations",
+        "a [tau, crossed] pair",
+        "calibrated again",
+    )
+    return {k: (v[0], v[1]) for k, v in known.items()}
 
 
 def _is_calibration(value: object) -> bool:
