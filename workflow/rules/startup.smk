@@ -48,9 +48,7 @@ if MAIN_PROCESS:
         | {p for p, _ in _ALTERED if p in _TABLES_BUILT},
     )
     if workflow.output_settings.dryrun:
-        for line in mbc.core.integrity.move_altered_aggregates(
-            OUT, dry_run=True, skip=_SKIP
-        ):
+        for line in mbc.core.integrity.move_aside(_ALTERED, dry_run=True):
             print(f"mbc: repair: {line}", file=sys.stderr)
         for line in mbc.core.integrity.repair(
             _FINDINGS, _RUNS, _AGGREGATES, dry_run=True
@@ -99,7 +97,7 @@ onstart:
             f"mbc: another snakemake is running on {OUT}/: nothing repaired or run here; "
             "wait for it to end"
         )
-    for line in mbc.core.integrity.move_altered_aggregates(OUT, skip=_SKIP):
+    for line in mbc.core.integrity.move_aside(_ALTERED):
         print(f"mbc: repair: {line}", file=sys.stderr)
     for line in mbc.core.integrity.repair(_FINDINGS, _RUNS, _AGGREGATES):
         print(f"mbc: repair: {line}", file=sys.stderr)

@@ -307,20 +307,25 @@ def altered_tables(outdir: str | os.PathLike, skip: Iterable[Path] = ()) -> list
     return found
 
 
-def move_altered_aggregates(
-    outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
-) -> list[str]:
-    """Move aside (`<table>.corrupt-<time>`) every table of the outdir that `altered_tables`
-    finds, so that it is rebuilt, not deleted; one line per table. Under `dry_run` nothing
-    moves and the lines say what a real run would do."""
+def move_aside(found: list[tuple[Path, str]], dry_run: bool = False) -> list[str]:
+    """Move aside (`<table>.corrupt-<time>`) each table `altered_tables` found, so that it
+    is rebuilt, not deleted; one line per table. Under `dry_run` nothing moves and the
+    lines say what a real run would do."""
     lines = []
-    for p, why in altered_tables(outdir, skip):
+    for p, why in found:
         aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
         done = "would be moved aside" if dry_run else f"moved aside to {aside.name}"
         lines.append(f"{p}: {why}, {done} so that it is rebuilt")
         if not dry_run:
             p.rename(aside)
     return lines
+
+
+def move_altered_aggregates(
+    outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
+) -> list[str]:
+    """`altered_tables` of the outdir, moved aside (`move_aside`)."""
+    return move_aside(altered_tables(outdir, skip), dry_run)
 
 
 def unverified_tables(outdirs: set[Path]) -> list[Path]:

@@ -35,9 +35,7 @@ from mbc.paper.figures.drawing import (
     _legend,
     _no_data,
 )
-from mbc.paper.figures.registry import (
-    _register,
-)
+from mbc.paper.figures.registry import _register
 
 
 def _tau_fraction(df: pd.DataFrame) -> np.ndarray:

@@ -39,9 +39,7 @@ from mbc.paper.figures.drawing import (
     _tau_points,
     _threshold_lines,
 )
-from mbc.paper.figures.registry import (
-    _register,
-)
+from mbc.paper.figures.registry import _register
 
 
 @_register("loss_curves", ["metrics", "tau"])
