@@ -9,7 +9,7 @@ Prints, in one run:
    and packs of 1, 8, 32 and 128 runs (`mbc.training.packed.PackedRuns`), in pack
    steps/s and run-steps/s, with the peak device memory; the in-loop evaluation of one
    run at K = 5 and 36. Saved to DIR/rates.json;
-3. a slice of the paper trained packed (`mbc.training.packed_train.train_pack`): E1 at
+3. a slice of the paper trained packed (`mbc.training.train.train_pack`): E1 at
    K = 5 and 10 and (paper sizes only) E6's learning-rate grid at K = 20, whose lr 5e-3
    diverged in the author's runs; seeds 0-2, every run with the preset's own settings
    (budget, evaluation schedule, early stop, divergence stop), stopped at
@@ -52,8 +52,8 @@ from mbc.core.layout import RunPaths
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.planning import timing
 from mbc.training.data import build_dataset
-from mbc.training.packed_train import train_pack
-from mbc.training.train import pick_device
+from mbc.training.setup import pick_device
+from mbc.training.train import train_pack
 
 REPO = Path(__file__).resolve().parents[1]
 

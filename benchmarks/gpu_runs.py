@@ -106,8 +106,8 @@ def _train_chunk(args) -> list[dict]:
     from mbc.core.layout import RunPaths
     from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
     from mbc.training.data import build_dataset
-    from mbc.training.packed_train import train_pack
     from mbc.training.record import finalize_run
+    from mbc.training.train import train_pack
 
     torch.set_num_threads(1)
     cfg = load(preset, overrides)

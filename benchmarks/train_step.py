@@ -7,11 +7,10 @@
 What it measures (docs/method.md#model: 4 layers, d_model 128, batch 128, 15 input
 positions, 5 target positions; 807,720 parameters):
 
-(a) ours       the training step exactly as `mbc.training.train.train_run` runs it: the model of
-               `mbc.training.model.build_model`, the loss of `mbc.training.train.step_functions` for the
-               default `train` config (the model's forward: last block at the target
-               positions only), the optimiser of `mbc.training.train.make_optimizer`, batches
-               from `BatchOrder`;
+(a) ours       the training step exactly as `mbc.training.train.train_run` runs it: a pack of
+               one (`mbc.training.packed.PackedRuns.step`) for the default `train` config
+               (the model's forward: last block at the target positions only), AdamW of
+               `mbc.training.setup.make_optimizer`, batches from `BatchOrder`;
     plain      the same step with every position through the last block
                (`Transformer.forward(all_positions=True)`): what the pruning buys;
 (b) reference  the same architecture written the plain way (nn.MultiheadAttention, logits
@@ -21,7 +20,8 @@ positions, 5 target positions; 807,720 parameters):
                weights copied in, logits at all positions, torch AdamW: the anchor of every
                "x/author" ratio (benchmarks/author_model.py; skipped, and said so, when
                transformer_lens is not installed: pip install -e ".[bench]");
-    ours_bf16  ours with `train.precision: bf16` (bf16 autocast of forward and backward);
+    ours_bf16  ours with `train.precision: bf16` (one bf16 copy of the linear layers a step:
+               bf16 matmuls forward and backward, fp32 weights and optimiser);
                with --compile also ours_compiled and ours_bf16_compiled;
 (c) roofline   the GEMMs of ours' step (forward, input- and weight-gradients: 3x the
                forward FLOPs; the model's last layer runs queries, output projection and
@@ -30,7 +30,7 @@ positions, 5 target positions; 807,720 parameters):
                reach. roofline_full: the same for the unpruned model (plain, reference);
                roofline_bf16: ours' GEMMs in bf16 (what bf16 matmuls could reach);
 (d) evaluation the in-loop evaluation `train_run` runs (`mbc.training.metrics.evaluate_shared_prefix`; without
-               --quick also `mbc.training.metrics.evaluate`) on the evaluation batch `mbc.training.train`
+               --quick also `mbc.training.metrics.evaluate`) on the evaluation batch `mbc.training.setup`
                builds (n_contexts x K candidates + the z-shuffle batch), as a fraction of
                the training time between two uniform evaluations:
                eval_time / (eval_every * ours_step_time), at --eval-every (500, the
@@ -74,10 +74,11 @@ from torch import nn
 from mbc.core.artifacts import dumps_strict
 from mbc.core.spec import VOCAB, ModelSpec, RunSpec, TaskSpec
 from mbc.training import metrics
-from mbc.training.data import STREAM_EVAL, STREAM_INIT, BatchOrder, build_dataset, stream_seed
+from mbc.training.data import STREAM_EVAL, BatchOrder, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch
 from mbc.training.model import build_model, count_parameters
-from mbc.training.train import make_optimizer, pick_device, step_functions
+from mbc.training.packed import PackedRuns
+from mbc.training.setup import initial_model, make_optimizer, pick_device
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import author_model  # noqa: E402  (benchmarks/author_model.py, beside this file)
@@ -270,7 +271,8 @@ def interleaved(
 
 
 class Trainer:
-    """One run's training state, stepping as `mbc.training.train.train_run` does."""
+    """A textbook training loop (plain, reference, author): the model's loss, backward,
+    the optimiser's step."""
 
     def __init__(self, model, opt, loss_fn, tokens, order):
         self.model, self.opt, self.loss_fn = model, opt, loss_fn
@@ -286,27 +288,42 @@ class Trainer:
         self.losses.append(loss.detach())
 
 
+class Ours:
+    """ours: the training step as `mbc.training.train.train_run` runs it, a pack of one
+    (`mbc.training.packed.PackedRuns`) from the run's initial weights, under `train`."""
+
+    def __init__(self, spec: RunSpec, dataset, device: torch.device, train=None):
+        spec = spec if train is None else dataclasses.replace(spec, train=train)
+        self.pack = PackedRuns([spec], [dataset], device)
+        self.model = self.pack.model
+        self.losses: list[torch.Tensor] = []
+
+    def step(self) -> None:
+        self.losses.append(self.pack.step().losses[0])
+
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The run's current weights under the ordinary model's names."""
+        return self.pack.weights(0)
+
+
 def _copy_model(spec: RunSpec, init: dict, device: torch.device) -> nn.Module:
     m = build_model(spec.model, spec.task, torch.Generator().manual_seed(0)).to(device)
     m.load_state_dict(init)
     return m.train()
 
 
-def make_trainers(
-    spec: RunSpec, tokens: torch.Tensor, device: torch.device, seed: int = 0, extra: bool = True
-):
+def make_trainers(spec: RunSpec, ds, device: torch.device, extra: bool = True):
     """ours / plain / reference (+ ours_bf16 and, when TransformerLens is installed, author),
-    all from our initial weights and one batch order each.
+    all from the initial weights of `spec` (its seed) and one batch order each.
 
-    ours is `train_run`'s step for `spec.train` (its loss from `mbc.training.train.step_functions`);
-    plain is the same with every position through the last block (not pruned); ours_bf16
+    ours is `train_run`'s step for `spec.train` (`Ours`); plain is the textbook step of
+    the same model with every position through the last block (not pruned); ours_bf16
     is ours with `train.precision: bf16`; author is the author's HookedTransformer.
     """
-    gen = torch.Generator().manual_seed(stream_seed(seed, STREAM_INIT))
-    ours = build_model(spec.model, spec.task, gen).to(device).train()
-    init = {k: v.detach().clone() for k, v in ours.state_dict().items()}
+    tokens = ds.tokens.to(device)
+    init = initial_model(spec).state_dict()
     d, b = tokens.shape[0], spec.train.batch_size
-    order = lambda: BatchOrder(d, b, seed, device)  # noqa: E731
+    order = lambda: BatchOrder(d, b, spec.seed, device)  # noqa: E731
 
     plain = _copy_model(spec, init, device)
     n_t = spec.task.n_targets
@@ -317,16 +334,10 @@ def make_trainers(
         ref.parameters(), lr=t.lr, betas=(t.beta1, t.beta2), eps=t.eps, weight_decay=t.weight_decay
     )
     out = {
-        "ours": Trainer(
-            ours,
-            make_optimizer(ours, spec, device),
-            step_functions(spec.train, ours)[0],
-            tokens,
-            order(),
-        ),
+        "ours": Ours(spec, ds, device),
         "plain": Trainer(
             plain,
-            make_optimizer(plain, spec, device),
+            make_optimizer(plain, spec),
             lambda s: target_loss(plain(s, all_positions=True), s, n_t),
             tokens,
             order(),
@@ -335,11 +346,7 @@ def make_trainers(
     }
     if not extra:
         return out
-    bf = _copy_model(spec, init, device)
-    bf16_train = dataclasses.replace(spec.train, precision="bf16")
-    out["ours_bf16"] = Trainer(
-        bf, make_optimizer(bf, spec, device), step_functions(bf16_train, bf)[0], tokens, order()
-    )
+    out["ours_bf16"] = Ours(spec, ds, device, dataclasses.replace(spec.train, precision="bf16"))
     if author_model.available():
         am = author_model.build(spec.model, init, device)
         am_opt = torch.optim.AdamW(  # what the author's training loop uses
@@ -432,7 +439,6 @@ def main(argv: list[str] | None = None) -> dict:
     CLOCK = args.clock if args.clock != "auto" else ("cpu" if device.type == "cpu" else "wall")
     spec = RunSpec()  # the paper setting (docs/method.md#model; K = 10, 1000 groups)
     ds = build_dataset(spec.task, spec.seed)
-    tokens = ds.tokens.to(device)
     b, t_in, n_t = spec.train.batch_size, spec.task.seq_len - 1, spec.task.n_targets
     res: dict = {
         "env": {
@@ -450,7 +456,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
 
     # (a), (b): ours, plain, reference -------------------------------------------------
-    tr = make_trainers(spec, tokens, device)
+    tr = make_trainers(spec, ds, device)
     counts = {k: count_parameters(x.model) for k, x in tr.items()}
     n_ours = counts["ours"]
     assert set(counts.values()) == {PAPER_PARAMS}, counts
@@ -459,7 +465,7 @@ def main(argv: list[str] | None = None) -> dict:
             x.step()
 
     # numerics: fresh trainers, same weights, same batches ------------------------------
-    num = make_trainers(spec, tokens, device)
+    num = make_trainers(spec, ds, device)
     for _ in range(args.numerics_steps + 1):
         for x in num.values():
             x.step()
@@ -492,9 +498,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.compile:
         for name, precision in (("ours_compiled", "fp32"), ("ours_bf16_compiled", "bf16")):
             train = dataclasses.replace(spec.train, compile=True, precision=precision)
-            cm = _copy_model(spec, tr["ours"].model.state_dict(), device)
-            ct = Trainer(cm, make_optimizer(cm, spec, device), step_functions(train, cm)[0],
-                         tokens, BatchOrder(tokens.shape[0], b, 0, device))  # fmt: skip
+            ct = Ours(spec, ds, device, train)
             t0 = time.perf_counter()
             ct.step()
             sync(device)
@@ -578,10 +582,9 @@ def main(argv: list[str] | None = None) -> dict:
         eds = build_dataset(task, spec.seed)
         rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
         batch = make_eval_batch(eds, fixed_contexts(eds, args.n_contexts, rng), rng).to(device)
-        model = _copy_model(
-            dataclasses.replace(spec, task=task), tr["ours"].model.state_dict(), device
-        )
-        ours_eval = step_functions(spec.train, model)[1]  # what train_run evaluates with
+        model = _copy_model(dataclasses.replace(spec, task=task), tr["ours"].weights(), device)
+        engine = metrics.ENGINES[spec.train.engine]  # what train_run evaluates with
+        ours_eval = lambda bt, m=model, f=engine: f(m, bt)  # noqa: E731
         # agreement with mbc.training.metrics.evaluate (on 32 contexts with --quick)
         if args.quick:
             rng_q = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
@@ -629,15 +632,13 @@ def main(argv: list[str] | None = None) -> dict:
 
     # packed vs sequential -----------------------------------------------------------------
     if args.packed > 0:
-        from mbc.training.packed import PackedRuns
-
         r = args.packed
         specs = [RunSpec(seed=s) for s in range(r)]
         dss = [ds] + [build_dataset(s.task, s.seed) for s in specs[1:]]
         packed = PackedRuns(specs, dss, device)
         seq_ours, seq_plain = [], []
         for s, d_ in zip(specs, dss, strict=True):
-            trs = make_trainers(s, d_.tokens.to(device), device, seed=s.seed, extra=False)
+            trs = make_trainers(s, d_, device, extra=False)
             seq_ours.append(trs["ours"])
             seq_plain.append(trs["plain"])
         run_all = lambda xs: [x.step() for x in xs]  # noqa: E731

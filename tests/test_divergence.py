@@ -28,9 +28,8 @@ from mbc.paper import figures
 from mbc.pipeline import make_tau_table, summarize
 from mbc.status import run_state
 from mbc.training.data import build_dataset
-from mbc.training.packed_train import train_pack
 from mbc.training.record import RunRecord
-from mbc.training.train import train_run
+from mbc.training.train import train_pack, train_run
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}

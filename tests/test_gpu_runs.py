@@ -16,7 +16,7 @@ import torch  # noqa: E402
 from mbc.core.layout import Layout  # noqa: E402
 from mbc.core.runlog import finished, read_log  # noqa: E402
 from mbc.training.data import build_dataset  # noqa: E402
-from mbc.training.packed_train import train_pack  # noqa: E402
+from mbc.training.train import train_pack  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,37 +1,55 @@
-"""Packed training of R runs == R independent runs of the ordinary training loop."""
+"""The one training step (`mbc.training.packed.PackedRuns.step`): a pack of one equals the
+textbook training loop (tests/textbook.py), and a pack of R equals R packs of one."""
 
 import dataclasses
 
 import pytest
 import torch
 from helpers import tiny_spec
+from textbook import textbook_run
 
-from mbc.training.data import STREAM_INIT, BatchOrder, build_dataset, stream_seed
+from mbc.training.data import build_dataset
 from mbc.training.metrics import training_loss
-from mbc.training.model import build_model
 from mbc.training.packed import PackedRuns
-from mbc.training.train import fresh_run, make_optimizer
+from mbc.training.setup import eval_batch
 
 CPU = torch.device("cpu")
 STEPS = 20
 
 
-def independent_losses(spec, ds, steps=STEPS):
-    """The step of mbc.training.train.train_run, verbatim."""
-    model = build_model(
-        spec.model, spec.task, torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+def _steps(specs, datasets, steps=STEPS):
+    """(losses, first-target losses, grad norms) (R, steps) of `specs` as one pack."""
+    pack = PackedRuns(specs, datasets, CPU)
+    out = [pack.step() for _ in range(steps)]
+    norms = [pack.grad_norms()]  # of the last step
+    losses = torch.stack([o.losses for o in out]).T
+    return pack, losses, torch.stack([o.first_losses for o in out]).T, norms
+
+
+@pytest.mark.parametrize("regime", ["constant", "warmup_cosine_clipped"])
+def test_a_pack_of_one_takes_the_textbook_step(regime):
+    """The training loss, the first-target loss from the same logits, the gradient norm
+    before clipping, and the weights after it (through the model's outputs), to float32
+    rounding; with warmup + cosine and clipping at a norm the gradients exceed."""
+    spec = tiny_spec()
+    if regime != "constant":
+        spec = dataclasses.replace(spec, train=dataclasses.replace(
+            spec.train, schedule="warmup_cosine", warmup_steps=5, max_steps=STEPS, clip_norm=0.05
+        ))  # fmt: skip
+    ds = build_dataset(spec.task, spec.seed)
+    ref = textbook_run(spec, ds, STEPS)
+    pack = PackedRuns([spec], [ds], CPU)
+    got = [pack.step() for _ in range(STEPS)]
+    torch.testing.assert_close([float(g.losses[0]) for g in got], ref.losses, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(
+        [float(g.first_losses[0]) for g in got], ref.first_losses, rtol=1e-4, atol=1e-5
     )
-    model.train()
-    opt = make_optimizer(model, spec, CPU)
-    order = BatchOrder(ds.tokens.shape[0], spec.train.batch_size, spec.seed, CPU)
-    out = []
-    for step in range(1, steps + 1):
-        loss = training_loss(model, ds.tokens[order.indices(step)])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        out.append(float(loss.detach()))
-    return out, model, opt
+    torch.testing.assert_close(float(pack.grad_norms()[0]), ref.grad_norms[-1], rtol=1e-4, atol=0)
+    if regime != "constant":
+        assert min(ref.grad_norms) > 0.05, "the clip binds at every step"
+    model, _ = pack.export_run(0)
+    x = ds.tokens[: spec.train.batch_size]
+    torch.testing.assert_close(model(x), ref.model(x), rtol=1e-4, atol=1e-5)
 
 
 def _with(spec, seed=None, lr=None, **task):
@@ -44,7 +62,7 @@ def _with(spec, seed=None, lr=None, **task):
     "variant",
     ["seeds", "mixed"],  # same hyperparameters (torch AdamW) / per-run lr, K and D (PackedAdamW)
 )
-def test_packed_matches_independent_runs(variant):
+def test_a_pack_of_r_takes_the_step_of_r_packs_of_one(variant):
     base = tiny_spec()
     if variant == "seeds":
         specs = [_with(base, seed=s) for s in (0, 1, 2)]
@@ -55,18 +73,17 @@ def test_packed_matches_independent_runs(variant):
             _with(base, seed=2, lr=5e-3, n_groups=20),
         ]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
-    ref = [independent_losses(s, ds) for s, ds in zip(specs, datasets, strict=True)]
-
-    packed = PackedRuns(specs, datasets, CPU)
-    got = torch.stack([packed.step() for _ in range(STEPS)]).T  # (R, steps)
-    for r, (losses, model, opt) in enumerate(ref):
-        torch.testing.assert_close(got[r].tolist(), losses, rtol=1e-4, atol=1e-5)
+    packed, got, got_first, _ = _steps(specs, datasets)
+    for r, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
+        alone, losses, first, _ = _steps([s], [ds])
+        torch.testing.assert_close(got[r], losses[0], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(got_first[r], first[0], rtol=1e-4, atol=1e-5)
         # export: the same function, and one more ordinary step continues identically.
         # (Weights are compared through the model's outputs: the key bias has an exactly
         # zero gradient, softmax being shift invariant, so Adam turns rounding noise there
         # into lr-sized steps that differ between runs and change nothing downstream.)
-        m2, o2 = packed.export_run(r)
-        x = datasets[r].tokens[: specs[r].train.batch_size]
+        (m2, o2), (model, opt) = packed.export_run(r), alone.export_run(0)
+        x = ds.tokens[: s.train.batch_size]
         torch.testing.assert_close(m2(x), model(x), rtol=1e-4, atol=1e-5)
         for m, o in ((model, opt), (m2, o2)):
             o.zero_grad()
@@ -84,7 +101,6 @@ def test_packed_linear_baseline_matches_independent_runs(variant):
     unpacked run's to float32 rounding, its exported model the same function, and a pack's
     batched evaluation the run's own."""
     from mbc.training.metrics import evaluate
-    from mbc.training.train import eval_batch
 
     base = tiny_spec()
     base = dataclasses.replace(base, model=dataclasses.replace(base.model, kind="linear"))
@@ -93,15 +109,14 @@ def test_packed_linear_baseline_matches_independent_runs(variant):
     else:
         specs = [_with(base, seed=0), _with(base, seed=1, lr=1e-3, k=5), _with(base, seed=2)]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
-    ref = [independent_losses(s, ds) for s, ds in zip(specs, datasets, strict=True)]
-    packed = PackedRuns(specs, datasets, CPU)
+    ref = [textbook_run(s, ds, STEPS) for s, ds in zip(specs, datasets, strict=True)]
+    packed, got, _, _ = _steps(specs, datasets)
     assert type(packed.model).__name__ == "PackedLinear"
-    got = torch.stack([packed.step() for _ in range(STEPS)]).T
-    for r, (losses, model, _) in enumerate(ref):
-        torch.testing.assert_close(got[r].tolist(), losses, rtol=1e-5, atol=1e-6)
+    for r, run in enumerate(ref):
+        torch.testing.assert_close(got[r].tolist(), run.losses, rtol=1e-5, atol=1e-6)
         m2, _ = packed.export_run(r)
         x = datasets[r].tokens[: specs[r].train.batch_size]
-        torch.testing.assert_close(m2(x), model(x), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(m2(x), run.model(x), rtol=1e-5, atol=1e-6)
     assert got[:, 0].unique().numel() == 3, "each run has its own init and data"
     same_k = [r for r, s in enumerate(specs) if s.task.k == specs[0].task.k]  # one shape
     batches = [eval_batch(specs[r], datasets[r], CPU) for r in same_k]
@@ -114,19 +129,17 @@ def test_packed_linear_baseline_matches_independent_runs(variant):
 
 def test_bf16_pack_takes_the_autocast_step_of_each_run():
     """train.precision bf16: the pack's one bf16 copy of the linear layers per step gives
-    each run the step of its own unpacked bf16-autocast training (the same casts, op for
+    each run the step of the textbook bf16-autocast training (the same casts, op for
     op): equal at the first step to rounding; bf16 rounding then compounds slowly
     (measured here: at most 8e-4 relative in 20 steps, 3e-2 in 60)."""
     base = tiny_spec()
     base = dataclasses.replace(base, train=dataclasses.replace(base.train, precision="bf16"))
     specs = [_with(base, seed=0), _with(base, seed=1, lr=1e-3, k=5)]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
-    packed = PackedRuns(specs, datasets, CPU)
+    packed, got, _, _ = _steps(specs, datasets)
     assert packed._low_copies()["unembed.weight"].dtype == torch.bfloat16
-    got = torch.stack([packed.step() for _ in range(STEPS)]).T
     for r, (spec, ds) in enumerate(zip(specs, datasets, strict=True)):
-        run = fresh_run(spec, ds, CPU)
-        ref = torch.tensor([float(run.step(s)) for s in range(1, STEPS + 1)])
+        ref = torch.tensor(textbook_run(spec, ds, STEPS).losses)
         torch.testing.assert_close(got[r, 0], ref[0], rtol=1e-5, atol=0)
         torch.testing.assert_close(got[r], ref, rtol=2e-3, atol=0)
         # the master weights and their gradients stay fp32
@@ -172,7 +185,7 @@ def test_forward_and_shared_prefix_evaluation_equal_the_textbook_paths(task):
 
     spec = _with(tiny_spec(), **task)
     ds = build_dataset(spec.task, 0)
-    _, model, _ = independent_losses(spec, ds, steps=10)
+    model = textbook_run(spec, ds, steps=10).model  # trained a little: not at its init
     x = ds.tokens[:32]
     ref = reference_logits(model, x)
     torch.testing.assert_close(model(x), ref, rtol=1e-5, atol=1e-5)

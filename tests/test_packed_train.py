@@ -16,8 +16,7 @@ from mbc.core.integrity import RunFiles, repair, scan
 from mbc.core.packing import make_packs, pack_key
 from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset
-from mbc.training.packed_train import train_pack
-from mbc.training.train import train_run
+from mbc.training.train import train_pack, train_run
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
@@ -255,7 +254,7 @@ def test_batched_evaluation_equals_each_runs_own():
     run's own model's evaluation by the same engine, z-shuffle included; chunked."""
     from mbc.training.metrics import evaluate, evaluate_shared_prefix
     from mbc.training.packed import PackedRuns
-    from mbc.training.train import eval_batch
+    from mbc.training.setup import eval_batch
 
     specs = [dataclasses.replace(tiny_spec(), seed=s) for s in range(3)]
     datasets = [build_dataset(s.task, s.seed) for s in specs]

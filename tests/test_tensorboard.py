@@ -13,8 +13,7 @@ from helpers import tiny_spec
 from mbc.core.runlog import read_log
 from mbc.training import tensorboard_log
 from mbc.training.data import build_dataset
-from mbc.training.packed_train import train_pack
-from mbc.training.train import train_run
+from mbc.training.train import train_pack, train_run
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}

@@ -133,22 +133,21 @@ def _with_train(spec, **kw):
 
 def test_train_engine_selects_the_implementation():
     """`fast` evaluates with the shared prefix, `plain` every candidate sequence in full;
-    both train with the one training loss; `fast` is the default."""
+    the engine changes the evaluation only: both take the one training step bitwise;
+    `fast` is the default; an unknown engine is refused naming the key."""
     from mbc.training import metrics
-    from mbc.training.train import ENGINES, step_functions
+    from mbc.training.packed import PackedRuns
 
     spec = tiny_spec()
     assert spec.train.engine == "fast" and spec.train.compile is False
     ds = build_dataset(spec.task, 0)
-    model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
-    x = ds.tokens[:16]
-    assert ENGINES["fast"] is metrics.evaluate_shared_prefix
-    assert ENGINES["plain"] is metrics.evaluate
-    for name in ("fast", "plain"):
-        loss, _ = step_functions(_with_train(spec, engine=name).train, model)
-        assert torch.equal(loss(x), metrics.training_loss(model, x)), name
+    assert metrics.ENGINES["fast"] is metrics.evaluate_shared_prefix
+    assert metrics.ENGINES["plain"] is metrics.evaluate
+    fast, plain = (PackedRuns([_with_train(spec, engine=e)], [ds], CPU) for e in ("fast", "plain"))
+    for _ in range(3):
+        assert torch.equal(fast.step().losses, plain.step().losses)
     with pytest.raises(ValueError, match="train.engine"):
-        step_functions(_with_train(spec, engine="turbo").train, model)
+        train_run(_with_train(spec, engine="turbo"), ds, "unused", CPU, say=lambda s: None)
 
 
 def test_fast_and_plain_engines_train_the_same_run(tmp_path):
@@ -225,27 +224,21 @@ def test_learning_rate_schedules_match_their_closed_form():
 
 
 def test_clipping_bounds_the_gradient_norm_of_the_update():
-    from mbc.training.train import train_step
+    """The gradient the optimiser applies has norm clip_norm where the raw one is larger;
+    what the log records as grad_norm is the norm before clipping, not the clip."""
+    from mbc.training.packed import PackedRuns
 
     spec = tiny_spec()
     ds = build_dataset(spec.task, 0)
-    seqs = ds.tokens[:16]
     norms = {}
     for clip in (0.0, 1e-3):
-        model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
-        opt = torch.optim.SGD(model.parameters(), lr=1.0)  # update = -grad: its norm is the clip
-        before = [p.detach().clone() for p in model.parameters()]
-        train_step(model, opt, seqs, clip_norm=clip)
-        delta = torch.cat(
-            [(p.detach() - b).flatten() for p, b in zip(model.parameters(), before, strict=True)]
-        )
-        norms[clip] = float(delta.norm())
-    assert norms[0.0] > 0.01  # the raw gradient is far larger than the clip
-    assert norms[1e-3] == pytest.approx(1e-3, rel=1e-4)
-    # what train_run logs as grad_norm is the norm before clipping, not the clip
-    from mbc.training.train import _grad_norm
-
-    assert _grad_norm(model) == pytest.approx(norms[0.0], rel=1e-4)
+        pack = PackedRuns([_with_train(spec, clip_norm=clip)], [ds], CPU)
+        pack.step()
+        applied = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in pack.params]))
+        norms[clip] = (float(applied), float(pack.grad_norms()[0]))
+    assert norms[0.0][0] > 0.01  # the raw gradient is far larger than the clip
+    assert norms[1e-3][0] == pytest.approx(1e-3, rel=1e-4)
+    assert norms[1e-3][1] == pytest.approx(norms[0.0][0], rel=1e-4)
 
 
 def test_crosses_mark_compares_sides_of_each_threshold():
@@ -333,7 +326,7 @@ def test_training_says_progress_and_writes_strict_json(tmp_path):
     ds = build_dataset(spec.task, spec.seed)
     said = []
     train_run(spec, ds, tmp_path, CPU, say=said.append, progress_every_s=0.0)
-    lines = [m for m in said if m.startswith("step ")]
+    lines = [m for m in said if m.startswith(f"{spec.run_id}: step ")]
     assert lines and all("L_cand/logK" in m and "steps/s" in m and "ETA" in m for m in lines)
     assert any(f"/{spec.train.max_steps:,}" in m for m in lines)
     assert any("tau = " in m for m in said)
@@ -369,29 +362,26 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
         assert sa[k] is None or sa[k] % 5 == 0, k
 
 
-def test_bf16_precision_autocasts_the_step_and_keeps_fp32_state(tmp_path):
-    """train.precision: bf16 runs the training forward/backward under bf16 autocast (its loss
-    differs from fp32 at bf16 rounding), keeps weights, gradients and AdamW state fp32, is a
-    different run id (fp32's id unchanged), and still learns the task."""
-    from mbc.training.train import fresh_run, step_functions
+def test_bf16_precision_puts_the_matmuls_in_bf16_and_keeps_fp32_state(tmp_path):
+    """train.precision: bf16 runs the training step's matmuls in bf16 (its loss differs from
+    fp32 at bf16 rounding), keeps weights, gradients and AdamW state fp32, is a different
+    run id (fp32's id unchanged), and still learns the task; another value is refused."""
+    from mbc.training.packed import PackedRuns
 
     spec = tiny_spec()
     bf16 = _with_train(spec, precision="bf16")
     assert "-bf16-" in bf16.run_id and bf16.run_id != spec.run_id
     assert "precision" not in spec.to_dict()["train"]  # fp32: ids from before the key
     ds = build_dataset(spec.task, 0)
-    model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
-    x = ds.tokens[:16]
-    lo, hi = (step_functions(s.train, model)[0](x).detach() for s in (bf16, spec))
-    assert lo.dtype == hi.dtype == torch.float32
-    assert 1e-6 < abs(float(lo - hi)) < 0.05 * float(hi)
-    run = fresh_run(bf16, ds, CPU)
-    run.step(1)
-    assert all(p.dtype == torch.float32 for p in run.model.parameters())
-    assert all(v.dtype == torch.float32 for st in run.opt.state.values() for v in st.values()
+    lo, hi = (PackedRuns([s], [ds], CPU) for s in (bf16, spec))
+    a, b = lo.step().losses, hi.step().losses
+    assert a.dtype == b.dtype == torch.float32
+    assert 1e-6 < abs(float(a - b)) < 0.05 * float(b)
+    assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in lo.params)
+    assert all(v.dtype == torch.float32 for st in lo.opt.state.values() for v in st.values()
                if torch.is_tensor(v) and v.is_floating_point())  # fmt: skip
     with pytest.raises(ValueError, match="train.precision"):
-        step_functions(_with_train(spec, precision="fp8").train, model)
+        PackedRuns([_with_train(spec, precision="fp8")], [ds], CPU)
     m = train_run(bf16, ds, tmp_path / "bf16", CPU, say=lambda s: None)
     assert m["candidate_loss"].iloc[-1] < 0.5 * m["candidate_loss"].iloc[0]  # it learnt
 
@@ -406,7 +396,7 @@ def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch)
 
     seen = []
     fake = pd.DataFrame({"step": [0], "candidate_loss": [1.0], "wall_s": [0.0]})
-    monkeypatch.setattr(pipeline, "train_run", lambda *a, **k: seen.append(
+    monkeypatch.setattr(pipeline.trainer, "train_run", lambda *a, **k: seen.append(
         os.environ.get("TORCHINDUCTOR_CACHE_DIR")) or fake)  # fmt: skip
     monkeypatch.setattr(pipeline, "load_dataset", lambda path: None)
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
@@ -453,15 +443,15 @@ def test_progress_eta_is_to_the_early_stop_step_then_an_upper_bound():
     """Before factor x tau the time left is to that step (the run stops there only if
     L_cand is below its loss condition); past it the run goes on until it is, and the line
     says the budget's time left as an upper bound (it said "ETA 0m00s (early stop)")."""
-    from mbc.training.record import Progress
+    from mbc.training.progress import run_line
 
     spec = _with_train(tiny_spec(), early_stop_tau_factor=2.0, max_steps=1000)
-    said = []
-    p = Progress(spec, 0, said.append, every_s=0.0)
     row = {"candidate_loss": 0.5 * spec.task.log_k, "delta_z": 0.1}
-    p.report(100, row, tau=None, clock=None)
-    p.report(150, row, tau=100, clock=100)
-    p.report(400, row, tau=100, clock=100)
+    said = [
+        run_line(spec, 100, row, tau=None, clock=None, rate=10.0),
+        run_line(spec, 150, row, tau=100, clock=100, rate=10.0),
+        run_line(spec, 400, row, tau=100, clock=100, rate=10.0),
+    ]
     assert "early stop" not in said[0] and "at most" not in said[0], said[0]
     assert said[1].endswith("(early stop at step 200 if L_cand < 0.02 log K)"), said[1]
     assert said[2].endswith("at most (stops early once L_cand < 0.02 log K)"), said[2]

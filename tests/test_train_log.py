@@ -12,8 +12,10 @@ from helpers import tiny_spec
 
 from mbc.training import train_log
 from mbc.training.data import build_dataset
-from mbc.training.metrics import training_loss, training_losses
-from mbc.training.train import fresh_run, train_run
+from mbc.training.metrics import training_loss
+from mbc.training.packed import PackedRuns
+from mbc.training.setup import initial_model
+from mbc.training.train import train_run
 from mbc.training.train_log import TrainWindows, shuffled_first_loss_fn
 
 CPU = torch.device("cpu")
@@ -47,17 +49,31 @@ def test_windows_running_mean_and_last_batch_gap_by_hand():
     assert e["train_first_loss"] == 2.0 and math.isnan(e["train_first_shuffled_loss"])
 
 
-def test_training_losses_keeps_the_loss_and_adds_the_first_target_ce():
+def _alone(spec, ds):
+    """A run stepped by hand through the one training step (a pack of one), and an ordinary
+    model that `sync()` loads with its current weights."""
+    pack = PackedRuns([spec], [ds], CPU)
+    model = initial_model(spec)
+
+    def sync():
+        model.load_state_dict(pack.weights(0))
+        return model
+
+    return pack, sync
+
+
+def test_the_step_returns_its_loss_and_the_first_target_ce_of_the_same_logits():
     spec = tiny_spec()
-    run = fresh_run(spec, build_dataset(spec.task, spec.seed), CPU)
-    x = run.tokens[:16]
-    loss, first = training_losses(run.model, x)
-    assert torch.equal(loss, training_loss(run.model, x))  # same operations, bitwise
-    logits = run.model(x)
+    ds = build_dataset(spec.task, spec.seed)
+    pack, sync = _alone(spec, ds)
+    x = ds.tokens[pack.orders[0].indices(1)]
+    model = sync()  # the weights before the step
+    loss, first = pack.step()
+    torch.testing.assert_close(loss[0], training_loss(model, x).detach())
     n_t = spec.task.n_targets
-    want = torch.nn.functional.cross_entropy(logits[:, 0], x[:, -n_t])
-    torch.testing.assert_close(first, want)
-    assert not first.requires_grad
+    want = torch.nn.functional.cross_entropy(model(x)[:, 0], x[:, -n_t])
+    torch.testing.assert_close(first[0], want.detach())
+    assert not first.requires_grad and not loss.requires_grad
 
 
 def test_train_run_logs_the_windows_as_a_replay_computes_them(tmp_path):
@@ -69,18 +85,18 @@ def test_train_run_logs_the_windows_as_a_replay_computes_them(tmp_path):
     assert got.step.tolist() == list(range(every, spec.train.max_steps + 1, every))
     assert (got.n_batches == every).all()
     # replay: the same run stepped by hand, each step's first-target CE recomputed
-    run = fresh_run(spec, ds, CPU)
-    shuffled = shuffled_first_loss_fn(spec, ds, run.order.indices, run.model)
+    pack, sync = _alone(spec, ds)
+    shuffled = shuffled_first_loss_fn(spec, ds, pack.orders[0].indices, sync())
     firsts, gaps = [], {}
     n_t = spec.task.n_targets
     for s in range(1, spec.train.max_steps + 1):
-        idx = run.order.indices(s)
+        x = ds.tokens[pack.orders[0].indices(s)]
         with torch.no_grad():
-            logits = run.model(run.tokens[idx])
-            firsts.append(float(torch.nn.functional.cross_entropy(logits[:, 0],
-                                                                  run.tokens[idx][:, -n_t])))  # fmt: skip
-        run.step(s)
+            logits = sync()(x)
+            firsts.append(float(torch.nn.functional.cross_entropy(logits[:, 0], x[:, -n_t])))
+        pack.step()
         if s % every == 0:
+            sync()
             gaps[s] = shuffled(s)
     means = np.array(firsts).reshape(-1, every).mean(axis=1)
     np.testing.assert_allclose(got.train_first_loss, means, rtol=1e-5)
@@ -95,7 +111,8 @@ def test_train_run_logs_the_windows_as_a_replay_computes_them(tmp_path):
 def test_shuffled_batch_is_the_training_batch_with_every_z_wrong():
     spec = tiny_spec(label_noise=0.3)
     ds = build_dataset(spec.task, spec.seed)
-    run = fresh_run(spec, ds, CPU)
+    pack, sync = _alone(spec, ds)
+    order, model = pack.orders[0], sync()
     seen = {}
 
     def capture(model, seqs):
@@ -107,10 +124,10 @@ def test_shuffled_batch_is_the_training_batch_with_every_z_wrong():
     orig = tl.first_target_loss
     tl.first_target_loss = capture
     try:
-        shuffled_first_loss_fn(spec, ds, run.order.indices, run.model)(7)
+        shuffled_first_loss_fn(spec, ds, order.indices, model)(7)
     finally:
         tl.first_target_loss = orig
-    idx = run.order.indices(7)
+    idx = order.indices(7)
     clean = ds.tokens[idx]
     got = seen["seqs"]
     z = list(spec.task.z_positions)
@@ -119,8 +136,7 @@ def test_shuffled_batch_is_the_training_batch_with_every_z_wrong():
     assert (got[:, z] != clean[:, z]).any(dim=1).all()  # no example keeps its own z
     others = [i for i in range(clean.shape[1]) if i not in z]
     assert torch.equal(got[:, others], clean[:, others])
-    assert shuffled_first_loss_fn(tiny_spec(direction="a_to_b"), ds, run.order.indices,
-                                  run.model) is None  # fmt: skip
+    assert shuffled_first_loss_fn(tiny_spec(direction="a_to_b"), ds, order.indices, model) is None
 
 
 def test_resumed_run_logs_the_same_windows(tmp_path):

@@ -10,14 +10,14 @@ number of steps and the expected wall time on this machine. The assumptions, kep
   2. a power law tau = c * D^1.2 (the paper's tau ~ D^1.2, independent of K), with c
      the median of tau / D^1.2 over the measured taus, or else calibrated by one short
      measured run: the preset's smallest-D transformer run, trained (with the
-     `mbc.training.train` step and evaluations) until its first crossing, at most
+     training step, `mbc.training.packed.PackedRuns`, and its evaluation) until its first crossing, at most
      --calibrate-s seconds. A run that does not cross in time gives only a lower bound
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
   Linear-baseline runs (E13) are assumed never to transition: their full budget. Runs
   with label noise (E12) never meet the early stop's loss bound: their full budget too.
-* Steps/s: 20 timed steps (after 2 warm-up steps) of each distinct (model, batch size,
-  sequence layout, train.engine, train.compile, train.precision) shape, with the config's `threads` and
-  device, through the loss `mbc.training.train.train_run` uses (`mbc.training.train.step_functions`); or
+* Steps/s: 20 timed steps (after 3 warm-up steps) of each distinct (model, batch size,
+  sequence layout, train.engine, train.compile, train.precision) shape, with the config's
+  `threads` and device, through the training step (`mbc.planning.timing.measure_steps_per_s`); or
   --steps-per-s X for every run. Evaluation adds (n_contexts * (K + 1)) sequences
   forward per evaluation point, counted as one third of a training step per `batch_size`
   sequences (benchmarks/train_step.py: the engine's shared-prefix evaluation costs about
@@ -58,8 +58,10 @@ from mbc.planning.cost import (
 )
 from mbc.planning.timing import measure_rates, packed_wall_seconds, shape_of
 from mbc.training.data import build_dataset
+from mbc.training.metrics import ENGINES
+from mbc.training.packed import PackedRuns
 from mbc.training.schedule import eval_schedule
-from mbc.training.train import fresh_run, pick_device
+from mbc.training.setup import eval_batch, initial_model, pick_device
 
 # packs side by side by default: README's `snakemake --cores 8`, one core per train_pack job
 PACK_JOBS = 8
@@ -67,15 +69,18 @@ PACK_JOBS = 8
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
     """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
-    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
+    dataset = build_dataset(spec.task, spec.seed)
+    run = PackedRuns([spec], [dataset], device)  # the training step: a pack of one
+    model, batch = initial_model(spec).to(device), eval_batch(spec, dataset, device)
     evals = set(eval_schedule(spec.eval, spec.train.max_steps)[0])
     limit = spec.eval.threshold * spec.task.log_k
     t0, step = time.perf_counter(), 0
     while step < spec.train.max_steps:
         step += 1
-        run.step(step)
+        run.step()
         if step in evals:
-            loss = run.evaluate(run.eval_batch)["candidate_loss"]
+            model.load_state_dict(run.weights(0))
+            loss = ENGINES[spec.train.engine](model, batch)["candidate_loss"]
             if first_crossing([step], [loss], limit) is not None:
                 return step, True
             if time.perf_counter() - t0 > budget_s:

@@ -85,13 +85,14 @@ from mbc.paper.report import (
     scorecard_table,
     statistic_macros,
 )
-from mbc.training import packed_train, train_log
+from mbc.training import train as trainer
+from mbc.training import train_log
 from mbc.training.compile_cache import use_outdir_compile_cache
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
+from mbc.training.setup import pick_device
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
-from mbc.training.train import pick_device, train_run
 
 
 def load_dataset(path) -> Dataset:
@@ -122,7 +123,7 @@ def train(spec: RunSpec, dataset_path, run_dir, *, device: str = "auto", threads
         use_outdir_compile_cache(run_dir)
     dev = pick_device(device)
     print(f"training {spec.run_id} on {dev} ({threads} threads)")
-    metrics = train_run(spec, load_dataset(dataset_path), run_dir, dev)
+    metrics = trainer.train_run(spec, load_dataset(dataset_path), run_dir, dev)
     last = metrics.iloc[-1]
     console(
         f"{spec.run_id}: done at step {int(last.step)}: L_cand={last.candidate_loss:.4f} "
@@ -139,7 +140,7 @@ def train_pack(
     device: str = "auto",
     threads: int = 1,
 ) -> None:
-    """Train the runs of one pack together (`mbc.training.packed_train`); each run writes
+    """Train the runs of one pack together (`mbc.training.train.train_pack`); each run writes
     its own files as `train` would. The manifest lists, per run, whether it trained here,
     its last step and tau."""
     torch.set_num_threads(threads)
@@ -151,7 +152,7 @@ def train_pack(
     for p in dataset_paths:
         loaded.setdefault(str(p), load_dataset(p))
     t0 = time.perf_counter()
-    trained = packed_train.train_pack(specs, [loaded[str(p)] for p in dataset_paths], run_dirs, dev)
+    trained = trainer.train_pack(specs, [loaded[str(p)] for p in dataset_paths], run_dirs, dev)
     runs = []
     for spec, d, fresh in zip(specs, run_dirs, trained, strict=True):
         rows = read_log(RunPaths(d).log)

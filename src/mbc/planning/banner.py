@@ -182,7 +182,7 @@ def cached_rate(
     if machine_key in mine:
         rate = float(mine[machine_key])
     else:
-        from mbc.training.train import pick_device
+        from mbc.training.setup import pick_device
 
         torch.set_num_threads(threads)
         if say is not None:

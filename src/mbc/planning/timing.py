@@ -52,7 +52,7 @@ from mbc.planning.cost import pack_memory_gb
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
 from mbc.training.packed import PackedRuns
-from mbc.training.train import eval_batch, fresh_run
+from mbc.training.setup import eval_batch, initial_model
 
 WIDTHS = (1, 8, 32, 128)
 
@@ -95,30 +95,22 @@ def time_pack_step(
 def measure_steps_per_s(
     spec: RunSpec, device: torch.device, steps: int = 20, width: int = 0
 ) -> float:
-    """Run-steps/s of `spec`'s training step: width 0, the step of one run
-    (`mbc.training.train.train_run`); width R >= 1, a pack of R runs of its shape
-    (`mbc.training.packed.PackedRuns.step`, what `train_pack` runs): R / the pack's step time."""
-    if width:
-        return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
-    step = fresh_run(spec, build_dataset(spec.task, spec.seed), device).step
-    for s in range(1, 3):
-        step(s)
-    _sync(device)
-    t0 = time.perf_counter()
-    for s in range(3, 3 + steps):
-        step(s)
-    _sync(device)
-    return steps / (time.perf_counter() - t0)
+    """Run-steps/s of `spec`'s training step (`mbc.training.packed.PackedRuns.step`, what
+    `mbc.training.train.train_pack` runs): width 0, one run alone (a pack of one, as
+    `train_run` trains it); width R >= 1, a pack of R runs of its shape: R / its step time."""
+    width = max(width, 1)
+    return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
 
 
 def time_evaluation(spec: RunSpec, device: torch.device, repeats: int = 3) -> float:
     """Seconds per in-loop evaluation of one run of `spec` (its fixed evaluation batch)."""
-    run = fresh_run(spec, build_dataset(spec.task, spec.seed), device)
-    evaluate_shared_prefix(run.model, run.eval_batch)
+    model = initial_model(spec).to(device).train()
+    batch = eval_batch(spec, build_dataset(spec.task, spec.seed), device)
+    evaluate_shared_prefix(model, batch)
     _sync(device)
     t0 = time.perf_counter()
     for _ in range(repeats):
-        evaluate_shared_prefix(run.model, run.eval_batch)
+        evaluate_shared_prefix(model, batch)
     _sync(device)
     return (time.perf_counter() - t0) / repeats
 

@@ -228,18 +228,6 @@ def z_shuffle_gaps(
     }
 
 
-def training_losses(model: nn.Module, seqs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(`training_loss`, computed by the same operations, and the batch's first-target loss:
-    the mean CE of A's first token over the vocabulary, detached, from the same logits).
-    The second costs one cross-entropy over (batch, vocab); it is what the training log's
-    running mean averages (mbc.training.train_log)."""
-    n_t = model.task.n_targets
-    logits = model(seqs)
-    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, -n_t:].reshape(-1))
-    first = F.cross_entropy(logits[:, 0].detach().float(), seqs[:, -n_t])
-    return loss, first
-
-
 @torch.no_grad()
 def first_target_loss(model: nn.Module, seqs: torch.Tensor) -> float:
     """Mean first-target CE of `seqs` (nats), in eval mode, without gradients."""
@@ -253,3 +241,8 @@ def training_loss(model: nn.Module, seqs: torch.Tensor) -> torch.Tensor:
     n_t = model.task.n_targets
     logits = model(seqs)
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), seqs[:, -n_t:].reshape(-1))
+
+
+# train.engine -> the in-loop evaluation: how it is computed, not what (equal to float32
+# rounding; not in run ids)
+ENGINES = {"fast": evaluate_shared_prefix, "plain": evaluate}

@@ -1,4 +1,6 @@
-"""Packed training: R runs with identical shapes trained as one stacked model (for GPUs).
+"""The optimiser step of training: R >= 1 runs of one shape stepped as one stacked model.
+An ordinary run is a pack of one (`mbc.training.train.train_run`), so bf16, clipping, the
+loss and the resume state are computed here for every run, packed or not.
 
 A paper-size step (batch 128 x 15 positions, d_model 128) is far too small to fill a GPU:
 one run is bound by kernel-launch latency, not FLOPs. Packing R runs turns every
@@ -7,8 +9,8 @@ call over R * batch sequences), so a step of R runs costs about the launches of 
 `PackedTransformer.forward` and `mbc.training.model.Transformer.forward` are one forward,
 `mbc.training.forward.forward`, over R stacked weight sets or one run's.
 
-Each run keeps its own everything: initial weights (drawn exactly as `mbc.training.train` draws
-them, from the run's STREAM_INIT), dataset and batch order (`BatchOrder` of its own seed
+Each run keeps its own everything: initial weights (`mbc.training.setup.initial_model`,
+from the run's STREAM_INIT), dataset and batch order (`BatchOrder` of its own seed
 and D), and AdamW state. The runs only share kernels. The loss of the packed model is the
 sum of the R per-run mean losses, so run r's gradient is exactly its own. AdamW is
 elementwise, so one optimiser over the stacked tensors is R independent optimisers; when
@@ -21,28 +23,39 @@ shape, the sequence layout (length, target positions), the batch size and the ar
 (precision, compile).
 Each run's learning rate is `mbc.training.schedule.learning_rate` of its own spec, and
 clipping clips each run's own global gradient norm. `export_run` turns run r back into an
-ordinary `Transformer` + `torch.optim.AdamW` pair, identical in format to what
-`mbc.training.train.train_run` saves; a pack can start from such states (`states`).
+ordinary `Transformer` + `torch.optim.AdamW` pair: the format of every resume point, which
+any pack (of one or more) can start from (`states`).
 
-Matches independent runs to float32 rounding (tests/test_packed.py); it does not claim
-bitwise equality, since batched and unbatched matmuls may sum in different orders.
+A pack of R matches R packs of one to float32 rounding (tests/test_packed.py); it does not
+claim bitwise equality, since batched and unbatched matmuls may sum in different orders.
 """
 
 from __future__ import annotations
 
 import copy
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
-from mbc.training.data import STREAM_INIT, BatchOrder, Dataset, stream_seed
+from mbc.training.data import BatchOrder, Dataset
 from mbc.training.model import build_model
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
-from mbc.training.train import make_optimizer
+from mbc.training.setup import initial_model, make_optimizer
+
+PRECISIONS = ("fp32", "bf16")
+
+
+class Step(NamedTuple):
+    """What one optimiser step returns, per run (R,), detached: the training loss and the
+    batch's first-target loss from the same logits (the training log's series)."""
+
+    losses: torch.Tensor
+    first_losses: torch.Tensor
 
 
 def _hparams(spec: RunSpec) -> tuple:
@@ -53,11 +66,11 @@ def _hparams(spec: RunSpec) -> tuple:
 
 
 class PackedRuns:
-    """R runs (specs + their datasets) stepped together; `step()` returns their losses (R,).
+    """R >= 1 runs (specs + their datasets) stepped together; `step()` returns their losses.
 
     states: per run, None (start from the run's initial weights) or a resume state
-    {"model", "optimizer"} as `export_run` / `mbc.training.train.train_run` write it, all
-    at optimiser step `step` (a pack's runs always share their step count).
+    {"model", "optimizer"} as `export_run` writes it (every resume point), all at
+    optimiser step `step` (a pack's runs always share their step count).
     compile_mode: torch.compile the loss in this mode (e.g. "reduce-overhead": CUDA
     graphs) whatever train.compile says; fused=False: `PackedAdamW` even when torch's
     fused AdamW would do. Both for benchmarks/gpu_check.py, which measures them.
@@ -81,14 +94,15 @@ class PackedRuns:
                 "packed runs must share the model's kind and shape, the sequence layout, the "
                 "batch size, train.precision and train.compile (pack_key)"
             )
+        if (precision := specs[0].train.precision) not in PRECISIONS:
+            raise ValueError(f"train.precision = {precision!r}: expected one of {PRECISIONS}")
         states = list(states) if states is not None else [None] * len(specs)
         if any((st is None) != (step == 0) for st in states):
             raise ValueError("a pack starts all its runs fresh (step 0) or all from states")
         self.specs, self.device = list(specs), device
         models = []
         for s, st in zip(specs, states, strict=True):
-            gen = torch.Generator().manual_seed(stream_seed(s.seed, STREAM_INIT))
-            m = build_model(s.model, s.task, gen)
+            m = initial_model(s)
             if st is not None:
                 m.load_state_dict(st["model"])
             models.append(m)
@@ -109,7 +123,6 @@ class PackedRuns:
         self.step_count = step
         self._norms: torch.Tensor | None = None  # per-run gradient norms of the last step
         self._low: list[torch.Tensor] | None = None  # the bf16 copies (`_low_copies`)
-        self.first_losses: torch.Tensor | None = None  # the last step's first-target losses
         self._graphs, self._compile_mode = compile_mode == "reduce-overhead", compile_mode
         self._loss = self._loss_function(specs[0].train, compile_mode)
 
@@ -123,7 +136,7 @@ class PackedRuns:
         self.uniform = fused and len({_hparams(s) for s in specs}) == 1
         if self.uniform:
             # identical updates: torch's own (fused) AdamW over the stacked tensors
-            self.opt = make_optimizer(_ParamList(params), specs[0], self.device)
+            self.opt = make_optimizer(_ParamList(params), specs[0])
         else:
             self.opt = PackedAdamW(
                 params,
@@ -217,14 +230,13 @@ class PackedRuns:
             return self._stacked[rows, torch.stack(idx)]
         return torch.stack([t[i] for t, i in zip(self.tokens, idx, strict=True)])
 
-    def step(self) -> torch.Tensor:
-        """One optimiser step of every run (each at its own lr, clipped to its own norm);
-        returns the losses (R,), and keeps the batch's first-target losses (R,) in
-        `first_losses`."""
+    def step(self) -> Step:
+        """One optimiser step of every run (each at its own lr, clipped to its own norm,
+        in train.precision); returns the losses and first-target losses (R,)."""
         self.step_count += 1
         s = self.step_count
         low = self._low_copies()
-        losses, self.first_losses = self._loss(self.batch(s), low)
+        losses, first = self._loss(self.batch(s), low)
         self.opt.zero_grad(set_to_none=True)
         losses.sum().backward()
         self._master_grads(low)
@@ -245,13 +257,12 @@ class PackedRuns:
         self.opt.step()
         # a CUDA graph's next replay overwrites its outputs: keep a copy
         if self._graphs:
-            self.first_losses = self.first_losses.clone()
-            return losses.detach().clone()
-        return losses.detach()
+            return Step(losses.detach().clone(), first.clone())
+        return Step(losses.detach(), first)
 
     def grad_norms(self) -> torch.Tensor:
-        """Per-run global gradient norm (R,) of the last step, before clipping (what
-        `mbc.training.train` logs)."""
+        """Per-run global gradient norm (R,) of the last step, before clipping (what the
+        run's log records as grad_norm)."""
         if self._norms is None:
             sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.params if p.grad is not None]
             self._norms = torch.stack(sq).sum(0).sqrt()
@@ -262,12 +273,12 @@ class PackedRuns:
         return self.model.state_dict_of(r)
 
     def export_run(self, r: int) -> tuple[nn.Module, torch.optim.Optimizer]:
-        """Run r as an ordinary (model, AdamW) pair, as `mbc.training.train.train_run` holds them."""
+        """Run r as an ordinary (model, AdamW) pair: what its resume point saves."""
         spec = self.specs[r]
         model = build_model(spec.model, spec.task, torch.Generator().manual_seed(0))
         model.load_state_dict(self.weights(r))
         model.to(self.device).train()
-        opt = make_optimizer(model, spec, self.device)
+        opt = make_optimizer(model, spec)
         if isinstance(self.opt, PackedAdamW):
             state = self.opt.run_state(r)
         else:
@@ -309,7 +320,7 @@ class PackedRuns:
 
 
 class _ParamList(nn.Module):
-    """Lets `mbc.training.train.make_optimizer` (which takes a module) build AdamW over given tensors."""
+    """Lets `mbc.training.setup.make_optimizer` (which takes a module) build AdamW over given tensors."""
 
     def __init__(self, params: list[torch.Tensor]):
         super().__init__()

@@ -93,8 +93,8 @@ class _PackedModel(nn.Module):
         self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
-        per-run first-target loss of the batch (R,), detached, from the same logits
-        (`mbc.training.metrics.training_losses`: the author's training-log series)."""
+        per-run first-target loss of the batch (R,), detached, from the same logits (the
+        mean cross-entropy of A's first token: the author's training-log series)."""
         n_t = self.task.n_targets
         logits = self.forward(tokens, low=low).float()
         r, n = tokens.shape[:2]

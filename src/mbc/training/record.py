@@ -2,9 +2,8 @@
 log, the weights kept every dense_every steps and evaluated around crossings, snapshots,
 resume points, tau, the early stop and divergence (docs/method.md#divergence).
 
-One `RunRecord` per run, driven by `mbc.training.train.train_run` (one model) and by
-`mbc.training.packed_train.train_pack` (R runs in one stacked model) alike, so a packed run
-writes exactly the files, at exactly the steps, of an unpacked one. The trainer steps the
+One `RunRecord` per run, driven by the one trainer (`mbc.training.train.train_pack`: a run
+alone is a pack of one), so every run writes the same files at the same steps. The trainer steps the
 weights; the record reaches them through a `RunView` (read the weights, evaluate them,
 their gradient norm, the optimiser's state).
 
@@ -51,7 +50,6 @@ from mbc.core.runlog import (
     read_log,
 )
 from mbc.core.spec import RunSpec, grid_mask
-from mbc.core.units import duration
 from mbc.training import tensorboard_log, train_log
 from mbc.training.schedule import crosses_mark, eval_schedule
 
@@ -104,10 +102,9 @@ class RunRecord:
         spec: RunSpec,
         run_dir: str | os.PathLike,
         say: Callable[[str], None] = print,
-        progress_every_s: float = 30.0,
         device: torch.device | None = None,
     ):
-        self.spec, self.say, self.progress_every_s = spec, say, progress_every_s
+        self.spec, self.say = spec, say
         self.device = device  # named in the log's start events (mbc.measured)
         self.paths = RunPaths(run_dir)
         self.run_dir = self.paths.dir
@@ -128,7 +125,7 @@ class RunRecord:
         self._lock = None  # the run's lock, held from `resume` to `close`
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
-        self._prev_row: dict | None = None
+        self.last_row: dict | None = None  # the last evaluation's row (progress lines)
         # the author's training-log series (mbc.training.train_log)
         self._windows = train_log.TrainWindows(train_log.window_every(spec))
         self._tb = None  # TensorBoard scalars (config `tensorboard`), when switched on
@@ -153,10 +150,10 @@ class RunRecord:
         self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
         for window in (r for r in rows if r.get("event") == train_log.EVENT):
             self._window(window, replay=True)
-        self._prev_row = next((r for r in reversed(rows) if "event" not in r), None)
+        self.last_row = next((r for r in reversed(rows) if "event" not in r), None)
         # finished, its `done` line not written (killed between the two): the budget, or
         # the early stop decided at the resume point's own step
-        prev = self._prev_row
+        prev = self.last_row
         stopped = (
             prev is not None
             and prev["step"] == self.step > 0
@@ -169,7 +166,6 @@ class RunRecord:
             return None
         write_text_atomic(self.paths.log, "".join(_json_line(r) for r in rows))
         self._t0 = time.perf_counter() - (rows[-1].get("wall_s", 0.0) if rows else 0.0)
-        self._progress = Progress(self.spec, self.step, self.say, self.progress_every_s)
         self._fh = open(self.paths.log, "a")  # noqa: SIM115 - closed by close()
         self._tb = tensorboard_log.open_run(self.spec, self.run_dir, self.step, rows, self.say)
         # the code and the machine (mbc.measured)
@@ -179,8 +175,8 @@ class RunRecord:
     def start(self, view: RunView) -> None:
         """Evaluate the initial weights (a fresh run only)."""
         if self.step == 0 and not self.finished:
-            self._prev_row = self._row(view.evaluate()[0], 0, math.nan, math.nan)
-            self._log(self._prev_row)
+            self.last_row = self._row(view.evaluate()[0], 0, math.nan, math.nan)
+            self._log(self.last_row)
 
     def after_step(
         self,
@@ -196,18 +192,10 @@ class RunRecord:
         step's logits), for the author's training-log series (mbc.training.train_log);
         None: not handed over (those windows log NaN). At a window's last step the record
         asks the view for `train_shuffled_first_loss(step)` when it has one."""
-        ev, t = self.spec.eval, self.spec.train
         self.step = step
         self._losses.append((step, loss))
-        self._windows.add(first_loss)
-        window = self._windows.close(step, getattr(view, "train_shuffled_first_loss", None))
-        if window is not None:
-            sampled = getattr(view, "evaluate_sampled", None)
-            if ev.sampled_groups and sampled is not None:  # the author's evaluation (E6)
-                window["candidate_loss_sampled"] = sampled(step)
-            self._window(window)
-            _append(self._fh, window)
-        if ev.dense_every and step % ev.dense_every == 0 and step not in self.eval_set:
+        self._train_log_window(step, view, first_loss)
+        if self._dense_step(step):
             # the divergence check between evaluations: one host read of the mean loss, at
             # the steps that read the gradient norm anyway (no extra device sync on CUDA)
             if not math.isfinite(m := _peek_loss(self._losses)) or m > self.bound:
@@ -219,37 +207,64 @@ class RunRecord:
             row = self._row(view.evaluate()[0], step, math.nan, view.grad_norm())
             if divergence({**row, "train_loss": _peek_loss(self._losses)}, self.bound):
                 return self._diverge(step, view, row)
-            if self._pending and crosses_mark(self._prev_row, row, self.spec.task.log_k):
-                kept_rows = view.evaluate([k.weights for k in self._pending])
-                for k, m in zip(self._pending, kept_rows, strict=True):
-                    kept_row = self._row(m, k.step, math.nan, k.grad_norm)
-                    kept_row["wall_s"] = k.wall_s
-                    kept_row["train_loss"] = _mean_loss(self._losses, k.step)
-                    self._log(kept_row)
-            self._pending = []
+            self._log_kept(row, view)
             row["train_loss"] = _mean_loss(self._losses, step)
             self._log(row)
-            self._prev_row = row
-            self._progress.report(step, row, self.tau, self.stop_clock())
-            if step in self.snap_set:
-                path = self.paths.snapshots / f"step_{step:09d}.pt"
-                sha = torch_save_atomic(path, {k: v.cpu() for k, v in view.keep().items()})
-                _append(
-                    self._fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha}
-                )
-            if step - self.last_resume >= ev.resume_every or step == t.max_steps:
-                sha = torch_save_atomic(self.paths.resume, {**view.resume_state(), "step": step})
-                _append(
-                    self._fh,
-                    {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]},
-                )
-                self.last_resume = step
+            self.last_row = row
+            self._save(step, view, row)
             if _converged(self.spec, self.stop_clock(), step, self._stop_loss(row)):
                 self.say(f"{self.spec.run_id}: early stop at step {step} (tau={self.tau})")
                 return self._finish()
-        if step >= t.max_steps:
+        if step >= self.spec.train.max_steps:
             return self._finish()
         return False
+
+    def _train_log_window(self, step: int, view: RunView, first_loss) -> None:
+        """The author's training-log series: add the step's first-target loss; at a
+        window's last step log the window (with his sampled evaluation where asked)."""
+        self._windows.add(first_loss)
+        window = self._windows.close(step, getattr(view, "train_shuffled_first_loss", None))
+        if window is None:
+            return
+        sampled = getattr(view, "evaluate_sampled", None)
+        if self.spec.eval.sampled_groups and sampled is not None:  # the author's evaluation (E6)
+            window["candidate_loss_sampled"] = sampled(step)
+        self._window(window)
+        _append(self._fh, window)
+
+    def _dense_step(self, step: int) -> bool:
+        """A step whose weights are kept (every dense_every steps between evaluations)."""
+        every = self.spec.eval.dense_every
+        return bool(every) and step % every == 0 and step not in self.eval_set
+
+    def _log_kept(self, row: dict, view: RunView) -> None:
+        """Where the evaluation `row` crosses a transition mark since the last one, the
+        weights kept since are evaluated and logged (the crossing's dense rows)."""
+        if self._pending and crosses_mark(self.last_row, row, self.spec.task.log_k):
+            kept_rows = view.evaluate([k.weights for k in self._pending])
+            for k, m in zip(self._pending, kept_rows, strict=True):
+                kept_row = self._row(m, k.step, math.nan, k.grad_norm)
+                kept_row["wall_s"] = k.wall_s
+                kept_row["train_loss"] = _mean_loss(self._losses, k.step)
+                self._log(kept_row)
+        self._pending = []
+
+    def _save(self, step: int, view: RunView, row: dict) -> None:
+        """At an evaluation step: the snapshot (at snapshot steps) and the resume point
+        (every resume_every steps, and at the budget)."""
+        if step in self.snap_set:
+            path = self.paths.snapshots / f"step_{step:09d}.pt"
+            sha = torch_save_atomic(path, {k: v.cpu() for k, v in view.keep().items()})
+            _append(self._fh, {"event": "snapshot", "step": step, "path": path.name, "sha256": sha})
+        if (
+            step - self.last_resume >= self.spec.eval.resume_every
+            or step == self.spec.train.max_steps
+        ):
+            sha = torch_save_atomic(self.paths.resume, {**view.resume_state(), "step": step})
+            _append(
+                self._fh, {"event": "resume", "step": step, "sha256": sha, "wall_s": row["wall_s"]}
+            )
+            self.last_resume = step
 
     def stop_clock(self) -> int | None:
         """The step the early stop's factor counts from: tau, or with
@@ -383,43 +398,6 @@ def _try_resume(resume_path: Path, log_rows: list[dict], say: Callable[[str], No
         return None, []
     # The log is ordered: keep everything up to the resume point, drop what came after.
     return state, log_rows[: last + 1]
-
-
-class Progress:
-    """One line at most every `every_s` seconds of a running job: step / budget,
-    L_cand / log K, delta_z, tau, steps/s and the time left: to the budget, or once tau is
-    known to the early stop's step (factor x tau), which stops the run only if L_cand is
-    then below its loss condition; past that step the run goes on until it is, so the
-    time left is to the budget again, said as an upper bound."""
-
-    def __init__(self, spec: RunSpec, step: int, say: Callable[[str], None], every_s: float):
-        self.spec, self.say, self.every_s = spec, say, every_s
-        self.t0 = self.last = time.perf_counter()
-        self.step0 = step
-
-    def report(self, step: int, row: dict, tau: int | None, clock: int | None) -> None:
-        """clock: the step the early stop's factor counts from (`RunRecord.stop_clock`)."""
-        now = time.perf_counter()
-        if now - self.last < self.every_s or step == self.step0:
-            return
-        self.last = now
-        t, log_k = self.spec.train, self.spec.task.log_k
-        rate = (step - self.step0) / max(now - self.t0, 1e-9)
-        end, note = t.max_steps, ""
-        if clock is not None and t.early_stop_tau_factor > 0:
-            stop = math.ceil(t.early_stop_tau_factor * clock)
-            until = f"L_cand < {t.early_stop_loss_fraction:g} log K"
-            if step < stop < end:
-                end, note = stop, f" (early stop at step {stop:,} if {until})"
-            elif stop <= step:
-                note = f" at most (stops early once {until})"
-        dz = row.get("delta_z")
-        dz_text = "-" if dz is None or not math.isfinite(dz) else f"{dz:.3f}"
-        self.say(
-            f"step {step:,}/{t.max_steps:,}  L_cand/logK {row['candidate_loss'] / log_k:.3f}"
-            f"  delta_z {dz_text}  tau {'-' if tau is None else tau}  {rate:.1f} steps/s"
-            f"  ETA {duration((end - step) / max(rate, 1e-9))}{note}"
-        )
 
 
 class _Kept(NamedTuple):

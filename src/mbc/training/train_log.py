@@ -5,7 +5,7 @@ training batch with every z deranged (a wrong selector of the same group). His l
 these two series: delta_z = shuffled L1 of the last batch minus the window's running mean.
 
 Cheap by construction: each step's L1 comes from the logits the step already computed
-(`mbc.training.metrics.training_losses`); one extra forward of one batch closes a window.
+(`mbc.training.packed.Step.first_losses`); one extra forward of one batch closes a window.
 The record (`mbc.training.record.RunRecord`) logs one `train_window` event per window;
 `finalize_run` writes them to `train_log.csv`, read by the run's summary (a run without it,
 or whose trainer did not hand L1 over, has the author's lead "not measured").

@@ -1,0 +1,53 @@
+"""What a run starts from (docs/method.md#initialisation): the device, its initial weights,
+its optimiser and its fixed evaluation batch. The one trainer (`mbc.training.train`) and
+the tools that time or calibrate its step (`mbc.planning.timing`, `mbc.estimate`) build
+runs from these alone, so every run starts the same way wherever it trains.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from mbc.core.spec import RunSpec
+from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, stream_seed
+from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
+from mbc.training.model import build_model
+
+
+def pick_device(requested: str | torch.device = "auto") -> torch.device:
+    """Chosen once at the entry point: CUDA when present (or asked for), else CPU."""
+    requested = str(requested)
+    if requested == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={requested!r} requested but CUDA is not available")
+    return torch.device(requested)
+
+
+def initial_model(spec: RunSpec) -> torch.nn.Module:
+    """The run's model at its initial weights, drawn from its own STREAM_INIT (on the CPU:
+    the same draw on every device)."""
+    gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
+    return build_model(spec.model, spec.task, gen)
+
+
+def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.AdamW:
+    """torch's AdamW with the run's hyperparameters, over the parameters of `model`."""
+    t = spec.train
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        eps=t.eps,
+        weight_decay=t.weight_decay,
+        # fused kernels exist on CPU and CUDA and are numerically the same algorithm
+        fused=True,
+    )
+
+
+def eval_batch(spec: RunSpec, dataset: Dataset, device: torch.device) -> EvalBatch:
+    """The run's fixed evaluation batch (its own seed's contexts and z-shuffles)."""
+    rng = np.random.default_rng(stream_seed(spec.seed, STREAM_EVAL))
+    contexts = fixed_contexts(dataset, spec.eval.n_contexts, rng)
+    return make_eval_batch(dataset, contexts, rng).to(device)
