@@ -264,8 +264,12 @@ class PackedRuns:
         """Per-run global gradient norm (R,) of the last step, before clipping (what the
         run's log records as grad_norm)."""
         if self._norms is None:
-            sq = [p.grad.flatten(1).pow(2).sum(1) for p in self.params if p.grad is not None]
-            self._norms = torch.stack(sq).sum(0).sqrt()
+            grads = [p.grad for p in self.params if p.grad is not None]
+            if self.r == 1:  # torch's clip_grad_norm_ formula: a run alone is bitwise its own
+                norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
+                self._norms = torch.linalg.vector_norm(norms).view(1)
+            else:
+                self._norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
         return self._norms
 
     def weights(self, r: int) -> dict[str, torch.Tensor]:

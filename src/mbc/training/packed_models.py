@@ -2,6 +2,12 @@
 of one shape as one module, each parameter (R, ...) with the run axis first.
 `PackedTransformer` runs `mbc.training.forward.forward` over the R weight sets;
 `PackedLinear` the linear baseline's two maps as two batched matmuls (E13).
+
+A pack of one (a run alone, `mbc.training.train.train_run`) computes with the ordinary
+model's arithmetic: its forward gets the run's plain weights (`F.linear`, `F.layer_norm`'s
+own affine, `F.embedding`) and its loss is torch's mean cross-entropy, so a run trained
+alone is bitwise the run of the ordinary model; R > 1 runs take the stacked arithmetic
+(batched matmuls), equal to it to float32 rounding.
 """
 
 from __future__ import annotations
@@ -98,6 +104,12 @@ class _PackedModel(nn.Module):
         n_t = self.task.n_targets
         logits = self.forward(tokens, low=low).float()
         r, n = tokens.shape[:2]
+        targets = tokens[:, :, -n_t:]
+        if r == 1:  # the ordinary model's loss (torch's mean reduction)
+            x, y = logits[0], targets[0]
+            loss = F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1))
+            first = F.cross_entropy(x[:, 0].detach(), y[:, 0])
+            return loss.view(1), first.view(1)
         ce = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
         ).view(r, n, n_t)
@@ -125,6 +137,8 @@ class PackedTransformer(_PackedModel):
         """
         self._check(tokens, runs)
         w = self.weights(runs) | (low or {})
+        if tokens.shape[0] == 1:  # one run: the ordinary model's arithmetic
+            return forward(_alone(w), tokens[0], self.spec, self.task.first_pred_pos)[None]
         return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
     @torch.no_grad()
@@ -188,6 +202,10 @@ class PackedLinear(_PackedModel):
         w = self.weights(runs) | (low or {})
         r, n, _ = tokens.shape
         x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
+        if r == 1:  # one run: the ordinary model's arithmetic
+            w, x = _alone(w), x[0].to(w["w1.weight"].dtype)
+            y = linear(linear(x, w["w1.weight"], w["w1.bias"]), w["w2.weight"], w["w2.bias"])
+            return y.view(1, n, self.task.n_targets, VOCAB)
         h = linear(x.unsqueeze(2), w["w1.weight"], w["w1.bias"])
         y = linear(h, w["w2.weight"], w["w2.bias"])
         return y.view(r, n, self.task.n_targets, VOCAB)
@@ -223,6 +241,11 @@ class PackedLinear(_PackedModel):
 def packed_model(models: list[nn.Module]) -> _PackedModel:
     """The pack of `models`: `PackedTransformer` or `PackedLinear` by their kind."""
     return (PackedLinear if isinstance(models[0], LinearBaseline) else PackedTransformer)(models)
+
+
+def _alone(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The weights of a pack of one as one run's (views, run axis dropped)."""
+    return {n: t[0] for n, t in w.items()}
 
 
 def _shape(m: nn.Module) -> tuple:
