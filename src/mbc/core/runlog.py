@@ -1,4 +1,4 @@
-"""Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.train):
+"""Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.record):
 one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume,
 `diverged` when the run stopped as diverged, and `done` last once the run has finished).
 

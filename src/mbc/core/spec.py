@@ -178,7 +178,7 @@ class TrainSpec:
     beta2: float = run_field(0.999, minimum=0, exclusiveMaximum=1)
     eps: float = run_field(1e-8, exclusiveMinimum=0)
     max_steps: int = run_field(50_000, minimum=1)
-    # Learning-rate schedule (`mbc.training.train.learning_rate`): `constant` (the paper's main runs)
+    # Learning-rate schedule (`mbc.training.schedule.learning_rate`): `constant` (the paper's main runs)
     # or `warmup_cosine` (the author's base regime, used for his batch-size and z-sharing
     # runs: linear warmup over warmup_steps, then cosine decay to 0 at max_steps).
     schedule: str = run_field("constant", enum=["constant", "warmup_cosine"])
@@ -244,7 +244,7 @@ NEW_FIELDS = {
 @dataclass(frozen=True)
 class EvalSpec:
     """In-loop evaluation on fixed contexts: log-spaced early, every `every` steps, and
-    every `dense_every` steps wherever the run crosses a transition mark (mbc.training.train)."""
+    every `dense_every` steps wherever the run crosses a transition mark (mbc.training.record)."""
 
     every: int = run_field(500, minimum=0)
     n_log: int = run_field(40, minimum=0)
