@@ -31,11 +31,11 @@ from mbc.core.spec import RunSpec
 from mbc.training.data import Dataset
 from mbc.training.metrics import ENGINES
 from mbc.training.model import build_model
+from mbc.training.pack_view import PackView, evaluate_together
 from mbc.training.packed import PackedRuns
 from mbc.training.progress import Progress
-from mbc.training.record import RunRecord, Weights, finalize_run
+from mbc.training.record import RunRecord, finalize_run
 from mbc.training.setup import eval_batch
-from mbc.training.train_log import sampled_batch_fn, shuffled_first_loss_fn
 
 
 def train_run(
@@ -63,79 +63,6 @@ def train_run(
     if not finished(read_log(RunPaths(run_dir).log)):
         return pd.DataFrame()  # interrupted (stop_after)
     return finalize_run(spec, run_dir)
-
-
-class PackView:
-    """`mbc.training.record.RunView` of run r of a pack. Evaluations run on `scratch`, an
-    ordinary model of the pack's shape shared by its runs, loaded with the run's weights:
-    the metrics of `mbc.training.metrics` on the ordinary model, whatever the pack's width."""
-
-    def __init__(
-        self, pack: PackedRuns, r: int, scratch: torch.nn.Module, evaluate, batch, dataset
-    ):
-        self.pack, self.r, self.scratch, self._evaluate, self.batch = (
-            pack,
-            r,
-            scratch,
-            evaluate,
-            batch,
-        )
-        self.batched: tuple[int, dict] | None = None  # (step, metrics) of a batched evaluation
-        # the author's logged gap, on the scratch model loaded with this run's weights
-        self._shuffled = shuffled_first_loss_fn(
-            pack.specs[r], dataset, pack.orders[r].indices, scratch
-        )
-        if self._shuffled is None:
-            self.train_shuffled_first_loss = None  # the record logs NaN (no z to derange)
-        # the author's sampled evaluation (eval.sampled_groups), on the scratch model
-        self._sampled = sampled_batch_fn(pack.specs[r], dataset, pack.device)
-
-    def evaluate_sampled(self, step: int) -> float:
-        """L_cand of the author's sampled evaluation at `step`, the run's current weights."""
-        if self._sampled is None:
-            return math.nan
-        self.scratch.load_state_dict(self.pack.weights(self.r))
-        return self._evaluate(self.scratch, self._sampled(step))["candidate_loss"]
-
-    def train_shuffled_first_loss(self, step: int) -> float:
-        """The first-target loss of training batch `step` with z deranged, at the run's
-        current weights (`mbc.training.train_log`)."""
-        self.scratch.load_state_dict(self.pack.weights(self.r))
-        return self._shuffled(step)
-
-    def keep(self) -> Weights:
-        return self.pack.weights(self.r)
-
-    def grad_norm(self) -> float:
-        return float(self.pack.grad_norms()[self.r])
-
-    def evaluate(self, weights: list[Weights] | None = None) -> list[dict[str, float]]:
-        if weights is None and self.batched and self.batched[0] == self.pack.step_count:
-            return [self.batched[1]]
-        out = []
-        for w in weights if weights is not None else [self.pack.weights(self.r)]:
-            self.scratch.load_state_dict(w)
-            out.append(self._evaluate(self.scratch, self.batch))
-        return out
-
-    def resume_state(self) -> dict:
-        model, opt = self.pack.export_run(self.r)
-        return {"model": model.state_dict(), "optimizer": opt.state_dict()}
-
-
-def evaluate_together(pack: PackedRuns, views: list[PackView], due: list[int]) -> None:
-    """Evaluate the runs `due` (indices into the pack) of one evaluation-batch shape in one
-    batched forward (`PackedTransformer.evaluate`); each view then returns its metrics."""
-    groups: dict[tuple, list[int]] = {}
-    for j in due:
-        b, engine = views[j].batch, pack.specs[views[j].r].train.engine  # not in pack_key
-        groups.setdefault((b.task.k, b.n_contexts, b.shuffled is None, engine), []).append(j)
-    for (*_, engine), members in groups.items():
-        if len(members) < 2:
-            continue  # one run: its own evaluation
-        got = pack.model.evaluate(members, [views[j].batch for j in members], engine=engine)
-        for j, m in zip(members, got, strict=True):
-            views[j].batched = (pack.step_count, m)
 
 
 def train_pack(
@@ -182,31 +109,12 @@ def train_pack(
     taken = 0
     try:
         pack, group, views = None, [], []
-        while True:
-            active = [i for i, rec in enumerate(records) if not rec.finished]
-            if not active:
-                break
+        while active := [i for i, rec in enumerate(records) if not rec.finished]:
             step = min(records[i].step for i in active)
-            ahead = [records[i].step for i in active if records[i].step > step]
-            until = min(ahead) if ahead else math.inf
-            kept = [j for j, i in enumerate(group) if not records[i].finished]
-            if pack is not None and len(kept) == len(
-                [i for i in active if records[i].step == step]
-            ):
-                # runs only left (they finished): the same pack without their rows
-                pack, group = pack.subset(kept), [group[j] for j in kept]
-            else:  # the first pack, or runs that were behind join: from each run's state
-                for j, i in enumerate(group):
-                    if not records[i].finished:
-                        states[i] = views[j].resume_state()
-                group = [i for i in active if records[i].step == step]
-                pack = PackedRuns(
-                    [specs[i] for i in group],
-                    [datasets[i] for i in group],
-                    device,
-                    states=[states[i] for i in group],
-                    step=step,
-                )
+            behind = [i for i in active if records[i].step == step]  # they step next
+            until = min((records[i].step for i in active if i not in behind), default=math.inf)
+            pack = _regroup(pack, group, views, behind, records, states, specs, datasets, device)
+            group = behind
             views = [
                 PackView(pack, j, scratch, evaluators[i], batches[i], datasets[i])
                 for j, i in enumerate(group)
@@ -216,7 +124,7 @@ def train_pack(
             if len(records) > 1:
                 say(
                     f"pack: {len(group)} run(s) from step {step}"
-                    + ("" if not ahead else f" to {until}")
+                    + ("" if until == math.inf else f" to {until}")
                 )
             while True:
                 losses, first = pack.step()
@@ -243,3 +151,23 @@ def train_pack(
         if fresh:  # a run finished before keeps its tables (and their times)
             finalize_run(s, d)
     return trained
+
+
+def _regroup(pack, group, views, behind, records, states, specs, datasets, device) -> PackedRuns:
+    """The pack that steps the runs `behind` (indices into `records`) next. Where they are the
+    current pack's `group` less the runs that finished, that pack without their rows
+    (`PackedRuns.subset`: every other run continues exactly as it would have); else (the
+    first pack, or runs that were behind join the others) a new pack from each run's state,
+    the current pack's runs' taken from their views (`PackView.resume_state`)."""
+    kept = [j for j, i in enumerate(group) if not records[i].finished]
+    if pack is not None and [group[j] for j in kept] == behind:
+        return pack.subset(kept)
+    for j in kept:
+        states[group[j]] = views[j].resume_state()
+    return PackedRuns(
+        [specs[i] for i in behind],
+        [datasets[i] for i in behind],
+        device,
+        states=[states[i] for i in behind],
+        step=records[behind[0]].step,
+    )
