@@ -212,8 +212,9 @@ class TrainSpec:
     # run id exists.
     engine: str = run_field("fast", enum=["fast", "plain"])
     compile: bool = run_field(False, enum=[True, False, "auto"])
-    # Arithmetic of the training forward and backward: fp32, or bf16 autocast (weights,
-    # gradients, AdamW state and every evaluation metric stay fp32/fp64). It changes the
+    # Arithmetic of the training forward and backward: fp32, or bf16 matmuls (one bf16 copy
+    # of the linear layers a step, `mbc.training.packed`; weights, gradients, AdamW state and
+    # every evaluation metric stay fp32/fp64). It changes the
     # numbers, so it is part of the run id, but only when not fp32 (NEW_FIELDS).
     precision: str = run_field("fp32", enum=["fp32", "bf16", "auto"])
     # A run stops as diverged at the first check (every eval.dense_every steps and at every
