@@ -85,7 +85,7 @@ import author_model  # noqa: E402  (benchmarks/author_model.py, beside this file
 import cpu_speed  # noqa: E402
 
 PAPER_PARAMS = 807_720
-BF16_TOL = 3e-2  # relative, bf16 autocast vs fp32 loss over a few steps
+BF16_TOL = 3e-2  # relative, the bf16 step's loss vs fp32's over a few steps
 EVAL_TOL = 1e-5  # absolute, on every metric of evaluate (measured ~2e-8)
 
 

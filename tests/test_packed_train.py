@@ -1,4 +1,5 @@
-"""Packed training (mbc.training.packed_train) writes, per run, what an unpacked run writes:
+"""A pack of R runs (mbc.training.train.train_pack) writes, per run, what the run alone (a pack
+of one, `train_run`) writes:
 the same evaluation steps, snapshots and tau, metrics equal to float32 rounding; an
 interrupted pack resumes bitwise; runs at different steps and finished runs are handled."""
 
@@ -83,8 +84,11 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)
     said = []
     dirs = [tmp_path / f"packed{i}" for i in range(len(specs))]
-    trained = train_pack(specs, datasets, dirs, CPU, say=said.append)
+    trained = train_pack(specs, datasets, dirs, CPU, say=said.append, progress_every_s=0.0)
     assert trained == [True] * len(specs)
+    # a pack says its own progress line, never one run's
+    assert any(m.startswith("pack step ") and "still training" in m for m in said)
+    assert not [m for m in said if any(m.startswith(f"{s.run_id}: step") for s in specs)]
     for i in range(len(specs)):
         assert_same_run(tmp_path / f"alone{i}", dirs[i], crossed=not specs[i].task.label_noise)
         # the author's training-log series (running first-target loss, deranged last batch)

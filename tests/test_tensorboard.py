@@ -66,7 +66,8 @@ def test_event_files_read_back_unpacked_packed_and_switched_on_mid_run(tmp_path,
               stop_after=40, **QUIET)  # fmt: skip
     assert not board.exists()
     monkeypatch.setenv(tensorboard_log.ENV, "1")
-    for stop in (90, None):  # killed past its resume point at 80, then resumed to the end
+    # resumed at 40: killed 50 steps later, past its resume point at 80, then to the end
+    for stop in (50, None):
         train_run(spec, build_dataset(spec.task, spec.seed), runs / spec.run_id, CPU,
                   stop_after=stop, **QUIET)  # fmt: skip
     # packed: two runs of one shape in one job

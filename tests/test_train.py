@@ -131,23 +131,29 @@ def _with_train(spec, **kw):
     return dataclasses.replace(spec, train=dataclasses.replace(spec.train, **kw))
 
 
-def test_train_engine_selects_the_implementation():
-    """`fast` evaluates with the shared prefix, `plain` every candidate sequence in full;
-    the engine changes the evaluation only: both take the one training step bitwise;
-    `fast` is the default; an unknown engine is refused naming the key."""
+def test_train_engine_selects_the_implementation(tmp_path, monkeypatch):
+    """`fast` evaluates with the shared prefix, `plain` every candidate sequence in full
+    (the trainer evaluates with the engine config names); `fast` is the default; an
+    unknown engine is refused naming the key, before anything is written."""
     from mbc.training import metrics
-    from mbc.training.packed import PackedRuns
 
     spec = tiny_spec()
     assert spec.train.engine == "fast" and spec.train.compile is False
-    ds = build_dataset(spec.task, 0)
     assert metrics.ENGINES["fast"] is metrics.evaluate_shared_prefix
     assert metrics.ENGINES["plain"] is metrics.evaluate
-    fast, plain = (PackedRuns([_with_train(spec, engine=e)], [ds], CPU) for e in ("fast", "plain"))
-    for _ in range(3):
-        assert torch.equal(fast.step().losses, plain.step().losses)
+    ds = build_dataset(spec.task, 0)
+    used = []
+    for name in ("fast", "plain"):
+        real = metrics.ENGINES[name]
+        monkeypatch.setitem(
+            metrics.ENGINES, name, lambda m, b, f=real, n=name: used.append(n) or f(m, b)
+        )
+    plain = _with_train(spec, engine="plain", max_steps=20)
+    train_run(plain, ds, tmp_path / "p", CPU, say=lambda s: None)
+    assert used and set(used) == {"plain"}
     with pytest.raises(ValueError, match="train.engine"):
-        train_run(_with_train(spec, engine="turbo"), ds, "unused", CPU, say=lambda s: None)
+        train_run(_with_train(spec, engine="turbo"), ds, tmp_path / "t", CPU, say=lambda s: None)
+    assert not (tmp_path / "t").exists()
 
 
 def test_fast_and_plain_engines_train_the_same_run(tmp_path):
@@ -328,6 +334,7 @@ def test_training_says_progress_and_writes_strict_json(tmp_path):
     train_run(spec, ds, tmp_path, CPU, say=said.append, progress_every_s=0.0)
     lines = [m for m in said if m.startswith(f"{spec.run_id}: step ")]
     assert lines and all("L_cand/logK" in m and "steps/s" in m and "ETA" in m for m in lines)
+    assert not [m for m in said if m.startswith("pack")]  # a run alone says its own line
     assert any(f"/{spec.train.max_steps:,}" in m for m in lines)
     assert any("tau = " in m for m in said)
     # every line of the live log is strict JSON (no bare NaN)

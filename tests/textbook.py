@@ -19,11 +19,12 @@ class Textbook(NamedTuple):
     opt: torch.optim.Optimizer
 
 
-def textbook_run(spec, ds, steps: int) -> Textbook:
+def textbook_run(spec, ds, steps: int, fused: bool = False) -> Textbook:
     """An ordinary model at the run's initial weights; the mean cross-entropy over the
-    target positions; torch's AdamW (its default implementation); the lr of the run's
-    schedule at each step; torch's `clip_grad_norm_` when train.clip_norm > 0; under
-    train.precision bf16, `torch.autocast` to bf16 around the forward."""
+    target positions; torch's AdamW (its default implementation; fused: its fused one, as
+    the trainer builds it); the lr of the run's schedule at each step; torch's
+    `clip_grad_norm_` when train.clip_norm > 0; under train.precision bf16,
+    `torch.autocast` to bf16 around the forward."""
     t, n_t = spec.train, spec.task.n_targets
     model = initial_model(spec).train()
     opt = torch.optim.AdamW(
@@ -32,6 +33,7 @@ def textbook_run(spec, ds, steps: int) -> Textbook:
         betas=(t.beta1, t.beta2),
         eps=t.eps,
         weight_decay=t.weight_decay,
+        fused=fused or None,
     )
     order = BatchOrder(ds.tokens.shape[0], t.batch_size, spec.seed, torch.device("cpu"))
     losses, firsts, norms = [], [], []
@@ -49,6 +51,6 @@ def textbook_run(spec, ds, steps: int) -> Textbook:
         for group in opt.param_groups:
             group["lr"] = learning_rate(t, step)
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
         firsts.append(float(F.cross_entropy(logits[:, 0].detach(), x[:, -n_t])))
     return Textbook(losses, firsts, norms, model, opt)

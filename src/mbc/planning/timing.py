@@ -160,11 +160,9 @@ def measure_rates(
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "shape": shape_of(spec),
-        "single_step_s": 1 / measure_steps_per_s(spec, device, steps),
         "pack": {},
         "eval_s": {},
     }
-    say(f"one run, unpacked: {1 / rates['single_step_s']:.1f} steps/s")
     for w in widths:
         r = time_pack_step(spec, w, device, steps)
         rates["pack"][str(w)] = r
@@ -173,6 +171,9 @@ def measure_rates(
             f"pack of {w:>3}: {1 / r['step_s']:8.1f} pack steps/s = "
             f"{w / r['step_s']:9.1f} run-steps/s{mem}"
         )
+    # one run alone is a pack of one (mbc.training.train.train_run): the same step
+    one = rates["pack"].get("1") or time_pack_step(spec, 1, device, steps)
+    rates["single_step_s"] = one["step_s"]
     if linear is not None:
         rates["linear_pack"] = {}
         for w in widths:

@@ -45,9 +45,7 @@ from mbc.training.model import build_model
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
-from mbc.training.setup import initial_model, make_optimizer
-
-PRECISIONS = ("fp32", "bf16")
+from mbc.training.setup import check_train, initial_model, make_optimizer
 
 
 class Step(NamedTuple):
@@ -94,8 +92,7 @@ class PackedRuns:
                 "packed runs must share the model's kind and shape, the sequence layout, the "
                 "batch size, train.precision and train.compile (pack_key)"
             )
-        if (precision := specs[0].train.precision) not in PRECISIONS:
-            raise ValueError(f"train.precision = {precision!r}: expected one of {PRECISIONS}")
+        check_train(specs[0].train)
         states = list(states) if states is not None else [None] * len(specs)
         if any((st is None) != (step == 0) for st in states):
             raise ValueError("a pack starts all its runs fresh (step 0) or all from states")
@@ -244,7 +241,11 @@ class PackedRuns:
         if any(sp.train.clip_norm > 0 for sp in self.specs):  # (no device sync)
             # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
             norms = self.grad_norms()
-            coef = torch.where(self.clip > 0, self.clip / (norms + 1e-6), 1.0).clamp(max=1.0)
+            if self.r == 1:  # as torch evaluates float / tensor: a run alone bitwise its own
+                coef = (norms + 1e-6).reciprocal() * self.specs[0].train.clip_norm
+            else:
+                coef = self.clip / (norms + 1e-6)
+            coef = torch.where(self.clip > 0, coef, 1.0).clamp(max=1.0)
             for p in self.params:
                 if p.grad is not None:
                     p.grad.mul_(coef.view((-1,) + (1,) * (p.dim() - 1)).to(p.grad.dtype))

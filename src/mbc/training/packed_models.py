@@ -111,7 +111,7 @@ class _PackedModel(nn.Module):
             first = F.cross_entropy(x[:, 0].detach(), y[:, 0])
             return loss.view(1), first.view(1)
         ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, :, -n_t:].reshape(-1), reduction="none"
+            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
         ).view(r, n, n_t)
         return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
 
@@ -203,7 +203,7 @@ class PackedLinear(_PackedModel):
         r, n, _ = tokens.shape
         x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
         if r == 1:  # one run: the ordinary model's arithmetic
-            w, x = _alone(w), x[0].to(w["w1.weight"].dtype)
+            w, x = _alone(w), x[0]
             y = linear(linear(x, w["w1.weight"], w["w1.bias"]), w["w2.weight"], w["w2.bias"])
             return y.view(1, n, self.task.n_targets, VOCAB)
         h = linear(x.unsqueeze(2), w["w1.weight"], w["w1.bias"])

@@ -73,7 +73,8 @@ Weights = dict[str, torch.Tensor]
 
 
 class RunView(Protocol):
-    """A run's current weights as its trainer holds them (one model, or a slice of a pack).
+    """A run's current weights as its trainer holds them (its slice of a pack:
+    `mbc.training.pack_view.PackView`).
 
     Optional: `train_shuffled_first_loss(step) -> float`, the first-target loss of training
     batch `step` with z deranged at the current weights (mbc.training.train_log); a view
@@ -207,7 +208,7 @@ class RunRecord:
             row = self._row(view.evaluate()[0], step, math.nan, view.grad_norm())
             if divergence({**row, "train_loss": _peek_loss(self._losses)}, self.bound):
                 return self._diverge(step, view, row)
-            self._log_kept(row, view)
+            self._log_kept(self.last_row, row, view)
             row["train_loss"] = _mean_loss(self._losses, step)
             self._log(row)
             self.last_row = row
@@ -237,10 +238,10 @@ class RunRecord:
         every = self.spec.eval.dense_every
         return bool(every) and step % every == 0 and step not in self.eval_set
 
-    def _log_kept(self, row: dict, view: RunView) -> None:
-        """Where the evaluation `row` crosses a transition mark since the last one, the
-        weights kept since are evaluated and logged (the crossing's dense rows)."""
-        if self._pending and crosses_mark(self.last_row, row, self.spec.task.log_k):
+    def _log_kept(self, prev: dict | None, row: dict, view: RunView) -> None:
+        """Where the evaluation `row` crosses a transition mark since the one before, `prev`,
+        the weights kept since are evaluated and logged (the crossing's dense rows)."""
+        if self._pending and crosses_mark(prev, row, self.spec.task.log_k):
             kept_rows = view.evaluate([k.weights for k in self._pending])
             for k, m in zip(self._pending, kept_rows, strict=True):
                 kept_row = self._row(m, k.step, math.nan, k.grad_norm)

@@ -9,10 +9,21 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mbc.core.spec import RunSpec
+from mbc.core.spec import RunSpec, TrainSpec
 from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, stream_seed
-from mbc.training.metrics import EvalBatch, fixed_contexts, make_eval_batch
+from mbc.training.metrics import ENGINES, EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def check_train(train: TrainSpec) -> None:
+    """The arithmetic and the evaluation engine as the trainer knows them (`auto` resolved
+    before): a ValueError naming the key otherwise."""
+    if train.precision not in PRECISIONS:
+        raise ValueError(f"train.precision = {train.precision!r}: expected one of {PRECISIONS}")
+    if train.engine not in ENGINES:
+        raise ValueError(f"train.engine = {train.engine!r}: expected one of {sorted(ENGINES)}")
 
 
 def pick_device(requested: str | torch.device = "auto") -> torch.device:

@@ -35,7 +35,7 @@ from mbc.training.pack_view import PackView, evaluate_together
 from mbc.training.packed import PackedRuns
 from mbc.training.progress import Progress
 from mbc.training.record import RunRecord, finalize_run
-from mbc.training.setup import eval_batch
+from mbc.training.setup import check_train, eval_batch
 
 
 def train_run(
@@ -49,8 +49,9 @@ def train_run(
     progress_every_s: float = 30.0,
 ) -> pd.DataFrame:
     """Train one run to its budget (or early stop): a pack of one (`train_pack`). Returns
-    its metrics.csv table (empty when `stop_after` interrupted it); a finished run (its
-    log ends in `done`) is not trained again."""
+    its metrics.csv table, written from its log (a run finished before is not trained
+    again, its tables are written afresh); empty when `stop_after` interrupted it.
+    stop_after, progress_every_s: as `train_pack`'s."""
     train_pack(
         [spec],
         [dataset],
@@ -59,6 +60,7 @@ def train_run(
         say=say,
         stop_after=stop_after,
         progress_every_s=progress_every_s,
+        finalize=False,
     )
     if not finished(read_log(RunPaths(run_dir).log)):
         return pd.DataFrame()  # interrupted (stop_after)
@@ -76,13 +78,16 @@ def train_pack(
     deadline: float | None = None,
     batched_eval: bool | None = None,
     progress_every_s: float = 30.0,
+    finalize: bool = True,
 ) -> list[bool]:
     """Train the runs together; each trained here writes its metrics.csv and checkpoints.csv
-    once all have finished. Returns, per run, whether it was trained here (False: it had
-    finished before).
+    once all have finished (`finalize`: False leaves that to the caller). Returns, per run,
+    whether it was trained here (False: it had finished before).
 
-    stop_after: testing hook, return after this call has taken that many pack steps, as
-    if interrupted.
+    stop_after: testing hook, return after this call has taken that many optimiser steps
+    (counted from where the runs resumed), as if interrupted.
+    progress_every_s: at most one progress line this often (`mbc.training.progress`); the
+    crossing of tau and the early stop are always said.
     deadline: a `time.monotonic()` value; at the first step after it, return as if
     interrupted (each run resumes from its last resume point; none is finalized).
     batched_eval: runs that evaluate at the same step with evaluation batches of one shape
@@ -92,10 +97,7 @@ def train_pack(
     """
     device = torch.device(device)
     for s in specs:
-        if s.train.engine not in ENGINES:
-            raise ValueError(
-                f"train.engine = {s.train.engine!r}: expected one of {sorted(ENGINES)}"
-            )
+        check_train(s.train)
     if batched_eval is None:
         batched_eval = device.type == "cuda"
     records = [RunRecord(s, d, say, device=device) for s, d in zip(specs, run_dirs, strict=True)]
@@ -113,7 +115,9 @@ def train_pack(
             step = min(records[i].step for i in active)
             behind = [i for i in active if records[i].step == step]  # they step next
             until = min((records[i].step for i in active if i not in behind), default=math.inf)
-            pack = _regroup(pack, group, views, behind, records, states, specs, datasets, device)
+            pack = _regroup(
+                pack, group, views, behind, records, states=states, data=(specs, datasets, device)
+            )
             group = behind
             views = [
                 PackView(pack, j, scratch, evaluators[i], batches[i], datasets[i])
@@ -148,17 +152,20 @@ def train_pack(
         for rec in records:
             rec.close()
     for s, d, fresh in zip(specs, run_dirs, trained, strict=True):
-        if fresh:  # a run finished before keeps its tables (and their times)
+        if fresh and finalize:  # a run finished before keeps its tables (and their times)
             finalize_run(s, d)
     return trained
 
 
-def _regroup(pack, group, views, behind, records, states, specs, datasets, device) -> PackedRuns:
+def _regroup(pack, group, views, behind, records, *, states, data) -> PackedRuns:
     """The pack that steps the runs `behind` (indices into `records`) next. Where they are the
     current pack's `group` less the runs that finished, that pack without their rows
     (`PackedRuns.subset`: every other run continues exactly as it would have); else (the
-    first pack, or runs that were behind join the others) a new pack from each run's state,
-    the current pack's runs' taken from their views (`PackView.resume_state`)."""
+    first pack, or runs that were behind join the others) a new pack from each run's state.
+    That case writes the current pack's unfinished runs' states (`PackView.resume_state`)
+    into `states`, which holds each run's state to start the next pack from.
+    data: (specs, datasets, device) of every run, as `train_pack` got them."""
+    specs, datasets, device = data
     kept = [j for j, i in enumerate(group) if not records[i].finished]
     if pack is not None and [group[j] for j in kept] == behind:
         return pack.subset(kept)
