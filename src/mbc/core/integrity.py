@@ -31,7 +31,6 @@ depending on it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -43,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mbc.core import run_lock
 from mbc.core.artifacts import (
     digest_of,
     identity_of,
@@ -87,24 +87,14 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
         raise SystemExit(
             f"mbc: {path} cannot be the outdir's lock ({what}): remove it and run again"
         ) from None
+    unguarded = "a second snakemake on this outdir is not detected"
     for attempt in range(10):  # a dry run's probe (`outdir_in_use`) holds it for microseconds
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if run_lock.try_lock(fh, path, unguarded):
             break
-        except BlockingIOError:
-            if attempt == 9:
-                fh.close()
-                return False
-            time.sleep(0.05)
-        except OSError as exc:  # a network file system without flock: repair, unguarded
-            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-                raise
-            print(
-                f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
-                "snakemake on this outdir is not detected",
-                file=sys.stderr,
-            )
-            break
+        if attempt == 9:
+            fh.close()
+            return False
+        time.sleep(0.05)
     _HELD[path] = fh
     return True
 

@@ -22,8 +22,30 @@ from typing import IO
 LOCK = "run.lock"
 
 
+NO_LOCKS = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS)  # a file system without flock
+
+
 class RunBusyError(RuntimeError):
     """Another process is training this run; the message is one line naming it."""
+
+
+def try_lock(fh: IO, path: Path, unguarded: str) -> bool:
+    """flock `fh` (the open lock file `path`) exclusively, without waiting: False when
+    another process holds it. On a file system without file locks (some network mounts)
+    say so in one line ending in what goes `unguarded`, and go on as if it were held:
+    the work is not refused for a guard the file system cannot give."""
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    except OSError as exc:
+        if exc.errno not in NO_LOCKS:
+            raise
+        print(
+            f"mbc: {path}: no file locks on this file system ({exc.strerror}): {unguarded}",
+            file=sys.stderr,
+        )
+    return True
 
 
 def hold(state_dir: str | os.PathLike) -> IO:
@@ -32,25 +54,14 @@ def hold(state_dir: str | os.PathLike) -> IO:
     path = Path(state_dir).resolve() / LOCK  # the message names the run, not the link
     path.parent.mkdir(parents=True, exist_ok=True)
     fh = open(path, "a+")  # noqa: SIM115 - held open on purpose until release()
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+    if not try_lock(fh, path, "a second process on this run is not refused"):
         fh.seek(0)
         holder = fh.read().strip() or "another process"
         fh.close()
         raise RunBusyError(
             f"{path.parent.parent}: {holder} is training this run; this job wrote nothing "
             "(two snakemake invocations on one outdir, by two paths?): wait for it to end"
-        ) from None
-    except OSError as exc:  # a network file system without flock: train, unguarded
-        if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
-            raise
-        print(
-            f"mbc: {path}: no file locks on this file system ({exc.strerror}): a second "
-            "process on this run is not refused",
-            file=sys.stderr,
         )
-        return fh
     fh.truncate(0)
     fh.write(f"process {os.getpid()} on {socket.gethostname()}\n")
     fh.flush()
