@@ -193,6 +193,27 @@ def test_the_banner_counts_at_most_this_machines_cores(tmp_path):
     assert f"with {os.cpu_count()} parallel job(s)" in wall, wall
 
 
+def test_the_banner_of_an_outdir_with_nothing_to_train_names_no_device(tmp_path):
+    """device: auto is resolved only where something trains (asking for CUDA imports torch):
+    with every run's log finished the banner says so instead of printing 'on auto'."""
+    import json
+
+    import mbc.planning.banner
+    from mbc.core.layout import Layout
+
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(str(REPO / "config.yaml")),
+        {"preset": "smoke", "outdir": str(tmp_path / "out")},
+    )
+    for run_id in cfg.specs:
+        log = Layout(cfg.outdir).run(run_id).log
+        log.parent.mkdir(parents=True)
+        log.write_text(json.dumps({"event": "done", "step": 1}) + "\n")
+    lines = mbc.planning.banner.banner_lines(cfg, cores=2, measure=False, dry_run=True)
+    assert "(nothing to train, so no device chosen)" in lines[0], lines[0]
+    assert " on auto" not in lines[0] and f"{len(cfg.specs)} trained, 0 to train" in lines[1]
+
+
 def test_more_threads_than_cores_is_one_line_and_dense_every_0_is_said(tmp_path):
     import os
 

@@ -267,8 +267,9 @@ def banner_lines(
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # torch, slow to import, only where a GPU driver is
         device = "cuda" if cuda_available() else "cpu"
+    where = "(nothing to train, so no device chosen)" if device == "auto" else f"on {device}"
     lines = [
-        f"mbc: preset {cfg.preset} -> {cfg.outdir}/ on {device} ({threads} thread(s) per "
+        f"mbc: preset {cfg.preset} -> {cfg.outdir}/ {where} ({threads} thread(s) per "
         f"training job, --cores {cores if cores else 'n/a'})",
         f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
         *arithmetic_lines(cfg),
