@@ -72,8 +72,14 @@ def _resolve_here(extra_env: dict, tmp_path: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in (ar.ENV, "ONEDNN_MAX_CPU_ISA")}
     env.update(extra_env, XDG_CACHE_HOME=str(tmp_path / "cache"))
     code = "import json, mbc.core.arithmetic as a; r = a.detect_cpu(); print(r.to_env())"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         timeout=300, check=True).stdout  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 

@@ -34,11 +34,16 @@ LOG_K = math.log(20)
 
 def _log(l1, sampled=None) -> pd.DataFrame:
     steps = np.arange(1, len(l1) + 1) * 50
-    return pd.DataFrame({
-        "step": steps, "n_batches": 50, "train_first_loss": l1,
-        "train_first_shuffled_loss": np.nan, "delta_z_train_first": np.nan,
-        "candidate_loss_sampled": np.nan if sampled is None else sampled,
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "n_batches": 50,
+            "train_first_loss": l1,
+            "train_first_shuffled_loss": np.nan,
+            "delta_z_train_first": np.nan,
+            "candidate_loss_sampled": np.nan if sampled is None else sampled,
+        }
+    )
 
 
 def test_the_logged_first_target_tau_is_the_first_window_below_half_log_k():
@@ -98,8 +103,10 @@ class _ZBlind(nn.Module):
     def __init__(self, ds, task):
         super().__init__()
         self.task = task
-        self.by_base = {tuple(ds.clean_tokens[g * task.k, 1 : 1 + B_LEN].tolist()): g
-                        for g in range(task.n_groups)}  # fmt: skip
+        self.by_base = {
+            tuple(ds.clean_tokens[g * task.k, 1 : 1 + B_LEN].tolist()): g
+            for g in range(task.n_groups)
+        }
         self.candidates = ds.candidates
 
     def forward(self, tokens: torch.Tensor, **_) -> torch.Tensor:
@@ -133,7 +140,7 @@ def _label_noise_spec(**train):
             early_stop_tau_factor=2.0,
             early_stop_loss_fraction=0.1,
             **train,
-        ),  # fmt: skip
+        ),
     )
 
 
@@ -144,8 +151,13 @@ def test_label_noise_runs_stop_on_the_authors_series(tmp_path):
     spec = _label_noise_spec(early_stop_series="train_log")
     assert spec.run_id != _label_noise_spec().run_id  # the stop is part of the run id
     said: list[str] = []
-    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "r", torch.device("cpu"),
-              say=said.append)  # fmt: skip
+    train_run(
+        spec,
+        build_dataset(spec.task, spec.seed),
+        tmp_path / "r",
+        torch.device("cpu"),
+        say=said.append,
+    )
     rows = [
         json.loads(x) for x in (tmp_path / "r" / "state" / "log.jsonl").read_text().splitlines()
     ]
@@ -163,8 +175,13 @@ def test_the_sampled_evaluation_is_logged_beside_the_fixed_one(tmp_path):
     spec = tiny_spec()
     spec = dataclasses.replace(spec, eval=dataclasses.replace(spec.eval, sampled_groups=8))
     assert isinstance(spec.eval, EvalSpec) and isinstance(spec.train, TrainSpec)
-    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "r", torch.device("cpu"),
-              say=lambda m: None)  # fmt: skip
+    train_run(
+        spec,
+        build_dataset(spec.task, spec.seed),
+        tmp_path / "r",
+        torch.device("cpu"),
+        say=lambda m: None,
+    )
     log = pd.read_csv(tmp_path / "r" / "train_log.csv")
     assert log["candidate_loss_sampled"].notna().all() and (log["step"] % 10 == 0).all()
     # 8 groups of K = 3 candidates: at most log K once trained, and a real loss at the start

@@ -18,8 +18,18 @@ def _bench(tmp_path, *args: str) -> tuple[str, dict]:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     out_json = tmp_path / "bench.json"
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "train_step.py"), "--quick",
-           "--threads", "1", "--device", "cpu", "--json", str(out_json), *args]  # fmt: skip
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "train_step.py"),
+        "--quick",
+        "--threads",
+        "1",
+        "--device",
+        "cpu",
+        "--json",
+        str(out_json),
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout, json.loads(out_json.read_text())
@@ -29,22 +39,36 @@ def _check_best(res: dict, out: str) -> None:
     """The best record's structure. Which variant wins is the CPU's business (bf16 wins
     with AMX, fp32 on an AVX2 CPU): never asserted."""
     best = res["best"]
-    assert {"variant", "run_steps_per_s_per_core", "vs_author", "vs_roofline_bf16",
-            "vs_roofline_fp32"} <= set(best)  # fmt: skip
+    assert {
+        "variant",
+        "run_steps_per_s_per_core",
+        "vs_author",
+        "vs_roofline_bf16",
+        "vs_roofline_fp32",
+    } <= set(best)
     assert best["variant"] in res["run_step_s"] and not best["variant"].startswith("roofline")
     assert best["run_steps_per_s_per_core"] > 0
     assert best["vs_roofline_bf16"] > 0 and best["vs_roofline_fp32"] > 0
-    assert re.search(r"^best: \S+ \d+\.\d run-steps/s/core;.* the bf16 GEMM roofline; "
-                     r"\d+\.\d\dx the fp32 one$", out, re.M), out  # fmt: skip
+    assert re.search(
+        r"^best: \S+ \d+\.\d run-steps/s/core;.* the bf16 GEMM roofline; "
+        r"\d+\.\d\dx the fp32 one$",
+        out,
+        re.M,
+    ), out
     # what auto chooses on this CPU, stated
-    assert re.search(r"^arithmetic \(auto\) on this machine: (bf16|fp32): .* -> "
-                     r"(packed|unpacked), (compiled|eager)$", out, re.M), out  # fmt: skip
+    assert re.search(
+        r"^arithmetic \(auto\) on this machine: (bf16|fp32): .* -> "
+        r"(packed|unpacked), (compiled|eager)$",
+        out,
+        re.M,
+    ), out
 
 
 def test_benchmark_in_seconds_reports_structure_and_numerics(tmp_path):
     """One repeat, one pack width, one K: every table and the numerics check, in seconds."""
-    out, res = _bench(tmp_path, "--repeats", "1", "--numerics-steps", "1", "--packed-bf16", "1",
-                      "--k", "5")  # fmt: skip
+    out, res = _bench(
+        tmp_path, "--repeats", "1", "--numerics-steps", "1", "--packed-bf16", "1", "--k", "5"
+    )
     assert re.search(r"^numerics: OK$", out, re.M), out
     assert res["numerics"]["ok"] is True
     assert 0 < res["numerics"]["ours_bf16"]["max_rel_diff"] < 3e-2  # bf16 is really on
@@ -63,8 +87,14 @@ def test_benchmark_in_seconds_reports_structure_and_numerics(tmp_path):
 def test_benchmark_quick_reports_ratios_and_numerics(tmp_path):
     out, res = _bench(tmp_path)
     assert "ours = train_run's step (train.engine=fast, train.compile=False)" in out
-    for name in ("ours/reference", "ours/roofline", "ours/plain", "ours_bf16/ours",
-                 "ours_bf16/roofline_bf16", "ours/roofline_bf16"):  # fmt: skip
+    for name in (
+        "ours/reference",
+        "ours/roofline",
+        "ours/plain",
+        "ours_bf16/ours",
+        "ours_bf16/roofline_bf16",
+        "ours/roofline_bf16",
+    ):
         assert re.search(rf"^ratio {re.escape(name)}\s+\d+\.\d\d\b", out, re.M), (name, out)
     for k in (5, 20, 36):
         assert re.search(rf"^eval fraction K={k}: \d+\.\d\d%", out, re.M), (k, out)
@@ -96,16 +126,28 @@ def test_compare_outdirs_matches_runs_by_what_defines_them(tmp_path, capsys):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import compare_outdirs
 
-    base = {"experiment": "E1", "d": 300, "first_target_tau": 40, "transition_start": 10,
-            "transition_end": 90, "run_id": "x"}  # fmt: skip
-    rows_a = [{**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.0},
-              {**base, "k": 5, "seed": 0, "tau": 100, "height_over_log_k": 0.99}]  # fmt: skip
-    rows_b = [{**base, "k": 5, "seed": 0, "tau": 150, "height_over_log_k": 1.0, "run_id": "y"},
-              {**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.002}]  # fmt: skip
+    base = {
+        "experiment": "E1",
+        "d": 300,
+        "first_target_tau": 40,
+        "transition_start": 10,
+        "transition_end": 90,
+        "run_id": "x",
+    }
+    rows_a = [
+        {**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.0},
+        {**base, "k": 5, "seed": 0, "tau": 100, "height_over_log_k": 0.99},
+    ]
+    rows_b = [
+        {**base, "k": 5, "seed": 0, "tau": 150, "height_over_log_k": 1.0, "run_id": "y"},
+        {**base, "k": 3, "seed": 0, "tau": 50, "height_over_log_k": 1.002},
+    ]
     log = tmp_path / "b" / "runs" / "y" / "state" / "log.jsonl"  # trained on a GPU, resumed here
     log.parent.mkdir(parents=True)
-    log.write_text('{"event": "start", "step": 0, "device": "cuda (H200)"}\n'
-                   '{"event": "start", "step": 50, "device": "cpu"}\n')  # fmt: skip
+    log.write_text(
+        '{"event": "start", "step": 0, "device": "cuda (H200)"}\n'
+        '{"event": "start", "step": 50, "device": "cpu"}\n'
+    )
     for name, rows in (("a", rows_a), ("b", rows_b)):
         (tmp_path / name).mkdir(exist_ok=True)
         pd.DataFrame(rows).to_csv(tmp_path / name / "tau.csv", index=False)
@@ -125,8 +167,11 @@ def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")])
     proc = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "gpu_check.sh"), "--device", "cpu"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     out = proc.stdout
     assert proc.returncode == 0, out + proc.stderr
     assert re.search(r"^python .*, torch .*, device cpu$", out, re.M), out

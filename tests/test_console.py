@@ -48,8 +48,14 @@ def test_snakemakes_per_job_chatter_stays_off_the_console_but_errors_do_not():
     from snakemake_interface_logger_plugins.common import LogEvent
 
     f = QuietConsole()
-    for event in (LogEvent.JOB_INFO, LogEvent.JOB_FINISHED, LogEvent.PROGRESS, LogEvent.RUN_INFO,
-                  LogEvent.JOB_STARTED, LogEvent.WORKFLOW_STARTED):  # fmt: skip
+    for event in (
+        LogEvent.JOB_INFO,
+        LogEvent.JOB_FINISHED,
+        LogEvent.PROGRESS,
+        LogEvent.RUN_INFO,
+        LogEvent.JOB_STARTED,
+        LogEvent.WORKFLOW_STARTED,
+    ):
         assert not f.filter(_record("x", event=event)), event
     assert not f.filter(_record("Select jobs to execute..."))
     assert f.filter(_record("Error in rule train", logging.ERROR, LogEvent.JOB_ERROR))

@@ -74,8 +74,14 @@ def test_seconds_and_wall_time():
     # (steps 0, 1, 3, 10, 20, 40, 60 of the schedule), each 36 contexts x (K + 1) = 144
     # sequences forward, a third of a training step per 16 sequences: 7 x 3 = 21 steps
     assert [s for s in eval_schedule(spec.eval, spec.train.max_steps)[0] if s <= 60] == [
-        0, 1, 3, 10, 20, 40, 60,
-    ]  # fmt: skip
+        0,
+        1,
+        3,
+        10,
+        20,
+        40,
+        60,
+    ]
     assert run_seconds(spec, e, 10.0) == pytest.approx((60 + 21) / 10.0)
     # resumed at step 20: 40 steps and the 2 evaluations after it (40, 60: 6 steps) are left
     e20 = expected({"r": spec}, {"r": {"tau": None, "steps": 60}}, None, starts={"r": 20})["r"]

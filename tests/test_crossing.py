@@ -69,8 +69,9 @@ def test_grid_rows_keep_what_the_run_summaries_read():
 
     steps = [0, 7, 37, 50, 100, 150]
     lcand = [1.0, 0.9, 0.4, 0.55, 0.3, 0.2]  # below 0.5 log K at 37, on the grid at 100
-    m = pd.DataFrame({"run_id": "a", "step": steps,
-                      "candidate_loss": [v * math.log(3) for v in lcand]})  # fmt: skip
+    m = pd.DataFrame(
+        {"run_id": "a", "step": steps, "candidate_loss": [v * math.log(3) for v in lcand]}
+    )
     m = pd.concat([m, m.assign(run_id="b")])
     grid = {"a": 50, "b": 0}
     kept = grid_rows(m, grid)

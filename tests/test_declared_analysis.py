@@ -30,20 +30,34 @@ E16 = {
     "fits": [{"name": "tau_vs_n_layers", "experiments": ["E16"], "x": "model.n_layers"}],
     "statistics": {
         "n_layers_tau_ratio": {
-            "kind": "ratio", "experiments": ["E16"], "by": "model.n_layers",
-            "pair": ["min", "max"], "y": "tau", "bound": True, "censored": "censored",
+            "kind": "ratio",
+            "experiments": ["E16"],
+            "by": "model.n_layers",
+            "pair": ["min", "max"],
+            "y": "tau",
+            "bound": True,
+            "censored": "censored",
             "what": "tau at the fewest layers / at the most ({experiments})",
         },
         "n_layers_spearman": {
-            "kind": "spearman", "experiments": ["E16"], "x": "model.n_layers", "y": "tau",
-            "bound": True, "what": "Spearman rho of tau with the depth ({experiments})",
+            "kind": "spearman",
+            "experiments": ["E16"],
+            "x": "model.n_layers",
+            "y": "tau",
+            "bound": True,
+            "what": "Spearman rho of tau with the depth ({experiments})",
         },
     },
-    "scorecard": [{
-        "id": "D1", "claim": "deeper models wait less (E16)", "statistic": "n_layers_spearman",
-        "paper_reference": {"sign": -1, "traced": "ours"}, "agree": {"sign": True},
-    }],
-}  # fmt: skip
+    "scorecard": [
+        {
+            "id": "D1",
+            "claim": "deeper models wait less (E16)",
+            "statistic": "n_layers_spearman",
+            "paper_reference": {"sign": -1, "traced": "ours"},
+            "agree": {"sign": True},
+        }
+    ],
+}
 
 
 def with_e16(raw: dict) -> dict:
@@ -69,10 +83,14 @@ def test_e16_tau_vs_n_layers_needs_config_alone(raw):
     runs = cfg.experiment_runs("E16")
     assert sorted(r.spec.model.n_layers for r in runs) == [1, 2, 4, 8]
     summaries = {
-        r.run_id: {"tau": round(1000 * r.spec.model.n_layers**-0.5), "censored": False,
-                   "steps": 5000, "threshold": 0.5}
+        r.run_id: {
+            "tau": round(1000 * r.spec.model.n_layers**-0.5),
+            "censored": False,
+            "steps": 5000,
+            "threshold": 0.5,
+        }
         for r in runs
-    }  # fmt: skip
+    }
     tau = tau_table(runs, summaries)
     assert tau["model.n_layers"].tolist() == [1, 2, 4, 8]  # the field reaches tau.csv
     fits = fit_table(cfg.fits.declared, tau, no_rows()[3], BOOT)

@@ -139,11 +139,27 @@ def test_a_loss_under_the_bound_is_not_divergence(tmp_path):
 def _e6(with_diverged: bool) -> pd.DataFrame:
     """The issue's E6 grid: tau falls with lr (ratio 0.5); lr 1e30 diverged at step 5000."""
     lrs, taus = [1e-3, 1e-3, 2e-3, 2e-3], [1000, 1000, 500, 500]
-    cols = dict(experiment=["E6"] * 4, lr=lrs, tau=taus, steps=[5000] * 4, k=[20] * 4,
-                censored=[False] * 4, diverged=[False] * 4, status=["crossed"] * 4)  # fmt: skip
+    cols = dict(
+        experiment=["E6"] * 4,
+        lr=lrs,
+        tau=taus,
+        steps=[5000] * 4,
+        k=[20] * 4,
+        censored=[False] * 4,
+        diverged=[False] * 4,
+        status=["crossed"] * 4,
+    )
     if with_diverged:
-        for c, v in dict(experiment="E6", lr=1e30, tau=np.nan, steps=5000, k=20,
-                         censored=False, diverged=True, status="diverged").items():  # fmt: skip
+        for c, v in dict(
+            experiment="E6",
+            lr=1e30,
+            tau=np.nan,
+            steps=5000,
+            k=20,
+            censored=False,
+            diverged=True,
+            status="diverged",
+        ).items():
             cols[c] = [*cols[c], v]
     return tau_rows(**cols)
 
@@ -158,8 +174,9 @@ def test_a_diverged_run_is_left_out_and_does_not_flip_the_lr_row():
         stats = compute_statistics(tau, *no_rows(), BOOT, declared, "exclude")
         s = stats.set_index("name").loc["lr_tau_ratio"]
         out[with_div] = (s.value, scorecard(row, stats).iloc[0].ours_agreement, s.n_diverged)
-        fits = fit_table([Fit("tau_vs_lr", "lr", ("E6",))], tau, pd.DataFrame(), BOOT,
-                         diverged="exclude")  # fmt: skip
+        fits = fit_table(
+            [Fit("tau_vs_lr", "lr", ("E6",))], tau, pd.DataFrame(), BOOT, diverged="exclude"
+        )
         assert fits.iloc[0].n == 4 and fits.iloc[0].n_censored == 0
         assert fits.iloc[0].n_diverged == int(with_div)
     assert out[False][:2] == (pytest.approx(0.5), "disagree")
@@ -180,20 +197,52 @@ def test_json_written_is_strict(tmp_path):
 def test_figures_mark_diverged_runs(tmp_path):
     tables = _all_tables()
     extra = [
-        _run("E6", "e6_lr1e30", lr=1e30, tau=None, budget=40, censored=False, diverged=True,
-             status="diverged", diverged_step=40, plateau_height=None, height_over_log_k=None,
-             final_candidate_loss=None, final_candidate_accuracy=None),
-        _run("E1", "e1_k7_div", k=7, tau=None, budget=400, censored=False, diverged=True,
-             status="diverged", diverged_step=400),
-    ]  # fmt: skip
+        _run(
+            "E6",
+            "e6_lr1e30",
+            lr=1e30,
+            tau=None,
+            budget=40,
+            censored=False,
+            diverged=True,
+            status="diverged",
+            diverged_step=40,
+            plateau_height=None,
+            height_over_log_k=None,
+            final_candidate_loss=None,
+            final_candidate_accuracy=None,
+        ),
+        _run(
+            "E1",
+            "e1_k7_div",
+            k=7,
+            tau=None,
+            budget=400,
+            censored=False,
+            diverged=True,
+            status="diverged",
+            diverged_step=400,
+        ),
+    ]
     tau = pd.concat([tables["tau"], pd.DataFrame(extra)], ignore_index=True)
     tau["diverged"] = tau["run_id"].isin(["e6_lr1e30", "e1_k7_div"])
     steps = np.array([0, 50, 100, 200, 300, 400])
-    curve = pd.DataFrame(dict(run_id="e1_k7_div", step=steps, examples_seen=steps * 128,
-                              train_loss=[np.nan, 3.0, 3.0, 3.0, 3.0, np.nan], loss=3.0,
-                              first_target_loss=3.0, candidate_loss=[3.0, 3.0, 3.0, 3.0, 3.0, np.nan],
-                              candidate_accuracy=0.05, shuffled_loss=3.0, delta_z=0.0,
-                              grad_norm=1.0, wall_s=1.0))  # fmt: skip
+    curve = pd.DataFrame(
+        dict(
+            run_id="e1_k7_div",
+            step=steps,
+            examples_seen=steps * 128,
+            train_loss=[np.nan, 3.0, 3.0, 3.0, 3.0, np.nan],
+            loss=3.0,
+            first_target_loss=3.0,
+            candidate_loss=[3.0, 3.0, 3.0, 3.0, 3.0, np.nan],
+            candidate_accuracy=0.05,
+            shuffled_loss=3.0,
+            delta_z=0.0,
+            grad_norm=1.0,
+            wall_s=1.0,
+        )
+    )
     tables["tau"] = tau
     tables["metrics"] = pd.concat([tables["metrics"], curve], ignore_index=True)
     texts = _render_all(_write(tables, tmp_path / "tables"), tmp_path / "out")

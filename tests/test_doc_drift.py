@@ -49,9 +49,15 @@ def broken_names(paths: list[Path]) -> list[str]:
 
 
 def test_every_mbc_name_in_the_docs_and_the_code_exists():
-    paths = [*ROOT.glob("docs/*.md"), *ROOT.glob("src/**/*.py"), *ROOT.glob("src/**/*.yaml"),
-             ROOT / "config.yaml", ROOT / "Snakefile", *ROOT.glob("workflow/**/*.smk"),
-             *ROOT.glob("workflow/**/*.py")]  # fmt: skip
+    paths = [
+        *ROOT.glob("docs/*.md"),
+        *ROOT.glob("src/**/*.py"),
+        *ROOT.glob("src/**/*.yaml"),
+        ROOT / "config.yaml",
+        ROOT / "Snakefile",
+        *ROOT.glob("workflow/**/*.smk"),
+        *ROOT.glob("workflow/**/*.py"),
+    ]
     assert broken_names(paths) == []
 
 

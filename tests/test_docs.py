@@ -17,9 +17,15 @@ def _slug(heading: str) -> str:
 
 def test_every_method_anchor_named_in_the_code_exists():
     anchors = {_slug(h) for h in re.findall(r"^#+ (.+)$", METHOD.read_text(), flags=re.M)}
-    sources = [*ROOT.glob("src/**/*.py"), *ROOT.glob("tests/*.py"), *ROOT.glob("workflow/**/*"),
-               *ROOT.glob("docs/*.md"), ROOT / "README.md", ROOT / "Snakefile",
-               ROOT / "config.yaml"]  # fmt: skip
+    sources = [
+        *ROOT.glob("src/**/*.py"),
+        *ROOT.glob("tests/*.py"),
+        *ROOT.glob("workflow/**/*"),
+        *ROOT.glob("docs/*.md"),
+        ROOT / "README.md",
+        ROOT / "Snakefile",
+        ROOT / "config.yaml",
+    ]
     named = {}
     for path in sources:
         if path.is_file():
@@ -53,8 +59,9 @@ def test_modules_are_small_and_do_not_shadow_the_standard_library():
     modules = [p for p in (ROOT / "src" / "mbc").rglob("*.py")]
     shadowing = [str(p) for p in modules if p.stem in sys.stdlib_module_names]
     assert not shadowing, shadowing
-    long = {str(p.relative_to(ROOT)): n for p in modules
-            if (n := len(p.read_text().splitlines())) > 500}  # fmt: skip
+    long = {
+        str(p.relative_to(ROOT)): n for p in modules if (n := len(p.read_text().splitlines())) > 500
+    }
     assert not long, long
 
 

@@ -45,8 +45,9 @@ def test_measured_taus_override_the_law(tmp_path, capsys):
     pd.DataFrame([{"run_id": run_id, "tau": 7.0, "censored": False, "steps": 21}]).to_csv(
         tmp_path / "tau.csv", index=False
     )
-    out = main(["--preset", "smoke", "--config", CONFIG, "--outdir", str(tmp_path),
-                "--steps-per-s", "100"])  # fmt: skip
+    out = main(
+        ["--preset", "smoke", "--config", CONFIG, "--outdir", str(tmp_path), "--steps-per-s", "100"]
+    )
     row = out["table"].set_index("run_id").loc[run_id]
     assert out["measured_taus"] == 1 and row.expected_steps == 21
     assert out["tau_coef"] == 7.0 / row.d**1.2  # the law is calibrated on the measured tau
@@ -127,8 +128,10 @@ def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     assert not any("WARNING" in line for line in lines)
     if not torch.cuda.is_available():
         paper = mbc_config.load(raw, {"outdir": str(tmp_path / "p")})
-        assert any("WARNING" in line and "preset=quick" in line
-                   for line in banner_lines(paper, cores=8, measure=False))  # fmt: skip
+        assert any(
+            "WARNING" in line and "preset=quick" in line
+            for line in banner_lines(paper, cores=8, measure=False)
+        )
 
 
 def _rates(step_s: dict[int, float], eval_s=(0.0, 0.0)) -> dict:
@@ -302,8 +305,9 @@ def test_estimate_for_a_gpu_from_its_rates_calibrates_tau_on_this_cpu(tmp_path, 
         pytest.skip("this machine has CUDA")
     rates = tmp_path / "rates.json"
     rates.write_text(json.dumps(_rates({1: 0.01, 8: 0.012, 32: 0.02, 128: 0.05})))
-    out = estimate("smoke", CONFIG, str(tmp_path), calibrate_s=20, rates_path=str(rates),
-                   device="cuda")  # fmt: skip
+    out = estimate(
+        "smoke", CONFIG, str(tmp_path), calibrate_s=20, rates_path=str(rates), device="cuda"
+    )
     said = capsys.readouterr().out
     assert "calibrating tau on cpu" in said
     assert out["tau_coef"] > 0 and "on cpu" in out["tau_coef_note"]
@@ -375,9 +379,18 @@ def test_measured_rates_time_the_linear_baselines_packs_when_given_one():
 
     t = tiny_spec()
     lin = dataclasses.replace(t, model=dataclasses.replace(t.model, kind="linear"))
-    rates = measure_rates(t, torch.device("cpu"), widths=(1, 2), eval_ks=(3,), steps=2,
-                          eval_width=2, say=lambda m: None, linear=lin)  # fmt: skip
+    rates = measure_rates(
+        t,
+        torch.device("cpu"),
+        widths=(1, 2),
+        eval_ks=(3,),
+        steps=2,
+        eval_width=2,
+        say=lambda m: None,
+        linear=lin,
+    )
     assert sorted(rates["linear_pack"]) == ["1", "2"]
     assert step_seconds(rates, 2, lin) == rates["linear_pack"]["2"]["step_s"]
-    assert "linear_pack" not in measure_rates(t, torch.device("cpu"), widths=(1,), eval_ks=(3,),
-                                              steps=2, eval_width=2, say=lambda m: None)  # fmt: skip
+    assert "linear_pack" not in measure_rates(
+        t, torch.device("cpu"), widths=(1,), eval_ks=(3,), steps=2, eval_width=2, say=lambda m: None
+    )

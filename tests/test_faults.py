@@ -38,8 +38,9 @@ from mbc import config as mbc_config
 def _held(code: str, *args, ready: str = "held"):
     """A process running `code` (args after it) that prints `ready` once it holds what it
     holds (a lock, a run); killed, and so releasing it, when the block ends."""
-    proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == ready
         yield proc
@@ -255,8 +256,10 @@ def test_a_torn_last_log_line_is_ignored(smoke, tmp_path):
     assert "Nothing to be done" in said and "mbc: repair" not in said, said[-2000:]
     status = subprocess.run(
         [sys.executable, "-m", "mbc.status", "--preset", "smoke", "--outdir", str(out)],
-        capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1],
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     (line,) = [x for x in status.stdout.splitlines() if x.endswith(run)]
     assert line.split()[0] == "done", line
 
@@ -397,8 +400,17 @@ def test_a_wrong_typed_calibration_cache_is_discarded_with_one_line_and_calibrat
 
 
 def _measured(out, dest) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "mbc.measured", "--preset", "smoke", "--outdir", str(out),
-           "--dest", str(dest)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "mbc.measured",
+        "--preset",
+        "smoke",
+        "--outdir",
+        str(out),
+        "--dest",
+        str(dest),
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
 
@@ -494,21 +506,27 @@ with logged(sys.argv[1]):
 @pytest.mark.parametrize(
     ("fault", "said"),
     [
-        ("corrupt", "mbc: corrupt input detected: {bad}: snapshot checksum mismatch; moved {bad} "
-         "aside to snap.pt.corrupt-"),
-        ("interrupt", "mbc: interrupted; a run resumes from its last resume point at the next "
-         "snakemake"),
+        (
+            "corrupt",
+            "mbc: corrupt input detected: {bad}: snapshot checksum mismatch; moved {bad} "
+            "aside to snap.pt.corrupt-",
+        ),
+        (
+            "interrupt",
+            "mbc: interrupted; a run resumes from its last resume point at the next snakemake",
+        ),
         ("enospc", "mbc: no space left on the device writing {bad}: free some and rerun"),
     ],
-)  # fmt: skip
+)
 def test_a_known_fault_in_a_job_is_one_line_with_its_traceback_in_the_log(tmp_path, fault, said):
     """A corrupt snapshot found inside a job, Ctrl-C, a full disk: the console gets the
     job's output and one line (it got the line and two tracebacks); the job's log keeps
     the traceback (`mbc.status` reads a failed job there), and the job fails."""
     bad, log = tmp_path / "snap.pt", tmp_path / "job.log"
     bad.write_bytes(b"x")
-    res = subprocess.run([sys.executable, "-c", _JOB, str(log), fault, str(bad)],
-                         capture_output=True, text=True)  # fmt: skip
+    res = subprocess.run(
+        [sys.executable, "-c", _JOB, str(log), fault, str(bad)], capture_output=True, text=True
+    )
     assert res.returncode == 1, res.stderr
     assert res.stdout == "", "a job's own output goes to its log, not the console"
     assert "a job's own output" in log.read_text()
@@ -616,8 +634,9 @@ def _least_used_dataset(out) -> tuple[Path, Path]:
 
     from mbc.core import config as mbc_config
 
-    cfg = mbc_config.load(mbc_config.read_yaml(str(REPO / "config.yaml")),
-                          {"preset": "smoke", "outdir": str(out)})  # fmt: skip
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(str(REPO / "config.yaml")), {"preset": "smoke", "outdir": str(out)}
+    )
     uses = Counter(s.dataset_id for s in cfg.specs.values())
     (least, _), (other, _) = sorted(uses.items(), key=lambda kv: (kv[1], kv[0]))[:2]
     return out / "datasets" / f"{least}.pt", out / "datasets" / f"{other}.pt"
@@ -725,8 +744,10 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
 
     fake = tmp_path / "bin" / "latexmk"
     fake.parent.mkdir()
-    fake.write_text('#!/bin/sh\nfor a; do case "$a" in -output-directory=*) d="${a#*=}";; esac; '
-                    'done\necho pdf > "$d/main.pdf"; echo log > "$d/main.log"\n')  # fmt: skip
+    fake.write_text(
+        '#!/bin/sh\nfor a; do case "$a" in -output-directory=*) d="${a#*=}";; esac; '
+        'done\necho pdf > "$d/main.pdf"; echo log > "$d/main.log"\n'
+    )
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setattr(tempfile, "tempdir", "/sys/kernel/mbc-test-tmp")
@@ -843,8 +864,11 @@ def test_two_invocations_on_one_outdir_through_a_symlink_one_runs_and_tables_equ
     targets = [str(out / f"{t}.csv") for t in TABLES]
     first = subprocess.Popen(
         [snakemake_exe(), "--cores", "1", *targets, *smoke_args(out)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     said = []
     for line in first.stdout:  # until the first holds the outdir and has started again
         said.append(line)
@@ -874,8 +898,9 @@ def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_hav
     dataset = tmp_path / "datasets" / "d.pt"
     dataset.parent.mkdir(parents=True)
     dataset.write_bytes(b"a dataset")
-    files = RunFiles("r", dataset, [run / "metrics.csv", run / "checkpoints.csv"],
-                     run / "summary.json")  # fmt: skip
+    files = RunFiles(
+        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json"
+    )
     write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
     write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
     write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
@@ -1009,9 +1034,13 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
 
     def outdir(root: Path, tau: int) -> RunFiles:
         run = root / "runs" / "r"
-        files = RunFiles("r", root / "datasets" / "d.pt", [run / "metrics.csv",
-                         run / "checkpoints.csv"], run / "summary.json",
-                         [root / "diagnostics" / "hessian" / "r.csv"])  # fmt: skip
+        files = RunFiles(
+            "r",
+            root / "datasets" / "d.pt",
+            [run / "metrics.csv", run / "checkpoints.csv"],
+            run / "summary.json",
+            [root / "diagnostics" / "hessian" / "r.csv"],
+        )
         files.dataset.parent.mkdir(parents=True)
         files.dataset.write_bytes(b"a dataset")
         write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
@@ -1055,14 +1084,21 @@ def test_every_derived_table_records_what_it_was_built_from():
     tree = ast.parse((REPO / "src" / "mbc" / "pipeline.py").read_text())
 
     def calls(node, names):
-        return [n for n in ast.walk(node) if isinstance(n, ast.Call)
-                and getattr(n.func, "id", None) in names]  # fmt: skip
+        return [
+            n
+            for n in ast.walk(node)
+            if isinstance(n, ast.Call) and getattr(n.func, "id", None) in names
+        ]
 
     bare = set()
     for fn in (n for n in tree.body if isinstance(n, ast.FunctionDef)):
-        bound = [w for n in ast.walk(fn) if isinstance(n, ast.With)
-                 if any(calls(i.context_expr, {"built_from"}) for i in n.items)
-                 for w in calls(n, writes)]  # fmt: skip
+        bound = [
+            w
+            for n in ast.walk(fn)
+            if isinstance(n, ast.With)
+            if any(calls(i.context_expr, {"built_from"}) for i in n.items)
+            for w in calls(n, writes)
+        ]
         if len(bound) < len(calls(fn, writes)):
             bare.add(fn.name)
     assert bare == {"train_pack"}

@@ -29,10 +29,20 @@ ROOT = Path(__file__).resolve().parents[1]
 ENTRIES = Figures.from_raw(read_yaml(ROOT / "config.yaml")["figures"])
 
 NAMES = [
-    "loss_curves", "tau_vs_d", "noise", "collective", "routing", "hessian", "appendix_linear",
-    "appendix_direction", "appendix_label_noise", "appendix_sharing", "init_scale",
-    "appendix_threshold", "appendix_plateau",
-]  # fmt: skip
+    "loss_curves",
+    "tau_vs_d",
+    "noise",
+    "collective",
+    "routing",
+    "hessian",
+    "appendix_linear",
+    "appendix_direction",
+    "appendix_label_noise",
+    "appendix_sharing",
+    "init_scale",
+    "appendix_threshold",
+    "appendix_plateau",
+]
 
 # Deliberately odd exponents: the legends must show exactly these (read, not re-fitted).
 # Each line passes through (x0, y0), near the synthetic data, so the figures read sensibly.
@@ -70,16 +80,35 @@ def _run(experiment, run_id, *, k=20, d=None, tau=None, budget=None, **kw):
     d = 1000 * k if d is None else d
     budget = budget or (4000 if tau is None else 2 * tau)
     row = dict(
-        run_id=run_id, experiment=experiment, task="bz_to_a", model="transformer",
-        init="transformer_lens", init_std=0.0707, init_scale=1.0, k=k,
-        n_groups=d // k, d=d, lr=1e-3, batch_size=128, z_length=2, sharing="private",
-        n_supergroups=None, sharing_factor=1.0, label_noise=0.0, seed=0, threshold=0.5,
-        tau=tau, censored=tau is None, plateau_height=math.log(k), height_over_log_k=1.0,
+        run_id=run_id,
+        experiment=experiment,
+        task="bz_to_a",
+        model="transformer",
+        init="transformer_lens",
+        init_std=0.0707,
+        init_scale=1.0,
+        k=k,
+        n_groups=d // k,
+        d=d,
+        lr=1e-3,
+        batch_size=128,
+        z_length=2,
+        sharing="private",
+        n_supergroups=None,
+        sharing_factor=1.0,
+        label_noise=0.0,
+        seed=0,
+        threshold=0.5,
+        tau=tau,
+        censored=tau is None,
+        plateau_height=math.log(k),
+        height_over_log_k=1.0,
         final_candidate_loss=0.05 if tau else math.log(k),
-        final_candidate_accuracy=0.98 if tau else 1 / k, steps=budget,
+        final_candidate_accuracy=0.98 if tau else 1 / k,
+        steps=budget,
         loss_onset=None if tau is None else int(0.8 * tau),
         delta_z_onset=None if tau is None else int(0.4 * tau),
-    )  # fmt: skip
+    )
     row.update(kw)
     if row["loss_onset"] is not None and row["delta_z_onset"] is not None:
         row["lead"] = row["loss_onset"] - row["delta_z_onset"]
@@ -105,29 +134,84 @@ def _tau_table() -> pd.DataFrame:
             t = None if (k == 36 and b == 64) else int(40000 / b**0.5 * k / 20)
             rows.append(_run("E7", f"e7_k{k}_b{b}", k=k, batch_size=b, tau=t, budget=9000))
     for kind, g, sf in (("shared", 1, 1000), ("supergroup", 10, 100), ("private", 1000, 1)):
-        rows.append(_run("E11", f"e11_{kind}", sharing=kind, n_supergroups=g,
-                         sharing_factor=sf, tau=1500 + sf))  # fmt: skip
+        rows.append(
+            _run(
+                "E11",
+                f"e11_{kind}",
+                sharing=kind,
+                n_supergroups=g,
+                sharing_factor=sf,
+                tau=1500 + sf,
+            )
+        )
     rows.append(_run("E11", "e11_sg100", sharing="supergroup", sharing_factor=10, tau=None))
     for p, t in ((0.0, 1500), (0.05, 1700), (0.1, 2100), (0.2, None)):
         rows.append(_run("E12", f"e12_p{p}", label_noise=p, tau=t))
     for k in (10, 20):
-        rows.append(_run("E13", f"e13_k{k}", k=k, model="linear", tau=None, budget=100000,
-                         final_candidate_accuracy=1 / k))  # fmt: skip
+        rows.append(
+            _run(
+                "E13",
+                f"e13_k{k}",
+                k=k,
+                model="linear",
+                tau=None,
+                budget=100000,
+                final_candidate_accuracy=1 / k,
+            )
+        )
     for k in (5, 10):
         for seed in (0, 1):
             rows.append(_run("E14", f"e14_bz_k{k}_s{seed}", k=k, seed=seed, tau=300 * k + seed))
             t = None if (k == 10 and seed == 1) else 900 * k
-            rows.append(_run("E14", f"e14_ab_k{k}_s{seed}", k=k, seed=seed, tau=t,
-                             task="a_to_b", budget=12000))  # fmt: skip
+            rows.append(
+                _run(
+                    "E14",
+                    f"e14_ab_k{k}_s{seed}",
+                    k=k,
+                    seed=seed,
+                    tau=t,
+                    task="a_to_b",
+                    budget=12000,
+                )
+            )
     for scale in (0.25, 0.5, 1.0, 2.0):  # E15: the sweep (a censored run at 0.25x), the D-law
         t = None if scale == 0.25 else int(3155 * scale**-0.737)
-        rows.append(_run("E15", f"e15_x{scale}", k=10, d=10000, tau=t, budget=20000,
-                         init_std=0.0707 * scale, init_scale=scale))  # fmt: skip
+        rows.append(
+            _run(
+                "E15",
+                f"e15_x{scale}",
+                k=10,
+                d=10000,
+                tau=t,
+                budget=20000,
+                init_std=0.0707 * scale,
+                init_scale=scale,
+            )
+        )
     for k in (5, 10):
-        rows.append(_run("E15_E1", f"e15e1_k{k}", k=k, tau=int(0.1 * (1000 * k) ** 1.1),
-                         init="normal", init_std=0.02, init_scale=0.28))  # fmt: skip
-        rows.append(_run("E15_E2", f"e15e2_k{k}", k=k, d=10000, tau=int(0.1 * 1e4**1.1),
-                         init="normal", init_std=0.02, init_scale=0.28))  # fmt: skip
+        rows.append(
+            _run(
+                "E15_E1",
+                f"e15e1_k{k}",
+                k=k,
+                tau=int(0.1 * (1000 * k) ** 1.1),
+                init="normal",
+                init_std=0.02,
+                init_scale=0.28,
+            )
+        )
+        rows.append(
+            _run(
+                "E15_E2",
+                f"e15e2_k{k}",
+                k=k,
+                d=10000,
+                tau=int(0.1 * 1e4**1.1),
+                init="normal",
+                init_std=0.02,
+                init_scale=0.28,
+            )
+        )
     df = pd.DataFrame(rows, columns=TAU_COLS)
     for c in ("tau", "loss_onset", "delta_z_onset", "lead", "n_supergroups"):
         df[c] = df[c].astype("Int64")
@@ -144,12 +228,24 @@ def _metrics_table(tau: pd.DataFrame) -> pd.DataFrame:
         cand = log_k * (1 - 0.98 * drop) * (1 + 0.3 * np.exp(-steps / 20))
         dz = 2.0 / (1 + np.exp(-(steps - 0.6 * t) / (0.1 * t)))
         dz[5] = np.nan  # a NaN value in the middle of a curve
-        out.append(pd.DataFrame(dict(
-            run_id=r["run_id"], step=steps, examples_seen=steps * 128, train_loss=cand,
-            loss=cand, first_target_loss=cand + 1, candidate_loss=cand,
-            candidate_accuracy=drop, shuffled_loss=cand + dz, delta_z=dz, grad_norm=1.0,
-            wall_s=steps * 0.01,
-        )))  # fmt: skip
+        out.append(
+            pd.DataFrame(
+                dict(
+                    run_id=r["run_id"],
+                    step=steps,
+                    examples_seen=steps * 128,
+                    train_loss=cand,
+                    loss=cand,
+                    first_target_loss=cand + 1,
+                    candidate_loss=cand,
+                    candidate_accuracy=drop,
+                    shuffled_loss=cand + dz,
+                    delta_z=dz,
+                    grad_norm=1.0,
+                    wall_s=steps * 0.01,
+                )
+            )
+        )
     return pd.concat(out, ignore_index=True)
 
 
@@ -157,9 +253,22 @@ def _fits_table() -> pd.DataFrame:
     rows = []
     for name, e in ODD.items():
         x = name.split("_vs_")[1].split("_")[0]
-        rows.append(dict(name=name, x_name=x, exponent=e, ci_low=e - 0.05, ci_high=e + 0.05,
-                         prefactor=ANCHOR[name][1] / ANCHOR[name][0] ** e, r2=0.9, n=8,
-                         n_censored=1, method="tobit", ci_level=0.95, n_boot=200))  # fmt: skip
+        rows.append(
+            dict(
+                name=name,
+                x_name=x,
+                exponent=e,
+                ci_low=e - 0.05,
+                ci_high=e + 0.05,
+                prefactor=ANCHOR[name][1] / ANCHOR[name][0] ** e,
+                r2=0.9,
+                n=8,
+                n_censored=1,
+                method="tobit",
+                ci_level=0.95,
+                n_boot=200,
+            )
+        )
     rows.append(dict(name="tau_vs_k_at_d20000", x_name="k", exponent=np.nan))  # failed fit
     return pd.DataFrame(rows, columns=FIT_COLS)
 
@@ -173,12 +282,31 @@ def _collective_tables(rng) -> tuple[pd.DataFrame, pd.DataFrame]:
             acc = np.round(acc * k) / k
             tf = f if tau else np.nan
             step = int(f * tau) if tau else int(f * 10000)
-            groups.append(pd.DataFrame(dict(run_id=run_id, k=k, tau=tau, step=step,
-                                            tau_fraction=tf, group=np.arange(50),
-                                            accuracy=acc)))  # fmt: skip
-            summary.append(dict(run_id=run_id, k=k, tau=tau, step=step, tau_fraction=tf,
-                                frac_accurate=float((acc >= 0.8).mean()),
-                                mean_accuracy=float(acc.mean()), accurate_threshold=0.8))  # fmt: skip
+            groups.append(
+                pd.DataFrame(
+                    dict(
+                        run_id=run_id,
+                        k=k,
+                        tau=tau,
+                        step=step,
+                        tau_fraction=tf,
+                        group=np.arange(50),
+                        accuracy=acc,
+                    )
+                )
+            )
+            summary.append(
+                dict(
+                    run_id=run_id,
+                    k=k,
+                    tau=tau,
+                    step=step,
+                    tau_fraction=tf,
+                    frac_accurate=float((acc >= 0.8).mean()),
+                    mean_accuracy=float(acc.mean()),
+                    accurate_threshold=0.8,
+                )
+            )
     return pd.concat(groups, ignore_index=True), pd.DataFrame(summary)
 
 
@@ -190,13 +318,34 @@ def _routing_tables(rng) -> tuple[pd.DataFrame, pd.DataFrame]:
                 for head in range(4):
                     hot = layer == 0 and head == 3
                     a = 0.6 * f if hot else rng.uniform(0, 0.1)
-                    att.append(dict(run_id=run_id, k=k, tau=tau, phase=phase, step=int(f * tau),
-                                    layer=layer, head=head, attn_to_z=a))  # fmt: skip
+                    att.append(
+                        dict(
+                            run_id=run_id,
+                            k=k,
+                            tau=tau,
+                            phase=phase,
+                            step=int(f * tau),
+                            layer=layer,
+                            head=head,
+                            attn_to_z=a,
+                        )
+                    )
                     for kind in ("zero", "mean", "sufficiency"):
                         dl = 1.5 if hot else rng.normal(0, 0.05)
-                        abl.append(dict(run_id=run_id, k=k, tau=tau, phase=phase,
-                                        step=int(f * tau), layer=layer, head=head, kind=kind,
-                                        delta_loss=dl, delta_delta_z=-dl))  # fmt: skip
+                        abl.append(
+                            dict(
+                                run_id=run_id,
+                                k=k,
+                                tau=tau,
+                                phase=phase,
+                                step=int(f * tau),
+                                layer=layer,
+                                head=head,
+                                kind=kind,
+                                delta_loss=dl,
+                                delta_delta_z=-dl,
+                            )
+                        )
     att[-1]["attn_to_z"] = np.nan
     return pd.DataFrame(att), pd.DataFrame(abl)
 
@@ -208,26 +357,65 @@ def _hessian_table() -> pd.DataFrame:
         for f in (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0):
             for method, scale in (("lanczos", 1.0), ("power", 0.8)):
                 lmax, lmin = 50.0 * scale / (1 + f), -0.05 * k / (1 + 5 * f)
-                rows.append(dict(run_id=run_id, k=k, tau=tau, step=int(f * tau), tau_fraction=f,
-                                 phase="plateau" if f == 0.5 else "other", method=method,
-                                 lambda_max=lmax, lambda_min=lmin, residual_max=0.01 * lmax,
-                                 residual_min=abs(lmin) * (2.0 if f == 0.25 else 0.1),
-                                 converged_max=True, converged_min=f != 0.25,
-                                 anisotropy=abs(lmax / lmin)))  # fmt: skip
-    rows.append(dict(run_id="e1_k36", k=36, tau=np.nan, step=1000, tau_fraction=np.nan,
-                     phase="other", method="lanczos", lambda_max=10.0, lambda_min=np.nan,
-                     residual_max=0.1, residual_min=np.nan, converged_max=True,
-                     converged_min=False, anisotropy=np.nan))  # fmt: skip
+                rows.append(
+                    dict(
+                        run_id=run_id,
+                        k=k,
+                        tau=tau,
+                        step=int(f * tau),
+                        tau_fraction=f,
+                        phase="plateau" if f == 0.5 else "other",
+                        method=method,
+                        lambda_max=lmax,
+                        lambda_min=lmin,
+                        residual_max=0.01 * lmax,
+                        residual_min=abs(lmin) * (2.0 if f == 0.25 else 0.1),
+                        converged_max=True,
+                        converged_min=f != 0.25,
+                        anisotropy=abs(lmax / lmin),
+                    )
+                )
+    rows.append(
+        dict(
+            run_id="e1_k36",
+            k=36,
+            tau=np.nan,
+            step=1000,
+            tau_fraction=np.nan,
+            phase="other",
+            method="lanczos",
+            lambda_max=10.0,
+            lambda_min=np.nan,
+            residual_max=0.1,
+            residual_min=np.nan,
+            converged_max=True,
+            converged_min=False,
+            anisotropy=np.nan,
+        )
+    )
     return pd.DataFrame(rows, columns=HESSIAN_COLUMNS)
 
 
 def _threshold_table() -> pd.DataFrame:
     rows = []
     for thr, e in ((0.3, 1.15), (0.4, 1.19), (0.5, 1.21), (0.6, 1.24), (0.7, np.nan)):
-        rows.append(dict(threshold=thr, name="tau_vs_d", x_name="d", exponent=e,
-                         ci_low=e - 0.06, ci_high=e + 0.08, prefactor=0.05, r2=0.99, n=19,
-                         n_censored=1 if thr == 0.3 else 0, method="ols", ci_level=0.95,
-                         n_boot=200))  # fmt: skip
+        rows.append(
+            dict(
+                threshold=thr,
+                name="tau_vs_d",
+                x_name="d",
+                exponent=e,
+                ci_low=e - 0.06,
+                ci_high=e + 0.08,
+                prefactor=0.05,
+                r2=0.99,
+                n=19,
+                n_censored=1 if thr == 0.3 else 0,
+                method="ols",
+                ci_level=0.95,
+                n_boot=200,
+            )
+        )
     return pd.DataFrame(rows)
 
 
@@ -236,12 +424,25 @@ def _plateau_table(tau: pd.DataFrame, rng) -> pd.DataFrame:
     for _, r in tau[tau.experiment.isin(["E1", "E2"])].iterrows():
         for end, thr in (("delta_z > 0.01", 0.01), ("delta_z > 0.1", 0.1), (LOSS_ONSET_ONLY, None)):
             h = 1.0 + abs(rng.normal(0, 0.08))
-            rows.append(dict(
-                experiment=r.experiment, run_id=r.run_id, k=r.k, d=r.d, seed=r.seed,
-                window_end=end, delta_z_onset=thr, primary=thr == 0.1, window_start=10.0,
-                window_stop=100.0, n_evals=9, height_over_log_k=h, in_band=0.9 <= h <= 1.1,
-                band_low=0.9, band_high=1.1,
-            ))  # fmt: skip
+            rows.append(
+                dict(
+                    experiment=r.experiment,
+                    run_id=r.run_id,
+                    k=r.k,
+                    d=r.d,
+                    seed=r.seed,
+                    window_end=end,
+                    delta_z_onset=thr,
+                    primary=thr == 0.1,
+                    window_start=10.0,
+                    window_stop=100.0,
+                    n_evals=9,
+                    height_over_log_k=h,
+                    in_band=0.9 <= h <= 1.1,
+                    band_low=0.9,
+                    band_high=1.1,
+                )
+            )
     return pd.DataFrame(rows, columns=PLATEAU_SENSITIVITY_COLUMNS)
 
 
@@ -282,10 +483,11 @@ def _render_all(
     original = figures.registry._save
 
     def capture(fig, out_pdf, out_png):
-        texts[out_pdf.stem] = [t.get_text() for leg in fig.findobj(Legend)
-                               for t in leg.get_texts()]  # fmt: skip
-        texts[out_pdf.stem + ":all"] = [t.get_text() for t in fig.findobj(
-            lambda o: hasattr(o, "get_text") and hasattr(o, "get_position"))]  # fmt: skip
+        texts[out_pdf.stem] = [t.get_text() for leg in fig.findobj(Legend) for t in leg.get_texts()]
+        texts[out_pdf.stem + ":all"] = [
+            t.get_text()
+            for t in fig.findobj(lambda o: hasattr(o, "get_text") and hasattr(o, "get_position"))
+        ]
         original(fig, out_pdf, out_png)
 
     with pytest.MonkeyPatch.context() as mp:
@@ -365,9 +567,16 @@ def test_fit_lines_come_from_the_fits_table(full):
 
 def test_censored_runs_are_shown(full):
     _, texts = full
-    for fig in ("loss_curves", "tau_vs_d", "noise", "appendix_direction",
-                "appendix_label_noise", "appendix_sharing", "appendix_linear",
-                "init_scale"):  # fmt: skip
+    for fig in (
+        "loss_curves",
+        "tau_vs_d",
+        "noise",
+        "appendix_direction",
+        "appendix_label_noise",
+        "appendix_sharing",
+        "appendix_linear",
+        "init_scale",
+    ):
         assert figures.CENSORED_LABEL in texts[fig], fig
     for fig in ("collective", "hessian"):  # no tau to normalise by: listed by run id
         assert any(figures.CENSORED_LABEL in t and "e1_k36" in t for t in texts[fig]), fig
@@ -400,8 +609,9 @@ def test_figures_code_names_no_experiment_and_no_fit():
             id(n.body[0].value)
             for n in ast.walk(tree)
             if isinstance(n, ast.Module | ast.FunctionDef | ast.ClassDef)
-            and n.body and isinstance(n.body[0], ast.Expr)
-        }  # fmt: skip
+            and n.body
+            and isinstance(n.body[0], ast.Expr)
+        }
         for node in ast.walk(tree):
             text = node.value if isinstance(node, ast.Constant) else None
             if not isinstance(text, str) or id(node) in docs or text in FIGURE_TABLES:
@@ -414,8 +624,10 @@ def test_figures_code_names_no_experiment_and_no_fit():
 def _with_e16() -> dict[str, pd.DataFrame]:
     """The synthetic tables plus E16: label noise 0.3 at a fixed D = 40,000 (K = 5, 10)."""
     tables = _all_tables()
-    e16 = [_run("E16", f"e16_k{k}", k=k, d=40000, label_noise=0.3, tau=int(0.05 * 4e4**1.2))
-           for k in (5, 10)]  # fmt: skip
+    e16 = [
+        _run("E16", f"e16_k{k}", k=k, d=40000, label_noise=0.3, tau=int(0.05 * 4e4**1.2))
+        for k in (5, 10)
+    ]
     tables["tau"] = pd.concat([tables["tau"], pd.DataFrame(e16, columns=TAU_COLS)])
     return tables
 
@@ -425,9 +637,10 @@ def test_a_figure_draws_the_experiments_and_fits_its_config_entry_names(tmp_path
     fit: the figures draw E16's runs and that fit's line. config.yaml's entries, on the same
     tables, draw neither."""
     raw = read_yaml(ROOT / "config.yaml")
-    raw["experiments"]["E16"] = {"question": "label noise at a fixed D",
-                                 "grid": {"d": [40000], "task.k": [5, 10],
-                                          "task.label_noise": [0.3]}}  # fmt: skip
+    raw["experiments"]["E16"] = {
+        "question": "label noise at a fixed D",
+        "grid": {"d": [40000], "task.k": [5, 10], "task.label_noise": [0.3]},
+    }
     raw["figures"]["appendix_label_noise"]["experiments"]["runs"] = ["E12", "E16"]
     raw["figures"]["tau_vs_d"]["experiments"]["d_fixed"] = ["E2", "E16"]
     raw["figures"]["tau_vs_d"]["fits"]["line"] = "tau_vs_d_alt_init"
@@ -496,8 +709,12 @@ def test_figure_text_is_readable_at_print_size(full):
     least MIN_PRINTED_PT (a 7 in two-panel figure at \\linewidth prints at 0.9x)."""
     out, _ = full
     tex = (Path(__file__).resolve().parents[1] / "paper" / "main.tex").read_text()
-    widths = {name: float(w or 1.0) for w, name in re.findall(
-        r"\\includegraphics\[width=([0-9.]*)\\linewidth\]\{figures/([a-z_]+)\.pdf\}", tex)}  # fmt: skip
+    widths = {
+        name: float(w or 1.0)
+        for w, name in re.findall(
+            r"\\includegraphics\[width=([0-9.]*)\\linewidth\]\{figures/([a-z_]+)\.pdf\}", tex
+        )
+    }
     src = _figures_source() + figures.STYLE.read_text()
     sizes = [float(v) for v in re.findall(r"(?:fontsize|labelsize)[=:]\s*([0-9.]+)", src)]
     smallest = min(sizes)

@@ -30,8 +30,21 @@ def trained(tmp_path_factory):
     ids = [sorted(diagnosed)[0], *others]
     d = tmp_path_factory.mktemp("gpu")
     (d / "runs.txt").write_text("\n".join(ids) + "\n")
-    rc = gpu_runs.main(["train", "--preset", "smoke", "--runs", str(d / "runs.txt"),
-                        "--out", str(d / "out"), "--work", str(d / "work"), "--jobs", "1"])  # fmt: skip
+    rc = gpu_runs.main(
+        [
+            "train",
+            "--preset",
+            "smoke",
+            "--runs",
+            str(d / "runs.txt"),
+            "--out",
+            str(d / "out"),
+            "--work",
+            str(d / "work"),
+            "--jobs",
+            "1",
+        ]
+    )
     assert rc == 0
     return d / "out", ids
 
@@ -80,7 +93,12 @@ def test_merge_refuses_a_run_whose_data_differs(trained, tmp_path, capsys):
         r["dataset_sha256"] = "0" * 64
     (forged / "gpu_runs.json").write_text(json.dumps(summary))
     outdir = tmp_path / "outdir"
-    assert gpu_runs.main(["merge", "--preset", "smoke", "--from", str(forged), "--outdir", str(outdir)]) == 1  # fmt: skip
+    assert (
+        gpu_runs.main(
+            ["merge", "--preset", "smoke", "--from", str(forged), "--outdir", str(outdir)]
+        )
+        == 1
+    )
     said = capsys.readouterr().out
     assert "0 runs taken" in said and said.count("its dataset there differs from") == 2
     assert not (outdir / "runs").exists() or not any((outdir / "runs").iterdir())
@@ -116,19 +134,36 @@ def test_short_calls_resume_each_other_and_merge_to_the_tables_of_one_go(tmp_pat
     # one go: the pack `gpu_runs train` trains, here in this process
     specs = [cfg.specs[r] for r in ids]
     whole = [tmp_path / "whole" / r for r in ids]
-    train_pack(specs, [build_dataset(s.task, s.seed) for s in specs], whole, torch.device("cpu"),
-               say=lambda m: None)  # fmt: skip
+    train_pack(
+        specs,
+        [build_dataset(s.task, s.seed) for s in specs],
+        whole,
+        torch.device("cpu"),
+        say=lambda m: None,
+    )
 
     merged, prev, resumed = tmp_path / "merged", None, []
     for call in range(1, 4):
         out = tmp_path / f"call{call}"
-        args = ["train", *common, "--out", str(out), "--work", str(tmp_path / f"w{call}"),
-                "--stop-after", "150"] + (["--resume-from", str(prev)] if prev else [])  # fmt: skip
+        args = [
+            "train",
+            *common,
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / f"w{call}"),
+            "--stop-after",
+            "150",
+        ] + (["--resume-from", str(prev)] if prev else [])
         assert gpu_runs.main(args) == 0
         summary = json.loads((out / "gpu_runs.json").read_text())
         resumed.append(sorted(r.get("resume_step", 0) for r in summary["runs"]))
-        assert gpu_runs.main(["merge", "--preset", "smoke", "--from", str(out),
-                              "--outdir", str(merged)]) == 0  # fmt: skip
+        assert (
+            gpu_runs.main(
+                ["merge", "--preset", "smoke", "--from", str(out), "--outdir", str(merged)]
+            )
+            == 0
+        )
         prev = out
     said = capsys.readouterr().out
     # call 1 stops all three at 150 (resume points at 100); call 2 finishes two (early
@@ -148,8 +183,12 @@ def test_short_calls_resume_each_other_and_merge_to_the_tables_of_one_go(tmp_pat
             if "grad_norm" in a[name]:
                 np.testing.assert_allclose(a[name].grad_norm, b[name].grad_norm, rtol=1e-6)
     # a fourth call finds nothing left to train
-    assert gpu_runs.main(["train", *common, "--out", str(tmp_path / "call4"),
-                          "--resume-from", str(prev)]) == 0  # fmt: skip
+    assert (
+        gpu_runs.main(
+            ["train", *common, "--out", str(tmp_path / "call4"), "--resume-from", str(prev)]
+        )
+        == 0
+    )
     assert "0 runs of smoke to train (3 finished before" in capsys.readouterr().out
 
 
@@ -163,13 +202,31 @@ def test_plan_writes_the_runs_and_the_commands_of_each_call(tmp_path, capsys):
     diagnosed = {r for k in ("collective", "routing", "hessian") for r in cfg.diagnosed_runs(k)}
     plan = tmp_path / "plan"
     per_run = max(gpu_runs.state_mb(s) for s in cfg.specs.values())
-    assert gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "60",
-                          "--margin-s", "20", "--carry-mb", str(3.5 * per_run)]) == 0  # fmt: skip
+    assert (
+        gpu_runs.main(
+            [
+                "plan",
+                "--preset",
+                "smoke",
+                "--out",
+                str(plan),
+                "--slot-s",
+                "60",
+                "--margin-s",
+                "20",
+                "--carry-mb",
+                str(3.5 * per_run),
+            ]
+        )
+        == 0
+    )
     runs = (plan / "runs.txt").read_text().split()
     assert set(runs) == set(cfg.specs) - diagnosed and runs
-    cmds = [shlex.split(line.strip().replace('"$OUT"', "OUT"))[2:]
-            for line in (plan / "calls.md").read_text().splitlines()
-            if line.strip().startswith("python benchmarks/gpu_runs.py train")]  # fmt: skip
+    cmds = [
+        shlex.split(line.strip().replace('"$OUT"', "OUT"))[2:]
+        for line in (plan / "calls.md").read_text().splitlines()
+        if line.strip().startswith("python benchmarks/gpu_runs.py train")
+    ]
     first, later = (gpu_runs.parser().parse_args(c) for c in cmds)
     assert first.resume_from is None and later.resume_from == ".gpu_carry"
     assert first.deadline_s == 40 and first.runs == str(plan / "runs.txt")
@@ -177,8 +234,19 @@ def test_plan_writes_the_runs_and_the_commands_of_each_call(tmp_path, capsys):
     assert first.carry_mb == pytest.approx(3.5 * per_run, rel=1e-5)
     assert "merge --preset smoke --from FILES" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="no gpu_runs.json there"):
-        gpu_runs.main(["train", "--preset", "smoke", "--runs", str(plan / "runs.txt"),
-                       "--out", str(tmp_path / "o"), "--resume-from", str(tmp_path)])  # fmt: skip
+        gpu_runs.main(
+            [
+                "train",
+                "--preset",
+                "smoke",
+                "--runs",
+                str(plan / "runs.txt"),
+                "--out",
+                str(tmp_path / "o"),
+                "--resume-from",
+                str(tmp_path),
+            ]
+        )
     with pytest.raises(SystemExit, match="leaves no time"):
         gpu_runs.main(["plan", "--preset", "smoke", "--out", str(plan), "--slot-s", "10"])
 
@@ -201,14 +269,23 @@ def test_a_call_stopped_by_its_deadline_is_finished_by_the_next(tmp_path, capsys
     specs = [cfg.specs[r] for r in ids]
     whole = [tmp_path / "whole" / r for r in ids]
     for spec, d in zip(specs, whole, strict=True):  # one go: each in its own pack (two kinds)
-        train_pack([spec], [build_dataset(spec.task, spec.seed)], [d], torch.device("cpu"),
-                   say=lambda m: None)  # fmt: skip
+        train_pack(
+            [spec],
+            [build_dataset(spec.task, spec.seed)],
+            [d],
+            torch.device("cpu"),
+            say=lambda m: None,
+        )
     none = tmp_path / "none"
     assert gpu_runs.main(["train", *common, "--out", str(none), "--deadline-s", "0"]) == 0
     assert "0 of 2 runs finished" in capsys.readouterr().out
     first, last = tmp_path / "first", tmp_path / "last"
-    assert gpu_runs.main(["train", *common, "--out", str(first), "--deadline-s", "3",
-                          "--resume-from", str(none)]) == 0  # fmt: skip
+    assert (
+        gpu_runs.main(
+            ["train", *common, "--out", str(first), "--deadline-s", "3", "--resume-from", str(none)]
+        )
+        == 0
+    )
     summary = json.loads((first / "gpu_runs.json").read_text())
     import tarfile
 

@@ -15,8 +15,9 @@ CONFIG = Path(__file__).resolve().parents[1] / "config.yaml"
 
 
 def test_each_pack_job_declares_its_estimated_memory(tmp_path):
-    res = snakemake("-n", "all", "--config", "preset=smoke",
-                    f"outdir={tmp_path}", "pack={enabled: true}")  # fmt: skip
+    res = snakemake(
+        "-n", "all", "--config", "preset=smoke", f"outdir={tmp_path}", "pack={enabled: true}"
+    )
     said = res.stdout + res.stderr
     declared = dict(re.findall(r"train_pack/([^\s/]+)\.log\n.*?gpu_mem_mb=(\d+)", said, flags=re.S))
     cfg = mbc_config.load(

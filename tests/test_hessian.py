@@ -267,8 +267,13 @@ def test_power_estimator_is_the_authors():
     """The power estimator reaches extremes_by_power with the author's |cos| exit, floor
     and shift."""
     loss_fn, params, a = quadratic(seed=5)
-    cfg = hessian_config(power_n_iter=50, power_min_iter=10, power_cos=0.9999,
-                         power_shift_offset=1.0, methods=("power",))  # fmt: skip
+    cfg = hessian_config(
+        power_n_iter=50,
+        power_min_iter=10,
+        power_cos=0.9999,
+        power_shift_offset=1.0,
+        methods=("power",),
+    )
     rule = author_power_rule(cfg)
     assert rule == {"cos_tol": 0.9999, "min_iter": 10, "shift_offset": 1.0}
     got = checkpoint_estimates(loss_fn, params, cfg, seed=2)["power"]

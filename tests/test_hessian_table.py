@@ -32,12 +32,29 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # hessian.csv's columns before the `method` column: Lanczos plain, power iteration `_power`
 WIDE_COLUMNS = [
-    "run_id", "k", "tau", "step", "tau_fraction", "phase", "lambda_max", "lambda_min",
-    "residual_max", "residual_min", "converged_max", "converged_min", "anisotropy",
-    "lambda_max_power", "lambda_min_power", "residual_max_power", "residual_min_power",
-    "converged_max_power", "converged_min_power", "anisotropy_power", "n_iter_max_power",
+    "run_id",
+    "k",
+    "tau",
+    "step",
+    "tau_fraction",
+    "phase",
+    "lambda_max",
+    "lambda_min",
+    "residual_max",
+    "residual_min",
+    "converged_max",
+    "converged_min",
+    "anisotropy",
+    "lambda_max_power",
+    "lambda_min_power",
+    "residual_max_power",
+    "residual_min_power",
+    "converged_max_power",
+    "converged_min_power",
+    "anisotropy_power",
+    "n_iter_max_power",
     "n_iter_min_power",
-]  # fmt: skip
+]
 
 
 def wide_table() -> pd.DataFrame:
@@ -55,11 +72,21 @@ def test_a_wide_table_reads_as_one_row_per_checkpoint_and_estimator(tmp_path):
     long = long_table(wide)
     assert list(long.columns) == HESSIAN_COLUMNS
     assert list(zip(long.step, long.method, strict=True)) == [
-        (100, "lanczos"), (100, "power"), (200, "lanczos"), (200, "power")
-    ]  # fmt: skip
+        (100, "lanczos"),
+        (100, "power"),
+        (200, "lanczos"),
+        (200, "power"),
+    ]
     lan, pw = long[long.method == "lanczos"], long[long.method == "power"]
-    for col in ("lambda_max", "lambda_min", "residual_max", "residual_min", "anisotropy",
-                "converged_max", "converged_min"):  # fmt: skip
+    for col in (
+        "lambda_max",
+        "lambda_min",
+        "residual_max",
+        "residual_min",
+        "anisotropy",
+        "converged_max",
+        "converged_min",
+    ):
         assert lan[col].tolist() == wide[col].tolist(), col
         assert pw[col].tolist() == wide[col + "_power"].tolist(), col
     assert pw.n_iter_max.tolist() == [12, 12] and pw.n_iter_min.tolist() == [50, 50]
@@ -126,8 +153,9 @@ def test_a_new_estimator_is_one_function_and_one_config_line(tmp_path, monkeypat
     raw = mbc_config.read_yaml(ROOT / "config.yaml")
     raw["diagnostics"]["hessian"]["methods"].append("dense")  # the config line
     # and, to read it: a fit, the figure's line for it, a statistic
-    raw["fits"].append({"name": "anisotropy_dense_vs_k", "table": "hessian", "method": "dense",
-                        "x": "k"})  # fmt: skip
+    raw["fits"].append(
+        {"name": "anisotropy_dense_vs_k", "table": "hessian", "method": "dense", "x": "k"}
+    )
     raw["figures"]["hessian"]["fits"]["dense"] = "anisotropy_dense_vs_k"
     cfg = mbc_config.load(raw, {"preset": "smoke", "outdir": str(tmp_path / "out")})
     methods = cfg.diagnostics.hessian.methods
@@ -150,10 +178,16 @@ def test_a_new_estimator_is_one_function_and_one_config_line(tmp_path, monkeypat
     assert fits.loc["anisotropy_dense_vs_k", "n"] == 4
     assert fits.loc[["anisotropy_vs_k", "anisotropy_power_vs_k"], "n"].tolist() == [4, 4]
 
-    st = {"kind": "median", "table": "hessian", "column": "anisotropy",
-          "where": {"phase": "plateau", "method": "dense", "k": 10}, "what": "dense"}  # fmt: skip
-    row = statistic(Statistic("dense_median", "median", freeze(st)), {"hessian": table},
-                    cfg.bootstrap, set())  # fmt: skip
+    st = {
+        "kind": "median",
+        "table": "hessian",
+        "column": "anisotropy",
+        "where": {"phase": "plateau", "method": "dense", "k": 10},
+        "what": "dense",
+    }
+    row = statistic(
+        Statistic("dense_median", "median", freeze(st)), {"hessian": table}, cfg.bootstrap, set()
+    )
     assert row["value"] == pytest.approx(200.0) and row["n"] == 1
 
     paths = {"hessian": tmp_path / "hessian.csv", "fits": tmp_path / "fits.csv"}
@@ -185,18 +219,30 @@ def render_legend(name: str, paths: dict, out: Path, entry) -> list[str]:
 @pytest.mark.parametrize(
     ("change", "key"),
     [
-        (lambda r: r["fits"].append({"name": "a_vs_k", "table": "hessian", "x": "k"}),
-         r"fits\.\d+"),
-        (lambda r: r["fits"].append({"name": "a_vs_k", "table": "hessian", "method": "dense",
-                                     "x": "k"}), r"fits\[\d+\]\.method"),
-        (lambda r: r["statistics"]["anisotropy_plateau_median"]["where"].pop("method"),
-         r"statistics\.anisotropy_plateau_median\.where\.method"),
-        (lambda r: r["figures"]["hessian"]["fits"].update(dense="anisotropy_vs_k"),
-         r"figures\.hessian\.fits\.dense"),
-        (lambda r: r["figures"]["hessian"]["fits"].update(power="anisotropy_vs_k"),
-         r"figures\.hessian\.fits\.power"),
+        (
+            lambda r: r["fits"].append({"name": "a_vs_k", "table": "hessian", "x": "k"}),
+            r"fits\.\d+",
+        ),
+        (
+            lambda r: r["fits"].append(
+                {"name": "a_vs_k", "table": "hessian", "method": "dense", "x": "k"}
+            ),
+            r"fits\[\d+\]\.method",
+        ),
+        (
+            lambda r: r["statistics"]["anisotropy_plateau_median"]["where"].pop("method"),
+            r"statistics\.anisotropy_plateau_median\.where\.method",
+        ),
+        (
+            lambda r: r["figures"]["hessian"]["fits"].update(dense="anisotropy_vs_k"),
+            r"figures\.hessian\.fits\.dense",
+        ),
+        (
+            lambda r: r["figures"]["hessian"]["fits"].update(power="anisotropy_vs_k"),
+            r"figures\.hessian\.fits\.power",
+        ),
     ],
-)  # fmt: skip
+)
 def test_hessian_readers_name_a_configured_estimator(change, key):
     raw = mbc_config.read_yaml(ROOT / "config.yaml")
     change(raw)

@@ -28,8 +28,11 @@ def stats_for(values: dict[str, tuple]) -> pd.DataFrame:
 def side(test, where: str) -> tuple:
     """A (value, lo, hi) whose CI lies above / below / across the test's threshold."""
     t = test["threshold"]
-    return {"above": (t + 2, t + 1, t + 3), "below": (t - 2, t - 3, t - 1),
-            "across": (t, t - 1, t + 1)}[where]  # fmt: skip
+    return {
+        "above": (t + 2, t + 1, t + 3),
+        "below": (t - 2, t - 3, t - 1),
+        "across": (t, t - 1, t + 1),
+    }[where]
 
 
 def concrete(pattern: str) -> str:
@@ -43,7 +46,7 @@ def concrete(pattern: str) -> str:
         ("pred", "pred", "supported"),
         ("other", "other", "falsified"),
         ("across", "across", "inconclusive"),
-    ],  # fmt: skip
+    ],
 )
 def test_each_verdict_flips(hid, where_pred, where_other, expected):
     h = CFG["hypotheses"][hid]
@@ -72,8 +75,11 @@ def test_missing_or_nan_statistic_is_not_enough_data(hid):
 
 
 def test_glob_statistic_matches_every_fit_and_one_falsified_test_falsifies():
-    h = {"tests": [{"statistic": "fit:tau_vs_k_at_*", "direction": "greater", "threshold": 0.3}],
-         "mechanism": "m", "prediction": "p"}  # fmt: skip
+    h = {
+        "tests": [{"statistic": "fit:tau_vs_k_at_*", "direction": "greater", "threshold": 0.3}],
+        "mechanism": "m",
+        "prediction": "p",
+    }
     s = stats_for(
         {"fit:tau_vs_k_at_d10000": (1.0, 0.8, 1.2), "fit:tau_vs_k_at_d20000": (0, -0.1, 0.1)}
     )
@@ -112,25 +118,46 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
 
 
 def test_ours_statistic_gets_its_own_verdict_beside_the_authors():
-    h = {"H2": {"mechanism": "m", "prediction": "p", "tests": [
-        {"statistic": "fit:duration_vs_lr", "ours": "fit:tau_vs_lr", "direction": "less",
-         "threshold": 0.0, "why": "author: transition window"}]}}  # fmt: skip
+    h = {
+        "H2": {
+            "mechanism": "m",
+            "prediction": "p",
+            "tests": [
+                {
+                    "statistic": "fit:duration_vs_lr",
+                    "ours": "fit:tau_vs_lr",
+                    "direction": "less",
+                    "threshold": 0.0,
+                    "why": "author: transition window",
+                }
+            ],
+        }
+    }
     stats = stats_for({"fit:duration_vs_lr": (0.5, 0.2, 0.8), "fit:tau_vs_lr": (-0.5, -0.8, -0.2)})
     row = evaluate_hypotheses(Hypotheses.from_raw(h), stats).iloc[0]
     assert row.verdict == "falsified" and row.ours_verdict == "supported"
     assert not row.robust_to_definition and row.why == "author: transition window"
     assert "fit:tau_vs_lr = -0.5" in row.ours
-    same = evaluate_hypotheses(Hypotheses.from_raw(h), stats_for({"fit:duration_vs_lr": (0.5, 0.2, 0.8),
-                                             "fit:tau_vs_lr": (0.4, 0.1, 0.9)})).iloc[0]  # fmt: skip
+    same = evaluate_hypotheses(
+        Hypotheses.from_raw(h),
+        stats_for({"fit:duration_vs_lr": (0.5, 0.2, 0.8), "fit:tau_vs_lr": (0.4, 0.1, 0.9)}),
+    ).iloc[0]
     assert same.ours_verdict == "falsified" and same.robust_to_definition
 
 
 def test_scorecard_shows_ours_beside_the_authors_and_the_reference_provenance():
     rows = [r for r in CARD if r.statistic in ("lr_duration_ratio_sampled", "direction_ratio_lag")]
-    card = scorecard(rows, stats_for({"lr_duration_ratio_sampled": (3.0, 2.0, 4.0),
-                                      "lr_duration_ratio": (20.0, 10.0, 30.0),
-                                      "direction_ratio_lag": (2.0, 1.5, 2.5),
-                                      "direction_ratio": (2.1, 1.6, 2.6)})).set_index("statistic")  # fmt: skip
+    card = scorecard(
+        rows,
+        stats_for(
+            {
+                "lr_duration_ratio_sampled": (3.0, 2.0, 4.0),
+                "lr_duration_ratio": (20.0, 10.0, 30.0),
+                "direction_ratio_lag": (2.0, 1.5, 2.5),
+                "direction_ratio": (2.1, 1.6, 2.6),
+            }
+        ),
+    ).set_index("statistic")
     # the lr row: the author's window on his sampled evaluation, ours on fixed contexts
     lr = card.loc["lr_duration_ratio_sampled"]
     assert (lr.agreement, lr.ours_statistic, lr.ours_agreement) == (

@@ -95,10 +95,14 @@ FIGURES = [
     "appendix_plateau",
 ]
 TABLES = {
-    "fits": "tab:fits", "hypotheses": "tab:hypotheses", "scorecard": "tab:scorecard",
-    "init_scale": "tab:init_scale", "init_comparison": "tab:init_comparison",
-    "robustness": "tab:robustness", "definitions": "tab:definitions",
-}  # fmt: skip
+    "fits": "tab:fits",
+    "hypotheses": "tab:hypotheses",
+    "scorecard": "tab:scorecard",
+    "init_scale": "tab:init_scale",
+    "init_comparison": "tab:init_comparison",
+    "robustness": "tab:robustness",
+    "definitions": "tab:definitions",
+}
 #: The generated paragraphs of the outcome in words (mbc.paper.outcome), by file name.
 PROSE = ("abstract", "explanations", "conclusion")
 NEWCOMMAND_RE = re.compile(r"\\newcommand\{\\([A-Za-z]+)\}\{(.*)\}")
@@ -286,8 +290,14 @@ def test_booktabs_table_structure():
     lines = tex.splitlines()
     assert lines[0] == r"\begin{table}[htbp]"
     assert lines[-1] == r"\end{table}"
-    order = [r"\sbox{\mbcfitbox}{%", r"\begin{tabular}{lrr}", r"\toprule", r"\midrule",
-             r"\bottomrule", r"\end{tabular}}%"]  # fmt: skip
+    order = [
+        r"\sbox{\mbcfitbox}{%",
+        r"\begin{tabular}{lrr}",
+        r"\toprule",
+        r"\midrule",
+        r"\bottomrule",
+        r"\end{tabular}}%",
+    ]
     idx = [lines.index(x) for x in order]
     assert idx == sorted(idx)
     # a table wider than the text is shrunk to it, a narrower one left as it is
@@ -464,10 +474,19 @@ def test_ci_cells_stay_latex_under_every_pandas_string_dtype(strings):
     from mbc.paper.report import init_scale_tex
 
     table = pd.DataFrame(
-        {"init_std": [0.05], "init_scale": [0.7], "n_runs": [3], "n_censored": [0],
-         "tau_mean": [2.52e6], "tau_ci_low": [2.1e6], "tau_ci_high": [3e6],
-         "height_over_log_k": [1.0], "height_ci_low": [0.99], "height_ci_high": [1.01]}
-    )  # fmt: skip
+        {
+            "init_std": [0.05],
+            "init_scale": [0.7],
+            "n_runs": [3],
+            "n_censored": [0],
+            "tau_mean": [2.52e6],
+            "tau_ci_low": [2.1e6],
+            "tau_ci_high": [3e6],
+            "height_over_log_k": [1.0],
+            "height_ci_low": [0.99],
+            "height_ci_high": [1.01],
+        }
+    )
     dtype = {"object": object, "python": "string[python]", "pyarrow": "string[pyarrow]"}[strings]
     with pd.option_context("future.infer_string", strings != "object"):
         tex = init_scale_tex(table.astype({"init_std": float}))

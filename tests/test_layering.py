@@ -98,8 +98,11 @@ def test_the_workflow_imports_no_command_line_module():
     commands = {n for n, (_, tree) in parsed().items() if is_command(tree, n)}
     assert {"mbc.estimate", "mbc.status", "mbc.measured", "mbc.config.__main__"} <= commands
     found = []
-    for path in [ROOT / "Snakefile", *(ROOT / "workflow").rglob("*.smk"),
-                 *(ROOT / "workflow").rglob("*.py")]:  # fmt: skip
+    for path in [
+        ROOT / "Snakefile",
+        *(ROOT / "workflow").rglob("*.smk"),
+        *(ROOT / "workflow").rglob("*.py"),
+    ]:
         for i, line in enumerate(path.read_text().splitlines(), 1):
             m = re.match(r"\s*(?:from|import)\s+(mbc[\w.]*)", line)
             if m and m[1] in commands:
@@ -111,10 +114,16 @@ def test_the_check_finds_an_upward_import_and_a_command_import(tmp_path):
     """The checker itself: a core module importing the analysis, and a planning module
     importing `mbc.estimate`, are both reported with their file and line."""
     fake = {
-        "mbc.core.fake": (tmp_path / "fake.py", ast.parse("import os\nfrom mbc.analysis import stats\n")),
-        "mbc.planning.fake": (tmp_path / "p.py", ast.parse("def f():\n    from mbc.estimate import x\n")),
+        "mbc.core.fake": (
+            tmp_path / "fake.py",
+            ast.parse("import os\nfrom mbc.analysis import stats\n"),
+        ),
+        "mbc.planning.fake": (
+            tmp_path / "p.py",
+            ast.parse("def f():\n    from mbc.estimate import x\n"),
+        ),
         "mbc.estimate": (tmp_path / "e.py", ast.parse("if __name__ == '__main__':\n    pass\n")),
-    }  # fmt: skip
+    }
     found = problems(fake)
     assert any("fake.py:2: mbc.core.fake (layer 0) imports mbc.analysis.stats" in p for p in found)
     assert any("p.py:2: imports the command-line module mbc.estimate" in p for p in found)

@@ -45,18 +45,36 @@ def _log(path: Path, rows: list[dict]) -> None:
 
 
 def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
-    start = {"event": "start", "commit": "abc123", "dirty": False, "cpu": "Xeon", "threads": 1,
-             "torch": "2.13.0", "host": "vm"}  # fmt: skip
-    _log(tmp_path / "runs" / "a" / "state" / "log.jsonl", [
-        {**start, "step": 0, "time": "2026-12-04T10:00:00Z"},
-        {"event": "done", "step": 900, "time": "2026-12-04T11:00:00Z"},
-    ])  # fmt: skip
-    _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [
-        {**start, "step": 0, "time": "2026-12-04T10:30:00Z"},
-        {**start, "step": 500, "time": "2026-12-04T12:00:00Z", "commit": "def456",
-         "device": "cuda (NVIDIA H200)"},
-        {"event": "done", "step": 900, "time": "2026-12-04T13:30:00Z"},
-    ])  # fmt: skip
+    start = {
+        "event": "start",
+        "commit": "abc123",
+        "dirty": False,
+        "cpu": "Xeon",
+        "threads": 1,
+        "torch": "2.13.0",
+        "host": "vm",
+    }
+    _log(
+        tmp_path / "runs" / "a" / "state" / "log.jsonl",
+        [
+            {**start, "step": 0, "time": "2026-12-04T10:00:00Z"},
+            {"event": "done", "step": 900, "time": "2026-12-04T11:00:00Z"},
+        ],
+    )
+    _log(
+        tmp_path / "runs" / "b" / "state" / "log.jsonl",
+        [
+            {**start, "step": 0, "time": "2026-12-04T10:30:00Z"},
+            {
+                **start,
+                "step": 500,
+                "time": "2026-12-04T12:00:00Z",
+                "commit": "def456",
+                "device": "cuda (NVIDIA H200)",
+            },
+            {"event": "done", "step": 900, "time": "2026-12-04T13:30:00Z"},
+        ],
+    )
     lines = provenance(read_logs(tmp_path, ["a", "b"]))
     text = "\n".join(lines)
     assert "commit: abc123 (2 training start(s))" in text
@@ -72,8 +90,9 @@ def test_provenance_reads_the_starts_and_ends_of_the_runs(tmp_path):
 def test_training_logs_its_code_and_machine_at_each_start(tmp_path):
     spec = tiny_spec()
     run_dir = tmp_path / "runs" / "r1"
-    train_run(spec, build_dataset(spec.task, spec.seed), run_dir, torch.device("cpu"),
-              say=lambda m: None)  # fmt: skip
+    train_run(
+        spec, build_dataset(spec.task, spec.seed), run_dir, torch.device("cpu"), say=lambda m: None
+    )
     rows = [json.loads(x) for x in (run_dir / "state" / "log.jsonl").read_text().splitlines()]
     (start,) = [r for r in rows if r.get("event") == "start"]
     assert start["step"] == 0 and {"commit", "dirty", "cpu", "threads", "time"} <= set(start)
@@ -106,15 +125,23 @@ def test_steps_by_experiment_count_the_kept_steps_by_the_device_that_trained_the
     counts in both; a log with no start counts as "not logged"."""
     from mbc.measured import steps_by_experiment
 
-    _log(tmp_path / "runs" / "a" / "state" / "log.jsonl", [
-        {"event": "start", "step": 0, "device": "cpu"},
-        {"event": "start", "step": 2500, "device": "cuda (NVIDIA H200)"},
-        {"event": "start", "step": 5000, "torch": "2.13.0+cpu"},
-        {"event": "done", "step": 6250},
-    ])  # fmt: skip
+    _log(
+        tmp_path / "runs" / "a" / "state" / "log.jsonl",
+        [
+            {"event": "start", "step": 0, "device": "cpu"},
+            {"event": "start", "step": 2500, "device": "cuda (NVIDIA H200)"},
+            {"event": "start", "step": 5000, "torch": "2.13.0+cpu"},
+            {"event": "done", "step": 6250},
+        ],
+    )
     _log(tmp_path / "runs" / "b" / "state" / "log.jsonl", [{"event": "done", "step": 800}])
-    tau = pd.DataFrame({"run_id": ["a", "b", "a"], "experiment": ["E1", "E1", "E15_E1"],
-                        "steps": [6250, 800, 6250]})  # fmt: skip
+    tau = pd.DataFrame(
+        {
+            "run_id": ["a", "b", "a"],
+            "experiment": ["E1", "E1", "E15_E1"],
+            "steps": [6250, 800, 6250],
+        }
+    )
     assert steps_by_experiment(read_logs(tmp_path, ["a", "b"]), tau) == [
         "steps by device: cpu 2,500; cuda (NVIDIA H200) 2,500; "
         "not logged (torch 2.13.0+cpu) 1,250; not logged 800",  # each run once

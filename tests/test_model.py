@@ -127,8 +127,15 @@ def test_paper_model_init_is_the_authors_transformer_lens_rule():
     model = build_model(ModelSpec(), task, torch.Generator().manual_seed(0))
     mats, biases, norms = _weights_and_biases(model)
     want = 0.8 / 128**0.5
-    names = {"tok_emb.weight", "pos_emb.weight", "unembed.weight", "blocks.0.attn.qkv.weight",
-             "blocks.3.attn.out.weight", "blocks.0.mlp.0.weight", "blocks.3.mlp.2.weight"}  # fmt: skip
+    names = {
+        "tok_emb.weight",
+        "pos_emb.weight",
+        "unembed.weight",
+        "blocks.0.attn.qkv.weight",
+        "blocks.3.attn.out.weight",
+        "blocks.0.mlp.0.weight",
+        "blocks.3.mlp.2.weight",
+    }
     assert names <= set(mats)
     assert len(mats) == 2 + 1 + 4 * 4  # embeddings, unembedding, 4 matrices per block
     for name, w in mats.items():

@@ -51,7 +51,7 @@ def mixed_specs():
             early_stop_series="train_log",
             early_stop_tau_factor=1.0,
             early_stop_loss_fraction=0.3,
-        ),  # fmt: skip
+        ),
     ]
 
 
@@ -95,8 +95,12 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         a, b = (pd.read_csv(d / "train_log.csv") for d in (tmp_path / f"alone{i}", dirs[i]))
         assert a.step.tolist() == b.step.tolist() and len(a) > 2
         assert b.train_first_shuffled_loss.notna().all() and b.train_first_loss.notna().all()
-        num = ["train_first_loss", "train_first_shuffled_loss", "delta_z_train_first",
-               "candidate_loss_sampled"]  # fmt: skip
+        num = [
+            "train_first_loss",
+            "train_first_shuffled_loss",
+            "delta_z_train_first",
+            "candidate_loss_sampled",
+        ]
         np.testing.assert_allclose(b[num].to_numpy(), a[num].to_numpy(), rtol=0, atol=ATOL)
         assert b.candidate_loss_sampled.notna().all() == bool(specs[i].eval.sampled_groups)
     # the early-stopped run and the 80-step run left the pack; the others went on
@@ -177,9 +181,13 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
     sizes = sorted(len(m) for m in packs.values())
     # 5 seeds -> 2 + 2 + 1; batch 8 alone; the linear baseline in a pack of its own kind
     assert sizes == [1, 1, 1, 2, 2], packs
-    assert sorted(packs) == ["L2h2d32m64-T16t5p10-B16-fp32-0", "L2h2d32m64-T16t5p10-B16-fp32-1",
-                             "L2h2d32m64-T16t5p10-B16-fp32-2", "L2h2d32m64-T16t5p10-B8-fp32-0",
-                             "linear512z2-T16t5p10-B16-fp32-0"]  # fmt: skip
+    assert sorted(packs) == [
+        "L2h2d32m64-T16t5p10-B16-fp32-0",
+        "L2h2d32m64-T16t5p10-B16-fp32-1",
+        "L2h2d32m64-T16t5p10-B16-fp32-2",
+        "L2h2d32m64-T16t5p10-B8-fp32-0",
+        "linear512z2-T16t5p10-B16-fp32-0",
+    ]
     assert packs["linear512z2-T16t5p10-B16-fp32-0"] == [specs[-1].run_id]
     assert make_packs(by_id, max_runs=2) == packs, "the same runs form the same packs"
     # a new run joins its shape's last pack under the same id; the others keep theirs
@@ -207,9 +215,12 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     manifest.write_text(json.dumps({"runs": []}))
     train_pack([spec], [build_dataset(spec.task, spec.seed)], [run_dir], CPU, **QUIET)
     files = RunFiles(
-        spec.run_id, ds_path, [run_dir / "metrics.csv", run_dir / "checkpoints.csv"],
-        run_dir / "summary.json", pack=manifest,
-    )  # fmt: skip
+        spec.run_id,
+        ds_path,
+        [run_dir / "metrics.csv", run_dir / "checkpoints.csv"],
+        run_dir / "summary.json",
+        pack=manifest,
+    )
     (run_dir / "metrics.csv").unlink()
     lines = repair(scan([files], []), [files], [])
     assert manifest.exists(), lines

@@ -24,8 +24,20 @@ def test_the_deepest_outdir_holding_every_target_names_the_preset():
 
 
 def test_targets_are_read_off_the_command_line_without_options_or_their_values():
-    argv = ["snakemake", "--cores", "2", "-n", "results/smoke/figures/noise.pdf", "--configfile",
-            "my.yaml", "--config", "threads=1", "all", "-s", "Snakefile"]  # fmt: skip
+    argv = [
+        "snakemake",
+        "--cores",
+        "2",
+        "-n",
+        "results/smoke/figures/noise.pdf",
+        "--configfile",
+        "my.yaml",
+        "--config",
+        "threads=1",
+        "all",
+        "-s",
+        "Snakefile",
+    ]
     assert mbc_config.command_line_targets(argv) == ["results/smoke/figures/noise.pdf"]
 
 

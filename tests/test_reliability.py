@@ -58,16 +58,31 @@ def cmdline(pid: int) -> str:
 
 def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     out = tmp_path / "res"
-    over = {"preset": "smoke", "outdir": str(out), "only": ["E1"],
-            "defaults": {"train": {"max_steps": 1500, "early_stop_tau_factor": 0},
-                         "eval": {"resume_every": 100}}}  # fmt: skip
+    over = {
+        "preset": "smoke",
+        "outdir": str(out),
+        "only": ["E1"],
+        "defaults": {
+            "train": {"max_steps": 1500, "early_stop_tau_factor": 0},
+            "eval": {"resume_every": 100},
+        },
+    }
     # the live config: the run id must be the one the Snakemake run below trains
     cfg = load(yaml.safe_load((ROOT / "config.yaml").read_text()), over)
     run_id = cfg.run_ids("E1")[0]
     spec = cfg.specs[run_id]
     target = out / "runs" / run_id / "metrics.csv"
-    cmd = [SNAKEMAKE, "--cores", "1", str(target), "--config", "preset=smoke", f"outdir={out}",
-           'only=["E1"]', 'defaults={"train": {"max_steps": 1500, "early_stop_tau_factor": 0}, "eval": {"resume_every": 100}}']  # fmt: skip
+    cmd = [
+        SNAKEMAKE,
+        "--cores",
+        "1",
+        str(target),
+        "--config",
+        "preset=smoke",
+        f"outdir={out}",
+        'only=["E1"]',
+        'defaults={"train": {"max_steps": 1500, "early_stop_tau_factor": 0}, "eval": {"resume_every": 100}}',
+    ]
     proc = subprocess.Popen(
         cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -97,8 +112,13 @@ def test_kill_9_mid_training_then_rerun_resumes_bitwise(tmp_path):
     train_log = (out / "logs" / "train" / f"{run_id}.log").read_text()
     assert f"resuming {run_id} from step" in train_log, f"seed {seed}"
     torch.set_num_threads(1)
-    ref = train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "ref", torch.device("cpu"),
-                    say=lambda s: None)  # fmt: skip
+    ref = train_run(
+        spec,
+        build_dataset(spec.task, spec.seed),
+        tmp_path / "ref",
+        torch.device("cpu"),
+        say=lambda s: None,
+    )
     got = pd.read_csv(target).drop(columns=["wall_s"])
     pd.testing.assert_frame_equal(got, ref.drop(columns=["wall_s"]).reset_index(drop=True))
 

@@ -13,13 +13,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_a_macro_reads_its_column_and_a_glob_takes_the_first_in_natural_order():
     stats = pd.DataFrame(
-        [("fit:tau_vs_k_at_d10000", 0.3, 0.1, 0.5, 9), ("fit:tau_vs_k_at_d2000", -0.1, -0.2, 0.0, 6),
-         ("fit:tau_vs_d", 1.2, 1.1, 1.3, 18), ("empty", float("nan"), None, None, 0)],
+        [
+            ("fit:tau_vs_k_at_d10000", 0.3, 0.1, 0.5, 9),
+            ("fit:tau_vs_k_at_d2000", -0.1, -0.2, 0.0, 6),
+            ("fit:tau_vs_d", 1.2, 1.1, 1.3, 18),
+            ("empty", float("nan"), None, None, 0),
+        ],
         columns=["name", "value", "ci_low", "ci_high", "n"],
-    )  # fmt: skip
-    macros = (Macro("SmallestD", "fit:tau_vs_k_at_d*"), Macro("Low", "fit:tau_vs_d", "ci_low"),
-              Macro("N", "fit:tau_vs_d", "n"), Macro("Gone", "no_such_statistic"),
-              Macro("Empty", "empty"))  # fmt: skip
+    )
+    macros = (
+        Macro("SmallestD", "fit:tau_vs_k_at_d*"),
+        Macro("Low", "fit:tau_vs_d", "ci_low"),
+        Macro("N", "fit:tau_vs_d", "n"),
+        Macro("Gone", "no_such_statistic"),
+        Macro("Empty", "empty"),
+    )
     got = statistic_macros(macros, stats)
     assert got == {"SmallestD": -0.1, "Low": 1.1, "N": 18, "Gone": None, "Empty": None}
     assert isinstance(got["N"], int)

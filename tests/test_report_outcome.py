@@ -37,11 +37,25 @@ def tables(cfg):
 
 
 def _card(rows):
-    base = {"statistic": "s", "measured": 1.0, "ci_low": 0.9, "ci_high": 1.1, "n": 3,
-            "n_diverged": 0, "paper_reference": "1", "tolerance": "abs 0.1 or reference in CI",
-            "ours_measured": 1.0, "ours_ci_low": 0.9, "ours_ci_high": 1.1,
-            "reference_traced": "author_run", "why": "", "note": "", "id": "",
-            "cause": "", "explanation": ""}  # fmt: skip
+    base = {
+        "statistic": "s",
+        "measured": 1.0,
+        "ci_low": 0.9,
+        "ci_high": 1.1,
+        "n": 3,
+        "n_diverged": 0,
+        "paper_reference": "1",
+        "tolerance": "abs 0.1 or reference in CI",
+        "ours_measured": 1.0,
+        "ours_ci_low": 0.9,
+        "ours_ci_high": 1.1,
+        "reference_traced": "author_run",
+        "why": "",
+        "note": "",
+        "id": "",
+        "cause": "",
+        "explanation": "",
+    }
     out = []
     for r in rows:
         row = {**base, **r}
@@ -54,19 +68,34 @@ def _card(rows):
 
 def _hyp(rows):
     return pd.DataFrame(
-        [{"id": i, "mechanism": f"mechanism {i}", "verdict": v, "paper_verdict": p,
-          "cause": c, "explanation": e} for i, v, p, c, e in rows]
-    )  # fmt: skip
+        [
+            {
+                "id": i,
+                "mechanism": f"mechanism {i}",
+                "verdict": v,
+                "paper_verdict": p,
+                "cause": c,
+                "explanation": e,
+            }
+            for i, v, p, c, e in rows
+        ]
+    )
 
 
 CARD = [
     {"claim": "plateau height equals log K", "agreement": "agree"},
     {"claim": "tau grows as D^1.2", "agreement": "agree"},
-    {"claim": "a linear network stays at log K", "agreement": "disagree", "cause": "failure",
-     "explanation": "its level sits above log K"},
-]  # fmt: skip
-HYP = [("H1", "falsified", "falsified", "", ""),
-       ("H2", "inconclusive", "falsified", "seeds", "one seed per rate")]  # fmt: skip
+    {
+        "claim": "a linear network stays at log K",
+        "agreement": "disagree",
+        "cause": "failure",
+        "explanation": "its level sits above log K",
+    },
+]
+HYP = [
+    ("H1", "falsified", "falsified", "", ""),
+    ("H2", "inconclusive", "falsified", "seeds", "one seed per rate"),
+]
 
 
 def test_the_abstract_counts_the_rows_and_names_those_that_disagree():
@@ -88,9 +117,17 @@ def test_flipping_one_row_or_one_verdict_changes_the_sentences():
 
 
 def test_a_row_that_agrees_by_one_definition_only_is_counted_and_explained():
-    rows = [*CARD, {"claim": "z-usage leads the loss by ~half the waiting time",
-                    "agreement": "agree", "ours_statistic": "t", "ours_agreement": "disagree",
-                    "cause": "definition", "explanation": "another quantity"}]  # fmt: skip
+    rows = [
+        *CARD,
+        {
+            "claim": "z-usage leads the loss by ~half the waiting time",
+            "agreement": "agree",
+            "ours_statistic": "t",
+            "ours_agreement": "disagree",
+            "cause": "definition",
+            "explanation": "another quantity",
+        },
+    ]
     card = _card(rows)
     assert "1 of those that agree do so only by the author's statistic" in outcome.abstract(
         card, _hyp(HYP)
@@ -154,38 +191,68 @@ def test_the_hypotheses_table_prints_the_papers_verdict_from_config(cfg, tables)
 
 def test_a_tobit_fits_r2_is_left_empty_and_matched_ids_read_as_words():
     fits = pd.DataFrame(
-        [("tau_vs_lr", 1.1, 0.3, 1.7, 1e7, -0.25, 4, 1, "tobit"),
-         ("tau_vs_d", 1.2, 1.1, 1.3, 2.0, 0.99, 21, 0, "ols")],
-        columns=["name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
-                 "method"],
-    )  # fmt: skip
+        [
+            ("tau_vs_lr", 1.1, 0.3, 1.7, 1e7, -0.25, 4, 1, "tobit"),
+            ("tau_vs_d", 1.2, 1.1, 1.3, 2.0, 0.99, 21, 0, "ols"),
+        ],
+        columns=[
+            "name",
+            "exponent",
+            "ci_low",
+            "ci_high",
+            "prefactor",
+            "r2",
+            "n",
+            "n_censored",
+            "method",
+        ],
+    )
     tex = fits_table(fits)
     assert "0.990" in tex and "-0.25" not in tex and r"\ensuremath{-}0.250" not in tex
-    comp = pd.DataFrame([{"quantity": "K-exponent at fixed D (E2)", "match": "d10000",
-                          "default": -0.04, "default_ci_low": -0.1, "default_ci_high": 0.02,
-                          "alternative": -0.06, "alternative_ci_low": -0.4,
-                          "alternative_ci_high": 0.3}])  # fmt: skip
+    comp = pd.DataFrame(
+        [
+            {
+                "quantity": "K-exponent at fixed D (E2)",
+                "match": "d10000",
+                "default": -0.04,
+                "default_ci_low": -0.1,
+                "default_ci_high": 0.02,
+                "alternative": -0.06,
+                "alternative_ci_low": -0.4,
+                "alternative_ci_high": 0.3,
+            }
+        ]
+    )
     tex = init_comparison_tex(comp)
     assert "d10000" not in tex and "at $D$ = 10000" in tex
 
 
 @pytest.mark.parametrize(
     ("text", "latex"),
-    [("tau grows as D^1.2", r"$\tau$ grows as $D^{1.2}$"),
-     ("no group is >= 80% accurate at tau/2", r"no group is $\ge$ 80\% accurate at $\tau/2$"),
-     ("(B,z)->A 1.7x-4.4x faster", r"$(B, z)$$\to$A 1.7--4.4$\times$ faster"),
-     ("whole CI within +/- 0.15", r"whole CI within $\pm$ 0.15"),
-     ("by ~half", "by about half"),
-     ("a_b & c", r"a\_b \& c")],
-)  # fmt: skip
+    [
+        ("tau grows as D^1.2", r"$\tau$ grows as $D^{1.2}$"),
+        ("no group is >= 80% accurate at tau/2", r"no group is $\ge$ 80\% accurate at $\tau/2$"),
+        ("(B,z)->A 1.7x-4.4x faster", r"$(B, z)$$\to$A 1.7--4.4$\times$ faster"),
+        ("whole CI within +/- 0.15", r"whole CI within $\pm$ 0.15"),
+        ("by ~half", "by about half"),
+        ("a_b & c", r"a\_b \& c"),
+    ],
+)
 def test_config_prose_is_typeset(text, latex):
     assert tex_text(text) == latex
 
 
 def test_many_differences_are_counted_not_listed_and_glob_rows_say_their_match():
     rows = [{"claim": f"claim {i}", "agreement": "disagree"} for i in range(5)]
-    rows += [{"claim": "at fixed D the K-exponent is 0", "statistic": f"fit:tau_vs_k_at_d{d}",
-              "agreement": "not measured", "measured": float("nan")} for d in (60, 120)]  # fmt: skip
+    rows += [
+        {
+            "claim": "at fixed D the K-exponent is 0",
+            "statistic": f"fit:tau_vs_k_at_d{d}",
+            "agreement": "not measured",
+            "measured": float("nan"),
+        }
+        for d in (60, 120)
+    ]
     card = _card(rows)
     text = outcome.scorecard_sentence(card)
     assert "of the other 5 disagree and 2 not measured" in text and "claim 0" not in text
@@ -206,8 +273,11 @@ def test_a_tobit_fit_has_no_r2_statistic():
     from mbc.analysis.stats import fit_statistics
 
     fits = pd.DataFrame(
-        [("tau_vs_lr", 1.1, 0.3, 1.7, -0.25, 4, 1, "tobit"), ("tau_vs_d", 1.2, 1.1, 1.3, 0.99, 21, 0, "ols")],
+        [
+            ("tau_vs_lr", 1.1, 0.3, 1.7, -0.25, 4, 1, "tobit"),
+            ("tau_vs_d", 1.2, 1.1, 1.3, 0.99, 21, 0, "ols"),
+        ],
         columns=["name", "exponent", "ci_low", "ci_high", "r2", "n", "n_censored", "method"],
-    )  # fmt: skip
+    )
     r2 = {r["name"]: r["value"] for r in fit_statistics(fits) if r["name"].startswith("fit_r2:")}
     assert np.isnan(r2["fit_r2:tau_vs_lr"]) and r2["fit_r2:tau_vs_d"] == 0.99

@@ -125,8 +125,14 @@ def test_within_rule(lo, hi, verdict):
 
 def _tau(rows: list[dict]) -> pd.DataFrame:
     base = {c: np.nan for c in TAU_COLUMNS}
-    base.update(model="transformer", task="bz_to_a", batch_size=128, censored=False,
-                init="transformer_lens", steps=20000)  # fmt: skip
+    base.update(
+        model="transformer",
+        task="bz_to_a",
+        batch_size=128,
+        censored=False,
+        init="transformer_lens",
+        steps=20000,
+    )
     return pd.DataFrame([{**base, **r} for r in rows], columns=TAU_COLUMNS)
 
 
@@ -136,11 +142,21 @@ def test_init_scale_table_and_tau_vs_init_std_fit_recover_a_planted_law():
         for seed in range(3):
             tau = 3000 * scale**-0.7 * (1 + 0.02 * (seed - 1))
             censored = scale == 0.25 and seed == 2  # one run beyond its budget (7000 < tau)
-            rows.append(dict(run_id=f"r{i}{seed}", experiment="E15", k=10, d=10000, seed=seed,
-                             init_std=0.0707 * scale, init_scale=scale,
-                             tau=None if censored else round(tau), censored=censored,
-                             height_over_log_k=1.0 + 0.01 * seed,
-                             steps=7000 if censored else 20000))  # fmt: skip
+            rows.append(
+                dict(
+                    run_id=f"r{i}{seed}",
+                    experiment="E15",
+                    k=10,
+                    d=10000,
+                    seed=seed,
+                    init_std=0.0707 * scale,
+                    init_scale=scale,
+                    tau=None if censored else round(tau),
+                    censored=censored,
+                    height_over_log_k=1.0 + 0.01 * seed,
+                    steps=7000 if censored else 20000,
+                )
+            )
     tau = _tau(rows)
     table = init_scale_table(tau, "E15", BOOT)
     assert list(table.init_scale) == sorted(table.init_scale) and len(table) == 7
@@ -162,13 +178,24 @@ def test_fit_differences_in_the_fit_table():
         for k in (3, 5, 10, 20):
             for seed in range(2):
                 d = 1000 * k
-                rows.append(dict(run_id=f"{exp}{k}{seed}", experiment=exp, k=k, d=d, seed=seed,
-                                 init=init, tau=round(0.05 * d**b * (1 + 0.03 * seed))))  # fmt: skip
+                rows.append(
+                    dict(
+                        run_id=f"{exp}{k}{seed}",
+                        experiment=exp,
+                        k=k,
+                        d=d,
+                        seed=seed,
+                        init=init,
+                        tau=round(0.05 * d**b * (1 + 0.03 * seed)),
+                    )
+                )
     fits = fit_table(
         [Fit("tau_vs_d", "d", ("E1",)), Fit("tau_vs_d_alt_init", "d", ("E15_E1",))],
-        _tau(rows), pd.DataFrame(), BOOT,
+        _tau(rows),
+        pd.DataFrame(),
+        BOOT,
         [FitDifference("d_exponent_init_shift", ("tau_vs_d_alt_init", "tau_vs_d"))],
-    )  # fmt: skip
+    )
     shift = fits.set_index("name").loc["d_exponent_init_shift"]
     assert shift.exponent == pytest.approx(0.3, abs=0.01)
     assert 0.0 < shift.ci_low < 0.3 < shift.ci_high
@@ -182,33 +209,67 @@ def _stats(rows):
 
 
 def test_comparison_pairs_globs_by_what_they_match_and_robustness_verdicts():
-    stats = _stats([
-        ("fit:tau_vs_k_at_d2000", 0.01, -0.1, 0.12), ("fit:tau_vs_k_at_d4000", 0.3, 0.2, 0.4),
-        ("fit:tau_vs_k_alt_init_at_d2000", 0.05, -0.05, 0.1),
-        ("fit:tau_vs_k_alt_init_at_d4000", -0.3, -0.5, -0.2),
-        ("h_alt", 1.02, 0.98, 1.06),
-    ])  # fmt: skip
-    compare = [{"quantity": "K-exponent", "default": "fit:tau_vs_k_at_*",
-                "alternative": "fit:tau_vs_k_alt_init_at_*"},
-               {"quantity": "missing", "default": "nope", "alternative": "h_alt"}]  # fmt: skip
+    stats = _stats(
+        [
+            ("fit:tau_vs_k_at_d2000", 0.01, -0.1, 0.12),
+            ("fit:tau_vs_k_at_d4000", 0.3, 0.2, 0.4),
+            ("fit:tau_vs_k_alt_init_at_d2000", 0.05, -0.05, 0.1),
+            ("fit:tau_vs_k_alt_init_at_d4000", -0.3, -0.5, -0.2),
+            ("h_alt", 1.02, 0.98, 1.06),
+        ]
+    )
+    compare = [
+        {
+            "quantity": "K-exponent",
+            "default": "fit:tau_vs_k_at_*",
+            "alternative": "fit:tau_vs_k_alt_init_at_*",
+        },
+        {"quantity": "missing", "default": "nope", "alternative": "h_alt"},
+    ]
     table = comparison_table(compare, stats)
     k = table[table.quantity == "K-exponent"].set_index("match")
     assert k.loc["d2000", "default"] == 0.01 and k.loc["d2000", "alternative"] == 0.05
     assert k.loc["d4000", "alternative_statistic"] == "fit:tau_vs_k_alt_init_at_d4000"
     miss = table[table.quantity == "missing"].iloc[0]
     assert math.isnan(miss.default) and miss.alternative == 1.02
-    claims = Scorecard.from_raw([
-        {"id": "R2", "claim": "K", "statistic": "fit:tau_vs_k_alt_init_at_*",
-         "paper_reference": {"value": 0.0, "traced": "ours"}, "agree": {"within": 0.15}},
-        {"id": "R3", "claim": "h", "statistic": "h_alt",
-         "paper_reference": {"value": 1.0, "traced": "ours"}, "agree": {"within": 0.1}},
-        {"id": "R9", "claim": "absent", "statistic": "nothing",
-         "paper_reference": {"value": 0.0, "traced": "ours"}, "agree": {"within": 0.1}},
-        {"id": "R5", "claim": "grows", "statistic": "h_alt",
-         "paper_reference": {"sign": -1, "traced": "ours"}, "agree": {"sign": True}},
-        {"claim": "a claim of the paper's", "statistic": "h_alt",
-         "paper_reference": {"value": 1.0, "traced": "author_run"}, "agree": {"abs": 0.1}},
-    ])  # fmt: skip
+    claims = Scorecard.from_raw(
+        [
+            {
+                "id": "R2",
+                "claim": "K",
+                "statistic": "fit:tau_vs_k_alt_init_at_*",
+                "paper_reference": {"value": 0.0, "traced": "ours"},
+                "agree": {"within": 0.15},
+            },
+            {
+                "id": "R3",
+                "claim": "h",
+                "statistic": "h_alt",
+                "paper_reference": {"value": 1.0, "traced": "ours"},
+                "agree": {"within": 0.1},
+            },
+            {
+                "id": "R9",
+                "claim": "absent",
+                "statistic": "nothing",
+                "paper_reference": {"value": 0.0, "traced": "ours"},
+                "agree": {"within": 0.1},
+            },
+            {
+                "id": "R5",
+                "claim": "grows",
+                "statistic": "h_alt",
+                "paper_reference": {"sign": -1, "traced": "ours"},
+                "agree": {"sign": True},
+            },
+            {
+                "claim": "a claim of the paper's",
+                "statistic": "h_alt",
+                "paper_reference": {"value": 1.0, "traced": "author_run"},
+                "agree": {"abs": 0.1},
+            },
+        ]
+    )
     verdicts = robustness_table(claims.ours, stats)
     assert list(verdicts.id.unique()) == ["R2", "R3", "R9", "R5"]  # the claims of our own only
     assert verdicts[verdicts.id == "R5"].verdict.iloc[0] == "falsified"  # CI wholly > 0
@@ -236,9 +297,13 @@ def test_the_alternative_init_std_macro_reads_the_runs_under_another_init():
     init is the default with other stds), found without naming experiments."""
     from mbc.paper.report import robustness_numbers
 
-    tau = pd.DataFrame({"experiment": ["E2", "E15", "E15_E1", "E15_E2"],
-                        "init": ["transformer_lens", "transformer_lens", "normal", "normal"],
-                        "init_std": [0.0707, 0.0354, 0.02, 0.02]})  # fmt: skip
+    tau = pd.DataFrame(
+        {
+            "experiment": ["E2", "E15", "E15_E1", "E15_E2"],
+            "init": ["transformer_lens", "transformer_lens", "normal", "normal"],
+            "init_std": [0.0707, 0.0354, 0.02, 0.02],
+        }
+    )
     robust = pd.DataFrame(columns=["id", "verdict"])
     scale = pd.DataFrame({"init_scale": [0.5, 1.0]})
     v = robustness_numbers(robust, scale, tau)
@@ -246,5 +311,4 @@ def test_the_alternative_init_std_macro_reads_the_runs_under_another_init():
         0.5,
         1.0,
     )
-    assert robustness_numbers(robust, scale, tau[tau.init != "normal"])[
-        "AltInitStd"] is None  # fmt: skip
+    assert robustness_numbers(robust, scale, tau[tau.init != "normal"])["AltInitStd"] is None

@@ -22,8 +22,11 @@ def _setup():
 def _token_loss(model, seqs, scale=None):
     logits = reference_logits(model, seqs, scale)
     n_t = model.task.n_targets
-    return float(torch.nn.functional.cross_entropy(
-        logits.reshape(-1, logits.shape[-1]).double(), seqs[:, -n_t:].reshape(-1)))  # fmt: skip
+    return float(
+        torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).double(), seqs[:, -n_t:].reshape(-1)
+        )
+    )
 
 
 def test_zero_ablation_rows_equal_the_textbook_model_with_that_head_zeroed():
@@ -52,10 +55,14 @@ def test_mean_ablation_on_identical_contexts_changes_nothing():
     others: same). delta_z may: the z-shuffled sequences get the clean mean."""
     model, batch = _setup()
     one = EvalBatch(
-        batch.task, batch.examples[:1].repeat(6), batch.candidates.view(24, batch.task.k, -1)[:1]
-        .repeat(6, 1, 1).reshape(-1, batch.candidates.shape[1]), batch.target[:1].repeat(6),
+        batch.task,
+        batch.examples[:1].repeat(6),
+        batch.candidates.view(24, batch.task.k, -1)[:1]
+        .repeat(6, 1, 1)
+        .reshape(-1, batch.candidates.shape[1]),
+        batch.target[:1].repeat(6),
         batch.shuffled[:1].repeat(6, 1),
-    )  # fmt: skip
+    )
     with torch.no_grad():
         rows = ablations(model, one)
     assert {kind for *_, kind, _, _ in rows} == {"zero", "mean", "sufficiency"}

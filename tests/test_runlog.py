@@ -6,10 +6,14 @@ from mbc.core.runlog import logged_tau, read_log
 def test_read_log_drops_a_torn_last_line_and_reads_a_missing_log_as_empty(tmp_path):
     log = tmp_path / "log.jsonl"
     assert read_log(log) == []
-    log.write_text('{"step": 0, "candidate_loss": 1.1}\n{"event": "tau", "step": 20, "tau": 20}\n'
-                   '{"step": 25, "loss": 0.1')  # fmt: skip
-    assert read_log(log) == [{"step": 0, "candidate_loss": 1.1},
-                             {"event": "tau", "step": 20, "tau": 20}]  # fmt: skip
+    log.write_text(
+        '{"step": 0, "candidate_loss": 1.1}\n{"event": "tau", "step": 20, "tau": 20}\n'
+        '{"step": 25, "loss": 0.1'
+    )
+    assert read_log(log) == [
+        {"step": 0, "candidate_loss": 1.1},
+        {"event": "tau", "step": 20, "tau": 20},
+    ]
     assert logged_tau(read_log(log)) == 20
 
 

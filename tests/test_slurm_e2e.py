@@ -234,16 +234,25 @@ class Preemption:
         self.ref_target = self.ref_out / "runs" / self.run_id / "metrics.csv"
         self.t0 = time.monotonic()
         self.local = Run(
-            ["--cores", "1", str(self.ref_target), *_config_args(self.ref_out, **PREEMPT_OVERRIDES)],
+            [
+                "--cores",
+                "1",
+                str(self.ref_target),
+                *_config_args(self.ref_out, **PREEMPT_OVERRIDES),
+            ],
             root / "local.log",
             "preemption: uninterrupted local training",
-        )  # fmt: skip
+        )
         self.slurm = Run(
-            ["--profile", str(TEST_PROFILE), str(self.target),
-             *_config_args(self.out, **PREEMPT_OVERRIDES)],
+            [
+                "--profile",
+                str(TEST_PROFILE),
+                str(self.target),
+                *_config_args(self.out, **PREEMPT_OVERRIDES),
+            ],
             root / "slurm.log",
             "preemption: training through Slurm (scancel + retry)",
-        )  # fmt: skip
+        )
         self.rec: dict = {}
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._scenario, daemon=True)

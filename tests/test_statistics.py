@@ -21,8 +21,15 @@ BOOT = Bootstrap(n_boot=200, ci=0.95, seed=0)
 def tau_rows(**cols) -> pd.DataFrame:
     n = len(next(iter(cols.values())))
     base = {c: [np.nan] * n for c in TAU_COLUMNS}
-    base.update({"model": ["transformer"] * n, "censored": [False] * n, "steps": [1000] * n,
-                 "batch_size": [128] * n, "k": [10] * n})  # fmt: skip
+    base.update(
+        {
+            "model": ["transformer"] * n,
+            "censored": [False] * n,
+            "steps": [1000] * n,
+            "batch_size": [128] * n,
+            "k": [10] * n,
+        }
+    )
     base.update(cols)
     if "run_id" not in cols:
         base["run_id"] = [f"r{i}" for i in range(n)]
@@ -44,15 +51,28 @@ def one(name: str, tau: pd.DataFrame, diverged=frozenset(), tables=None, **chang
 
 def test_every_kind_has_a_known_answer_test():
     """Each kind of the registry is exercised below on rows whose answer is known."""
-    tested = {"mean", "median", "fraction", "spearman", "ratio", "paired_ratio",
-              "loglog_slope", "nearest_fraction", "mode_at_min", "runs"}  # fmt: skip
+    tested = {
+        "mean",
+        "median",
+        "fraction",
+        "spearman",
+        "ratio",
+        "paired_ratio",
+        "loglog_slope",
+        "nearest_fraction",
+        "mode_at_min",
+        "runs",
+    }
     assert set(KINDS) == tested
 
 
 def test_mean_reads_its_experiments_where_and_counts_censored_and_diverged():
-    t = tau_rows(experiment=["E1", "E1", "E1", "E2", "E1"], k=[3, 10, 2, 10, 10],
-                 height_over_log_k=[0.9, 0.7, 0.1, 0.3, 5.0],
-                 censored=[False, True, False, False, False])  # fmt: skip
+    t = tau_rows(
+        experiment=["E1", "E1", "E1", "E2", "E1"],
+        k=[3, 10, 2, 10, 10],
+        height_over_log_k=[0.9, 0.7, 0.1, 0.3, 5.0],
+        censored=[False, True, False, False, False],
+    )
     r = one("plateau_height_over_log_k", t, diverged={"r4"})
     assert r["value"] == pytest.approx(0.8) and r["n"] == 2  # K = 2 (r2), E2 (r3) left out
     assert r["n_censored"] == 1 and r["n_diverged"] == 1
@@ -62,15 +82,24 @@ def test_mean_reads_its_experiments_where_and_counts_censored_and_diverged():
     assert one("plateau_height_over_log_k_e1e2", t)["value"] == pytest.approx(
         (0.9 + 0.7 + 0.3 + 5) / 4
     )
-    lin = tau_rows(experiment=["E13"] * 3, model=["linear"] * 2 + ["transformer"],
-                   k=[10, 20, 10], final_candidate_loss=[math.log(10), 0.5 * math.log(20), 9])  # fmt: skip
+    lin = tau_rows(
+        experiment=["E13"] * 3,
+        model=["linear"] * 2 + ["transformer"],
+        k=[10, 20, 10],
+        final_candidate_loss=[math.log(10), 0.5 * math.log(20), 9],
+    )
     assert one("linear_final_lcand_over_log_k", lin)["value"] == pytest.approx(0.75)
 
 
 def test_median_of_finite_values_of_another_table():
-    h = pd.DataFrame({"run_id": list("abcde"), "phase": ["plateau"] * 4 + ["mid"],
-                      "method": ["lanczos"] * 3 + ["power", "lanczos"],
-                      "anisotropy": [2.0, np.inf, 10.0, 500.0, 99.0]})  # fmt: skip
+    h = pd.DataFrame(
+        {
+            "run_id": list("abcde"),
+            "phase": ["plateau"] * 4 + ["mid"],
+            "method": ["lanczos"] * 3 + ["power", "lanczos"],
+            "anisotropy": [2.0, np.inf, 10.0, 500.0, 99.0],
+        }
+    )
     r = one("anisotropy_plateau_median", tau_rows(k=[3]), tables={"hessian": h})
     assert r["value"] == pytest.approx(6.0) and r["n"] == 2  # Lanczos's rows only
 
@@ -80,19 +109,28 @@ def test_fraction_with_and_without_a_ci():
     r = one("linear_transition_fraction", t)
     assert r["value"] == pytest.approx(0.75) and r["n"] == 4 and r["n_censored"] == 1
     assert r["ci_low"] <= 0.75 <= r["ci_high"]
-    h = pd.DataFrame({"run_id": list("abcd"), "phase": "plateau",
-                      "method": ["lanczos"] * 3 + ["power"],
-                      "converged_min": [True, False, True, False]})  # fmt: skip
+    h = pd.DataFrame(
+        {
+            "run_id": list("abcd"),
+            "phase": "plateau",
+            "method": ["lanczos"] * 3 + ["power"],
+            "converged_min": [True, False, True, False],
+        }
+    )
     r = one("lambda_min_converged_fraction", tau_rows(k=[3]), tables={"hessian": h})
     assert r["value"] == pytest.approx(2 / 3) and math.isnan(r["ci_low"])
 
 
 def test_spearman_trend_abs_and_censored_bound():
-    t = tau_rows(experiment=["E1"] * 6, k=[3, 5, 10, 20, 30, 36],
-                 lead_fraction=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-                 lead_fraction_log=[0.6, 0.5, 0.4, 0.3, 0.2, np.nan],
-                 lead_log_measured=[True] * 5 + [False],
-                 lead_fraction_first=[0.5] * 6, first_target_censored=[False] * 6)  # fmt: skip
+    t = tau_rows(
+        experiment=["E1"] * 6,
+        k=[3, 5, 10, 20, 30, 36],
+        lead_fraction=[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+        lead_fraction_log=[0.6, 0.5, 0.4, 0.3, 0.2, np.nan],
+        lead_log_measured=[True] * 5 + [False],
+        lead_fraction_first=[0.5] * 6,
+        first_target_censored=[False] * 6,
+    )
     up = one("lead_fraction_k_spearman", t)
     assert up["value"] == pytest.approx(1.0) and up["n"] == 6
     down = one("lead_fraction_log_k_spearman", t)
@@ -102,15 +140,24 @@ def test_spearman_trend_abs_and_censored_bound():
     assert logged["value"] == pytest.approx(0.4) and logged["n_censored"] == 1
     # |rho|: tau falls with p, but the censored run counts at its budget (1000, the
     # largest): ranks 3 2 1 4 against 1 2 3 4, rho = 1 - 6 * 8 / 60 (not |-1| without it)
-    p = tau_rows(experiment=["E12"] * 4, label_noise=[0.0, 0.05, 0.1, 0.2],
-                 tau=[400, 300, 200, np.nan], censored=[False] * 3 + [True])  # fmt: skip
+    p = tau_rows(
+        experiment=["E12"] * 4,
+        label_noise=[0.0, 0.05, 0.1, 0.2],
+        tau=[400, 300, 200, np.nan],
+        censored=[False] * 3 + [True],
+    )
     r = one("label_noise_spearman_abs", p)
     assert r["value"] == pytest.approx(0.2) and r["n_censored"] == 1 and r["n"] == 4
 
 
 def test_ratio_at_the_extremes_and_the_censored_budget_bound():
-    t = tau_rows(experiment=["E6"] * 4, lr=[1e-3, 1e-3, 5e-3, 5e-3], tau=[100, 100, 300, np.nan],
-                 censored=[False, False, False, True], steps=[1000, 1000, 1000, 500])  # fmt: skip
+    t = tau_rows(
+        experiment=["E6"] * 4,
+        lr=[1e-3, 1e-3, 5e-3, 5e-3],
+        tau=[100, 100, 300, np.nan],
+        censored=[False, False, False, True],
+        steps=[1000, 1000, 1000, 500],
+    )
     r = one("lr_tau_ratio", t)
     assert r["value"] == pytest.approx((300 + 500) / 2 / 100)  # the censored run: its budget
     assert r["n_censored"] == 1
@@ -121,25 +168,33 @@ def test_ratio_at_the_extremes_and_the_censored_budget_bound():
 def test_ratio_of_a_configured_pair_needs_both_windows():
     """The author's E6 statistic: transition-window duration at lr 2e-3 over lr 3e-4; a
     censored run of the pair leaves it unmeasured (no window to measure), whatever the rest."""
-    t = tau_rows(experiment=["E6"] * 6, lr=[3e-4, 3e-4, 2e-3, 2e-3, 5e-3, 5e-3],
-                 transition_duration=[100, 300, 700, 900, np.nan, 50],
-                 transition_censored=[False, False, False, False, True, False])  # fmt: skip
+    t = tau_rows(
+        experiment=["E6"] * 6,
+        lr=[3e-4, 3e-4, 2e-3, 2e-3, 5e-3, 5e-3],
+        transition_duration=[100, 300, 700, 900, np.nan, 50],
+        transition_censored=[False, False, False, False, True, False],
+    )
     pair = {"where": {"lr": [2e-3, 3e-4]}}
     r = one("lr_duration_ratio", t, **pair)
     assert r["value"] == pytest.approx(800 / 200)
     assert r["ci_low"] <= r["value"] <= r["ci_high"]
     assert "lr 0.002 / lr 0.0003" in r["what"] and r["n"] == 4 and r["n_censored"] == 0
-    cut = t.assign(transition_censored=[False, False, True, False, True, False],
-                   transition_duration=[100, 300, np.nan, 900, np.nan, 50])  # fmt: skip
+    cut = t.assign(
+        transition_censored=[False, False, True, False, True, False],
+        transition_duration=[100, 300, np.nan, 900, np.nan, 50],
+    )
     r = one("lr_duration_ratio", cut, **pair)
     assert math.isnan(r["value"]) and r["n_censored"] == 1
 
 
 def test_ratio_of_a_pair_at_one_k_in_steps_and_examples():
-    t = tau_rows(experiment=["E7"] * 6, k=[20, 20, 20, 20, 36, 36],
-                 batch_size=[128, 128, 256, 256, 128, 256],
-                 first_target_tau=[1800, 1800, 1000, 1000, 10, 10],
-                 first_target_censored=[False] * 6)  # fmt: skip
+    t = tau_rows(
+        experiment=["E7"] * 6,
+        k=[20, 20, 20, 20, 36, 36],
+        batch_size=[128, 128, 256, 256, 128, 256],
+        first_target_tau=[1800, 1800, 1000, 1000, 10, 10],
+        first_target_censored=[False] * 6,
+    )
     steps = one("batch_steps_ratio", t, where={"k": 20}, pair=[128, 256])
     assert steps["value"] == pytest.approx(1.8) and steps["n"] == 4
     assert steps["what"] == "first-target tau in steps, batch 128 / batch 256 at K=20 (E7)"
@@ -149,13 +204,23 @@ def test_ratio_of_a_pair_at_one_k_in_steps_and_examples():
 
 
 def test_paired_ratio_is_the_geometric_mean_and_prefers_the_authors_az_to_b():
-    t = tau_rows(experiment=["E14"] * 4, task=["a_to_b", "bz_to_a"] * 2, k=[5, 5, 10, 10],
-                 seed=[0] * 4, tau=[400, 100, 900, 100])  # fmt: skip
+    t = tau_rows(
+        experiment=["E14"] * 4,
+        task=["a_to_b", "bz_to_a"] * 2,
+        k=[5, 5, 10, 10],
+        seed=[0] * 4,
+        tau=[400, 100, 900, 100],
+    )
     r = one("direction_ratio", t)
     assert r["value"] == pytest.approx(math.sqrt(4 * 9)) and r["n"] == 2
     assert r["ci_low"] <= r["value"] <= r["ci_high"]
-    t = tau_rows(experiment=["E14"] * 3, task=["az_to_b", "bz_to_a", "a_to_b"], k=[5] * 3,
-                 seed=[0] * 3, tau=[300, 100, 900])  # fmt: skip
+    t = tau_rows(
+        experiment=["E14"] * 3,
+        task=["az_to_b", "bz_to_a", "a_to_b"],
+        k=[5] * 3,
+        seed=[0] * 3,
+        tau=[300, 100, 900],
+    )
     assert one("direction_ratio", t)["value"] == pytest.approx(3.0)
 
 
@@ -165,16 +230,23 @@ def test_loglog_slope_is_the_authors_fit_of_mean_duration_plus_one():
     factors = [1, 1, 2, 2, 8, 8, 32, 32]
     means = {f: 100 * f**0.5 - 1 for f in (2, 8, 32)}
     dur = [5000, 7000] + [means[f] + s for f in (2, 8, 32) for s in (-10, 10)]
-    t = tau_rows(experiment=["E11"] * 8, sharing_factor=factors, dip_duration=dur,
-                 dip_censored=[False] * 8, dip_bound=[np.nan] * 8)  # fmt: skip
+    t = tau_rows(
+        experiment=["E11"] * 8,
+        sharing_factor=factors,
+        dip_duration=dur,
+        dip_censored=[False] * 8,
+        dip_bound=[np.nan] * 8,
+    )
     r = one("sharing_duration_beta", t)
     assert r["value"] == pytest.approx(0.5, abs=1e-12)
     assert r["ci_low"] < 0.5 < r["ci_high"] and r["n"] == 6
     assert one("sharing_duration_beta", t, offset=0.0)["value"] != pytest.approx(0.5, abs=1e-6)
     # a censored run enters with its bound and is counted
-    cens = t.assign(dip_duration=[np.nan if i == 7 else d for i, d in enumerate(dur)],
-                    dip_censored=[i == 7 for i in range(8)],
-                    dip_bound=[dur[7] if i == 7 else np.nan for i in range(8)])  # fmt: skip
+    cens = t.assign(
+        dip_duration=[np.nan if i == 7 else d for i, d in enumerate(dur)],
+        dip_censored=[i == 7 for i in range(8)],
+        dip_bound=[dur[7] if i == 7 else np.nan for i in range(8)],
+    )
     rc = one("sharing_duration_beta", cens)
     assert rc["value"] == pytest.approx(0.5, abs=1e-12) and rc["n_censored"] == 1
     few = one("sharing_duration_beta", t[t.sharing_factor <= 2])
@@ -182,17 +254,29 @@ def test_loglog_slope_is_the_authors_fit_of_mean_duration_plus_one():
 
 
 def test_nearest_fraction_reads_each_runs_nearest_checkpoint():
-    s = pd.DataFrame({"run_id": ["a"] * 3 + ["b"] * 2, "tau_fraction": [0.25, 0.5, 1.0, 0.4, 1.0],
-                      "frac_accurate": [0.0, 0.1, 1.0, 0.3, 1.0]})  # fmt: skip
+    s = pd.DataFrame(
+        {
+            "run_id": ["a"] * 3 + ["b"] * 2,
+            "tau_fraction": [0.25, 0.5, 1.0, 0.4, 1.0],
+            "frac_accurate": [0.0, 0.1, 1.0, 0.3, 1.0],
+        }
+    )
     r = one("collective_frac_accurate_half_tau", tau_rows(k=[3]), tables={"collective": s})
     assert r["value"] == pytest.approx(0.2) and r["n"] == 2
     assert r["what"] == "mean fraction of groups >= accurate at 0.5 tau"
 
 
 def test_mode_at_min_is_the_routing_heads_layer():
-    abl = pd.DataFrame({"run_id": ["a", "a", "b", "b", "c", "c"], "phase": "mid", "kind": "zero",
-                        "layer": [0, 1, 0, 1, 0, 1], "head": 3,
-                        "delta_delta_z": [-2, -1, -3, 0, 0, -5]})  # fmt: skip
+    abl = pd.DataFrame(
+        {
+            "run_id": ["a", "a", "b", "b", "c", "c"],
+            "phase": "mid",
+            "kind": "zero",
+            "layer": [0, 1, 0, 1, 0, 1],
+            "head": 3,
+            "delta_delta_z": [-2, -1, -3, 0, 0, -5],
+        }
+    )
     r = one("routing_head_layer_mode", tau_rows(k=[3]), tables={"routing_ablation": abl})
     assert r["value"] == 0.0 and r["n"] == 3
 
@@ -214,8 +298,10 @@ def test_where_bounds_lists_and_values():
 
 def no_rows() -> tuple[pd.DataFrame, ...]:
     """fits.csv, collective_summary.csv, routing_ablation.csv, hessian.csv without rows."""
-    return tuple(pd.DataFrame(columns=c) for c in (FIT_COLUMNS, SUMMARY_COLUMNS,
-                                                   ABLATION_COLUMNS, HESSIAN_COLUMNS))  # fmt: skip
+    return tuple(
+        pd.DataFrame(columns=c)
+        for c in (FIT_COLUMNS, SUMMARY_COLUMNS, ABLATION_COLUMNS, HESSIAN_COLUMNS)
+    )
 
 
 def test_statistics_without_data_are_nan_rows_not_dropped():

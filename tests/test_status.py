@@ -42,8 +42,9 @@ def test_status_reads_each_state_from_disk(tmp_path):
     train_run(sa, build_dataset(sa.task, sa.seed), runs / a, "cpu", say=lambda s: None)
     (runs / a / "summary.json").write_text(json.dumps({"tau": 30, "censored": False, "steps": 100}))
     # b: stopped mid-run, quiet for longer than --stale-s, its job log ends in a traceback
-    train_run(sb, build_dataset(sb.task, sb.seed), runs / b, "cpu", say=lambda s: None,
-              stop_after=40)  # fmt: skip
+    train_run(
+        sb, build_dataset(sb.task, sb.seed), runs / b, "cpu", say=lambda s: None, stop_after=40
+    )
     old = time.time() - 3600
     os.utime(runs / b / "state" / "log.jsonl", (old, old))
     t = status(cfg, stale_s=60).set_index("run_id")

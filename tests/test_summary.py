@@ -22,9 +22,16 @@ DIAG = Summary.from_raw(DIAG_RAW)  # as config.load types config `diagnostics`
 
 def metrics(lcand, dz):
     steps = np.arange(len(lcand)) * 10
-    return pd.DataFrame({"step": steps, "candidate_loss": lcand, "delta_z": dz,
-                         "candidate_accuracy": np.zeros(len(lcand)),
-                         "first_target_loss": lcand, "delta_z_first": dz})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "step": steps,
+            "candidate_loss": lcand,
+            "delta_z": dz,
+            "candidate_accuracy": np.zeros(len(lcand)),
+            "first_target_loss": lcand,
+            "delta_z_first": dz,
+        }
+    )
 
 
 def test_tau_strictly_below_threshold_and_censoring():
@@ -44,8 +51,7 @@ def test_plateau_height_window_ends_at_the_first_sign_of_transition():
     lc = np.array([lk] * 10 + [1.4 * lk] * 3 + [0.2 * lk] * 3)
     dz = np.array([0.0] * 10 + [0.5] * 6)
     steps = np.arange(16) * 10
-    assert plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9,
-                          z_onset=100) == lk  # fmt: skip
+    assert plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9, z_onset=100) == lk
     # ended by the loss onset (130) alone: the window [26, 130) holds the bump, a time
     # mean over steps 30..120 (trapezoid): 60 steps at 1.0, 10 rising to 1.4, 20 at 1.4
     with_bump = plateau_height(steps, lc, lk, start_fraction=0.2, onset_fraction=0.9)
@@ -66,11 +72,13 @@ def _sensitivity_inputs():
     m = metrics(lc, dz)
     m.insert(0, "run_id", "a")
     lin = m.assign(run_id="lin")
-    tau = pd.DataFrame([
-        {"experiment": "E1", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
-        {"experiment": "E1", "run_id": "lin", "model": "linear", "k": 5, "d": 50, "seed": 0},
-        {"experiment": "E5", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
-    ])  # fmt: skip
+    tau = pd.DataFrame(
+        [
+            {"experiment": "E1", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
+            {"experiment": "E1", "run_id": "lin", "model": "linear", "k": 5, "d": 50, "seed": 0},
+            {"experiment": "E5", "run_id": "a", "model": "transformer", "k": 5, "d": 50, "seed": 0},
+        ]
+    )
     return tau, pd.concat([m, lin]), lc, dz
 
 
@@ -79,8 +87,7 @@ def test_plateau_sensitivity_moves_only_the_window_end():
     cfg = PlateauSensitivity(("E1",), (0.3, 0.01), (0.9, 1.1))
     t = plateau_sensitivity(cfg, DIAG, tau, m).set_index("window_end")
     # ordered thresholds, the config's own 0.1 added, then the loss onset alone
-    assert list(t.index) == ["delta_z > 0.01", "delta_z > 0.1", "delta_z > 0.3",
-                             "loss onset only"]  # fmt: skip
+    assert list(t.index) == ["delta_z > 0.01", "delta_z > 0.1", "delta_z > 0.3", "loss onset only"]
     assert set(t.run_id) == {"a"} and set(t.experiment) == {"E1"}
     assert t.loc["delta_z > 0.01", "window_stop"] == 100
     assert t.loc["delta_z > 0.01", "height_over_log_k"] == pytest.approx(1.0, abs=1e-12)
@@ -147,8 +154,9 @@ def test_author_statistics_first_target_tau_window_and_lead():
     l1[(steps >= 300) & (steps < 500)] = 0.85 * lk
     l1[steps >= 500] = 0.45 * lk
     dz1 = np.where(steps >= 150, 0.2, 0.0)  # first-target delta_z onset at 150
-    m = pd.DataFrame({"step": steps, "candidate_loss": lc, "first_target_loss": l1,
-                      "delta_z_first": dz1})  # fmt: skip
+    m = pd.DataFrame(
+        {"step": steps, "candidate_loss": lc, "first_target_loss": l1, "delta_z_first": dz1}
+    )
     diag = DIAG
     a = author_statistics(steps, m, lk, diag)
     assert a["first_target_tau"] == 500 and not a["first_target_censored"]
@@ -161,14 +169,16 @@ def test_author_statistics_first_target_tau_window_and_lead():
     # below the start mark since step 0 (no eval above it): inside the window for 1000 steps
     assert never["transition_bound"] == 1000
     # dropped below 0.95 log K after step 600 but never below 0.05: at least 1000 - 600
-    half = author_statistics(steps, m.assign(candidate_loss=np.where(steps <= 600, lk, 0.5 * lk)),
-                             lk, diag)  # fmt: skip
+    half = author_statistics(
+        steps, m.assign(candidate_loss=np.where(steps <= 600, lk, 0.5 * lk)), lk, diag
+    )
     assert half["transition_bound"] == 400 and half["transition_duration"] is None
     # still on the plateau at the end: the window has not opened, no bound
     flat = author_statistics(steps, m.assign(candidate_loss=lk), lk, diag)
     assert flat["transition_bound"] is None and a["transition_bound"] is None
-    low = author_statistics(steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk),
-                            lk, diag)  # fmt: skip
+    low = author_statistics(
+        steps, m.assign(candidate_loss=np.where(steps < 600, 0.9, 0.04) * lk), lk, diag
+    )
     assert (low["transition_start"], low["transition_end"]) == (0, 600)
 
 
@@ -211,16 +221,25 @@ def test_logged_lead_on_a_planted_running_mean_series():
     l1 = np.where(steps < 650, math.log(36), 0.85 * lk)
     # gap: 0.05 until 350, exactly 0.1 at 400 (not > 0.1), 0.2 from 450: onset 450
     dz = np.select([steps < 400, steps == 400], [0.05, 0.1], 0.2)
-    t = pd.DataFrame({"step": steps, "train_first_loss": l1,
-                      "train_first_shuffled_loss": l1 + dz, "delta_z_train_first": dz})  # fmt: skip
+    t = pd.DataFrame(
+        {
+            "step": steps,
+            "train_first_loss": l1,
+            "train_first_shuffled_loss": l1 + dz,
+            "delta_z_train_first": dz,
+        }
+    )
     r = logged_lead(t, lk, lead_cfg)
     assert r["lead_log_measured"]
     assert (r["log_loss_onset"], r["log_delta_z_onset"], r["lead_log"]) == (650, 450, 200)
     assert r["lead_fraction_log"] == pytest.approx(200 / 650)
     # no training log (a run trained before it existed), or one without the series (a
     # trainer that did not hand L1 over): not measured, said by the flag
-    for missing in (None, t.iloc[:0], t.assign(train_first_loss=np.nan,
-                                               delta_z_train_first=np.nan)):  # fmt: skip
+    for missing in (
+        None,
+        t.iloc[:0],
+        t.assign(train_first_loss=np.nan, delta_z_train_first=np.nan),
+    ):
         r = logged_lead(missing, lk, lead_cfg)
         assert not r["lead_log_measured"] and r["lead_fraction_log"] is None
 
@@ -231,8 +250,9 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
     from mbc.training.train import train_run
 
     spec = tiny_spec()
-    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"),
-              say=lambda s: None)  # fmt: skip
+    train_run(
+        spec, build_dataset(spec.task, spec.seed), tmp_path, torch.device("cpu"), say=lambda s: None
+    )
     summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
     (tmp_path / "train_log.csv").unlink()  # an old run: metrics.csv only

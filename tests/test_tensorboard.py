@@ -21,9 +21,16 @@ QUIET = {"say": lambda m: None}
 
 def test_scalars_of_one_evaluation_row():
     spec = tiny_spec()
-    row = {"step": 40, "candidate_loss": spec.task.log_k / 2, "candidate_accuracy": 0.5,
-           "first_target_loss": 1.0, "delta_z": None, "delta_z_first": math.nan,
-           "grad_norm": 2.0, "train_loss": 1.5}  # fmt: skip
+    row = {
+        "step": 40,
+        "candidate_loss": spec.task.log_k / 2,
+        "candidate_accuracy": 0.5,
+        "first_target_loss": 1.0,
+        "delta_z": None,
+        "delta_z_first": math.nan,
+        "grad_norm": 2.0,
+        "train_loss": 1.5,
+    }
     s = tensorboard_log.scalars(row, spec)
     assert s["L_cand_over_log_K"] == pytest.approx(0.5) and s["lr"] == spec.train.lr
     assert "delta_z" not in s and "delta_z_first" not in s  # no value yet: no point
@@ -62,23 +69,42 @@ def test_event_files_read_back_unpacked_packed_and_switched_on_mid_run(tmp_path,
     runs, board = tmp_path / "runs", tmp_path / "tensorboard"
     # unpacked: off for the first 40 steps, then switched on and resumed
     monkeypatch.setenv(tensorboard_log.ENV, "0")
-    train_run(spec, build_dataset(spec.task, spec.seed), runs / spec.run_id, CPU,
-              stop_after=40, **QUIET)  # fmt: skip
+    train_run(
+        spec, build_dataset(spec.task, spec.seed), runs / spec.run_id, CPU, stop_after=40, **QUIET
+    )
     assert not board.exists()
     monkeypatch.setenv(tensorboard_log.ENV, "1")
     # resumed at 40: killed 50 steps later, past its resume point at 80, then to the end
     for stop in (50, None):
-        train_run(spec, build_dataset(spec.task, spec.seed), runs / spec.run_id, CPU,
-                  stop_after=stop, **QUIET)  # fmt: skip
+        train_run(
+            spec,
+            build_dataset(spec.task, spec.seed),
+            runs / spec.run_id,
+            CPU,
+            stop_after=stop,
+            **QUIET,
+        )
     # packed: two runs of one shape in one job
     pack = [dataclasses.replace(spec, seed=s) for s in (1, 2)]
-    train_pack(pack, [build_dataset(s.task, s.seed) for s in pack],
-               [runs / s.run_id for s in pack], CPU, **QUIET)  # fmt: skip
+    train_pack(
+        pack,
+        [build_dataset(s.task, s.seed) for s in pack],
+        [runs / s.run_id for s in pack],
+        CPU,
+        **QUIET,
+    )
     for s in [spec, *pack]:
         rows = [r for r in read_log(runs / s.run_id / "state" / "log.jsonl") if "event" not in r]
         ev = _events(board / s.run_id)
-        assert {"L_cand", "L_cand_over_log_K", "accuracy", "first_target_loss", "delta_z",
-                "grad_norm", "lr"} <= set(ev)  # fmt: skip
+        assert {
+            "L_cand",
+            "L_cand_over_log_K",
+            "accuracy",
+            "first_target_loss",
+            "delta_z",
+            "grad_norm",
+            "lr",
+        } <= set(ev)
         # every evaluation once, from step 0 (the switch came on at step 40 for `spec`; what
         # was evaluated past step 80 before the kill is purged and evaluated again)
         assert sorted(st for st, _ in ev["L_cand"]) == sorted(r["step"] for r in rows)

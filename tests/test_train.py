@@ -266,8 +266,15 @@ def test_dense_evaluation_equals_evaluating_every_dense_step(tmp_path):
     """Weights kept every dense_every steps and evaluated only around threshold crossings
     give exactly the rows an every-dense_every run logs there, and the same tau."""
     base = _with_train(tiny_spec(), max_steps=160)
-    dense = _with_eval(base, every=40, dense_every=5, n_log=0, checkpoint_every=40,
-                       checkpoint_n_log=0, resume_every=40)  # fmt: skip
+    dense = _with_eval(
+        base,
+        every=40,
+        dense_every=5,
+        n_log=0,
+        checkpoint_every=40,
+        checkpoint_n_log=0,
+        resume_every=40,
+    )
     fine = _with_eval(dense, every=5, dense_every=0)
     ds = build_dataset(base.task, base.seed)
     a = train_run(dense, ds, tmp_path / "dense", CPU, say=lambda s: None)
@@ -313,9 +320,14 @@ def test_transition_marks_cover_every_threshold_the_config_reads():
 
     cfg = yaml.safe_load((Path(__file__).resolve().parents[1] / "config.yaml").read_text())
     d = cfg["diagnostics"]
-    lcand = {cfg["defaults"]["eval"]["threshold"], d["plateau"]["onset_fraction"],
-             d["lead"]["loss_onset_fraction"], d["transition"]["start_fraction"],
-             d["transition"]["end_fraction"], *cfg["threshold_sensitivity"]["thresholds"]}  # fmt: skip
+    lcand = {
+        cfg["defaults"]["eval"]["threshold"],
+        d["plateau"]["onset_fraction"],
+        d["lead"]["loss_onset_fraction"],
+        d["transition"]["start_fraction"],
+        d["transition"]["end_fraction"],
+        *cfg["threshold_sensitivity"]["thresholds"],
+    }
     assert lcand <= set(TRANSITION_MARKS["candidate_loss"])
     first = {d["first_target"]["threshold"], d["lead"]["loss_onset_fraction"]}
     assert first <= set(TRANSITION_MARKS["first_target_loss"])
@@ -352,8 +364,15 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
 
     diag = Summary.from_raw(fixture_config()["diagnostics"])
     base = _with_train(tiny_spec(), max_steps=160)
-    grid = _with_eval(base, every=40, dense_every=5, n_log=12, checkpoint_every=40,
-                      checkpoint_n_log=6, resume_every=40)  # fmt: skip
+    grid = _with_eval(
+        base,
+        every=40,
+        dense_every=5,
+        n_log=12,
+        checkpoint_every=40,
+        checkpoint_n_log=6,
+        resume_every=40,
+    )
     author = _with_eval(grid, every=5, n_log=0, checkpoint_n_log=0)  # his: every 5 steps
     ds = build_dataset(base.task, base.seed)
     a = train_run(grid, ds, tmp_path / "grid", CPU, say=lambda s: None)
@@ -361,8 +380,16 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
     assert set(a.step[a.step >= 5]) <= set(range(0, 161, 5))  # all on the grid from 5 on
     assert (a.step < 5).sum() > 1  # the curve's start stays finely sampled
     sa, sb = summarize_run(grid, a, diag), summarize_run(author, b, diag)
-    keys = ["tau", "loss_onset", "delta_z_onset", "first_target_tau", "transition_start",
-            "transition_end", "first_target_loss_onset", "delta_z_first_onset"]  # fmt: skip
+    keys = [
+        "tau",
+        "loss_onset",
+        "delta_z_onset",
+        "first_target_tau",
+        "transition_start",
+        "transition_end",
+        "first_target_loss_onset",
+        "delta_z_first_onset",
+    ]
     assert sa["tau"] is not None
     for k in keys:
         assert sa[k] == sb[k], k
@@ -385,8 +412,12 @@ def test_bf16_precision_puts_the_matmuls_in_bf16_and_keeps_fp32_state(tmp_path):
     assert a.dtype == b.dtype == torch.float32
     assert 1e-6 < abs(float(a - b)) < 0.05 * float(b)
     assert all(p.dtype == torch.float32 and p.grad.dtype == torch.float32 for p in lo.params)
-    assert all(v.dtype == torch.float32 for st in lo.opt.state.values() for v in st.values()
-               if torch.is_tensor(v) and v.is_floating_point())  # fmt: skip
+    assert all(
+        v.dtype == torch.float32
+        for st in lo.opt.state.values()
+        for v in st.values()
+        if torch.is_tensor(v) and v.is_floating_point()
+    )
     with pytest.raises(ValueError, match="train.precision"):
         PackedRuns([_with_train(spec, precision="fp8")], [ds], CPU)
     m = train_run(bf16, ds, tmp_path / "bf16", CPU, say=lambda s: None)
@@ -403,8 +434,11 @@ def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch)
 
     seen = []
     fake = pd.DataFrame({"step": [0], "candidate_loss": [1.0], "wall_s": [0.0]})
-    monkeypatch.setattr(pipeline.trainer, "train_run", lambda *a, **k: seen.append(
-        os.environ.get("TORCHINDUCTOR_CACHE_DIR")) or fake)  # fmt: skip
+    monkeypatch.setattr(
+        pipeline.trainer,
+        "train_run",
+        lambda *a, **k: seen.append(os.environ.get("TORCHINDUCTOR_CACHE_DIR")) or fake,
+    )
     monkeypatch.setattr(pipeline, "load_dataset", lambda path: None)
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     run_dir = tmp_path / "out" / "runs" / "r1"
@@ -427,8 +461,9 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     from mbc.core.sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
-    base = _with_train(tiny_spec(), early_stop_tau_factor=1.0, early_stop_loss_fraction=0.9,
-                       max_steps=2000)  # fmt: skip
+    base = _with_train(
+        tiny_spec(), early_stop_tau_factor=1.0, early_stop_loss_fraction=0.9, max_steps=2000
+    )
     base = _with_eval(base, every=20, dense_every=0, n_log=0)
     ds = build_dataset(base.task, base.seed)
     plain = train_run(base, ds, tmp_path / "plain", CPU, say=lambda s: None)

@@ -91,8 +91,9 @@ def test_cuda_without_cuda_is_refused_at_start_up(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    res = snakemake("all", "-n", "--config", "preset=smoke", f"outdir={tmp_path}", "device=cuda",
-                    check=False)  # fmt: skip
+    res = snakemake(
+        "all", "-n", "--config", "preset=smoke", f"outdir={tmp_path}", "device=cuda", check=False
+    )
     assert res.returncode != 0
     assert "mbc: config key 'device' = 'cuda': CUDA is not available" in res.stdout + res.stderr
 
@@ -170,8 +171,16 @@ def test_html_report_registers_figures_and_tables(smoke, tmp_path):
         assert name in html, name
 
 
-TABLES_COMPARED = ("tau", "metrics", "hessian", "collective_summary", "routing_ablation", "fits",
-                   "statistics", "hypotheses")  # fmt: skip
+TABLES_COMPARED = (
+    "tau",
+    "metrics",
+    "hessian",
+    "collective_summary",
+    "routing_ablation",
+    "fits",
+    "statistics",
+    "hypotheses",
+)
 
 
 def test_damage_is_repaired_by_a_plain_rerun(smoke, tmp_path):
@@ -282,6 +291,9 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
         upto = ma.step <= (summary["tau"] or ma.step.max())
         num = [c for c in ma.columns if c not in ("run_id", "step", "wall_s")]
         np.testing.assert_allclose(
-            mb.loc[upto, num].to_numpy(), ma.loc[upto, num].to_numpy(), rtol=1e-3, atol=1e-3,
+            mb.loc[upto, num].to_numpy(),
+            ma.loc[upto, num].to_numpy(),
+            rtol=1e-3,
+            atol=1e-3,
             err_msg=run,
-        )  # fmt: skip
+        )
