@@ -8,7 +8,8 @@ What it measures (docs/method.md#model: 4 layers, d_model 128, batch 128, 15 inp
 positions, 5 target positions; 807,720 parameters):
 
 (a) ours       the training step exactly as `mbc.training.train.train_run` runs it: a pack of
-               one (`mbc.training.packed.PackedRuns.step`) for the default `train` config
+               one with the ordinary model's arithmetic (`mbc.training.packed.PackedRuns.step`,
+               `ordinary`) for the default `train` config
                (the model's forward: last block at the target positions only), AdamW of
                `mbc.training.setup.make_optimizer`, batches from `BatchOrder`;
     plain      the same step with every position through the last block
@@ -294,7 +295,7 @@ class Ours:
 
     def __init__(self, spec: RunSpec, dataset, device: torch.device, train=None):
         spec = spec if train is None else dataclasses.replace(spec, train=train)
-        self.pack = PackedRuns([spec], [dataset], device)
+        self.pack = PackedRuns([spec], [dataset], device, ordinary=True)
         self.model = self.pack.model
         self.losses: list[torch.Tensor] = []
 

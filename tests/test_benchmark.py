@@ -177,9 +177,9 @@ def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
     assert re.search(r"^python .*, torch .*, device cpu$", out, re.M), out
     for w in (1, 8, 32, 128):
         assert re.search(rf"^pack of +{w}: +\d+\.\d pack steps/s = +\d+\.\d run-steps/s", out, re.M)
-    # one run alone is the pack of one: timed once, the packs compared with it
+    # one run alone (train_run's step), and the packs compared with it
+    assert re.search(r"^one run alone: \d+\.\d steps/s", out, re.M), out
     assert re.search(r"^  pack of +8 vs one run alone: +\d+\.\dx", out, re.M), out
-    assert "pack of   1 vs" not in out
     assert "bf16 (one bf16 copy of the linear layers a step), eager" in out
     # the packed slice: six runs of E1, each with a tau and finished
     row = r"^ +(E\d+) +(\d+) +(\d+) +[\d.e+-]+ +([012]) +(\d+|-) +(\d+) +\d+\.\d{4}  (.+)$"
@@ -192,7 +192,7 @@ def test_gpu_check_runs_in_its_cpu_mode(tmp_path):
     ) == 6
     rates = json.loads((tmp_path / "rates.json").read_text())
     assert set(rates["pack"]) == {"1", "8", "32", "128"} and set(rates["eval_s"]) == {"5", "36"}
-    assert rates["single_step_s"] == rates["pack"]["1"]["step_s"]
+    assert rates["single_step_s"] > 0
     assert re.search(r"^expected training wall time with pack.enabled \(max_runs \d+\)", out, re.M)
 
 

@@ -17,9 +17,10 @@ CPU = torch.device("cpu")
 STEPS = 20
 
 
-def _steps(specs, datasets, steps=STEPS):
-    """(the pack, losses (R, steps), first-target losses (R, steps)) of `specs` as one pack."""
-    pack = PackedRuns(specs, datasets, CPU)
+def _steps(specs, datasets, steps=STEPS, ordinary=False):
+    """(the pack, losses (R, steps), first-target losses (R, steps)) of `specs` as one pack
+    (ordinary: one run alone, as `train_run` trains it)."""
+    pack = PackedRuns(specs, datasets, CPU, ordinary=ordinary)
     out = [pack.step() for _ in range(steps)]
     losses = torch.stack([o.losses for o in out]).T
     return pack, losses, torch.stack([o.first_losses for o in out]).T
@@ -36,15 +37,17 @@ def _regime(spec, regime: str):
     return dataclasses.replace(spec, train=train)
 
 
+@pytest.mark.parametrize("ordinary", [False, True], ids=["stacked", "ordinary"])
 @pytest.mark.parametrize("regime", ["constant", "warmup_cosine_clipped"])
-def test_a_pack_of_one_takes_the_textbook_step(regime):
+def test_a_pack_of_one_takes_the_textbook_step(regime, ordinary):
     """The training loss, the first-target loss from the same logits, the gradient norm
     before clipping, and the weights after it (through the model's outputs), to float32
-    rounding; with warmup + cosine and clipping at a norm the gradients exceed."""
+    rounding, in a pack's stacked arithmetic and in a lone run's ordinary one; with
+    warmup + cosine and clipping at a norm the gradients exceed."""
     spec = _regime(tiny_spec(), regime)
     ds = build_dataset(spec.task, spec.seed)
     ref = textbook_run(spec, ds, STEPS)
-    pack = PackedRuns([spec], [ds], CPU)
+    pack = PackedRuns([spec], [ds], CPU, ordinary=ordinary)
     got = [pack.step() for _ in range(STEPS)]
     torch.testing.assert_close([float(g.losses[0]) for g in got], ref.losses, rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(
@@ -60,14 +63,14 @@ def test_a_pack_of_one_takes_the_textbook_step(regime):
 
 @pytest.mark.parametrize("regime", ["constant", "warmup_cosine_clipped"])
 def test_a_run_alone_is_bitwise_the_ordinary_model_with_torchs_fused_adamw(regime):
-    """In fp32 a pack of one takes the ordinary model's step bit for bit: its plain-weight
-    forward, torch's mean cross-entropy, torch's clip_grad_norm_ (norm and coefficient) and
-    fused AdamW: every loss and every weight equal (what keeps a run trained alone, as every
-    smoke run is, bitwise what it was before the packs' trainer trained it)."""
+    """In fp32 a run alone (`ordinary`) takes the ordinary model's step bit for bit: its
+    plain-weight forward, torch's mean cross-entropy, torch's clip_grad_norm_ (norm and
+    coefficient) and fused AdamW: every loss and every weight equal (what keeps a run
+    trained alone, as every smoke run is, bitwise what it was before the one trainer)."""
     spec = _regime(tiny_spec(), regime)
     ds = build_dataset(spec.task, spec.seed)
     ref = textbook_run(spec, ds, STEPS, fused=True)
-    pack, losses, firsts = _steps([spec], [ds])
+    pack, losses, firsts = _steps([spec], [ds], ordinary=True)
     assert losses[0].tolist() == ref.losses
     assert firsts[0].tolist() == ref.first_losses
     got = pack.weights(0)
@@ -85,7 +88,7 @@ def _with(spec, seed=None, lr=None, **task):
     "variant",
     ["seeds", "mixed"],  # same hyperparameters (torch AdamW) / per-run lr, K and D (PackedAdamW)
 )
-def test_a_pack_of_r_takes_the_step_of_r_packs_of_one(variant):
+def test_a_pack_of_r_takes_the_step_of_each_run_alone(variant):
     base = tiny_spec()
     if variant == "seeds":
         specs = [_with(base, seed=s) for s in (0, 1, 2)]
@@ -98,7 +101,7 @@ def test_a_pack_of_r_takes_the_step_of_r_packs_of_one(variant):
     datasets = [build_dataset(s.task, s.seed) for s in specs]
     packed, got, got_first = _steps(specs, datasets)
     for r, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
-        alone, losses, first = _steps([s], [ds])
+        alone, losses, first = _steps([s], [ds], ordinary=True)
         torch.testing.assert_close(got[r], losses[0], rtol=1e-4, atol=1e-5)
         torch.testing.assert_close(got_first[r], first[0], rtol=1e-4, atol=1e-5)
         # export: the same function, and one more ordinary step continues identically.

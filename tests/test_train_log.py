@@ -52,7 +52,7 @@ def test_windows_running_mean_and_last_batch_gap_by_hand():
 def _alone(spec, ds):
     """A run stepped by hand through the one training step (a pack of one), and an ordinary
     model that `sync()` loads with its current weights."""
-    pack = PackedRuns([spec], [ds], CPU)
+    pack = PackedRuns([spec], [ds], CPU, ordinary=True)
     model = initial_model(spec)
 
     def sync():

@@ -70,7 +70,7 @@ PACK_JOBS = 8
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
     """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
     dataset = build_dataset(spec.task, spec.seed)
-    run = PackedRuns([spec], [dataset], device)  # the training step: a pack of one
+    run = PackedRuns([spec], [dataset], device, ordinary=True)  # train_run's step
     model, batch = initial_model(spec).to(device), eval_batch(spec, dataset, device)
     evals = set(eval_schedule(spec.eval, spec.train.max_steps)[0])
     limit = spec.eval.threshold * spec.task.log_k

@@ -75,7 +75,7 @@ def time_pack_step(
 ) -> dict:
     """Seconds per step of a pack of `width` runs of `spec`'s shape (`_pack_of`), and its
     peak device memory.
-    variant: `PackedRuns`' compile_mode / fused."""
+    variant: `PackedRuns`' ordinary / compile_mode / fused."""
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     pack, _ = _pack_of(spec, width, device, **variant)
@@ -96,9 +96,11 @@ def measure_steps_per_s(
     spec: RunSpec, device: torch.device, steps: int = 20, width: int = 0
 ) -> float:
     """Run-steps/s of `spec`'s training step (`mbc.training.packed.PackedRuns.step`, what
-    `mbc.training.train.train_pack` runs): width 0, one run alone (a pack of one, as
-    `train_run` trains it); width R >= 1, a pack of R runs of its shape: R / its step time."""
-    width = max(width, 1)
+    `mbc.training.train.train_pack` runs): width 0, one run alone (as `train_run` trains
+    it: the ordinary model's arithmetic); width R >= 1, a pack of R runs of its shape:
+    R / its step time."""
+    if width == 0:
+        return 1 / time_pack_step(spec, 1, device, steps=steps, ordinary=True)["step_s"]
     return width / time_pack_step(spec, width, device, steps=steps)["step_s"]
 
 
@@ -171,9 +173,9 @@ def measure_rates(
             f"pack of {w:>3}: {1 / r['step_s']:8.1f} pack steps/s = "
             f"{w / r['step_s']:9.1f} run-steps/s{mem}"
         )
-    # one run alone is a pack of one (mbc.training.train.train_run): the same step
-    one = rates["pack"].get("1") or time_pack_step(spec, 1, device, steps)
-    rates["single_step_s"] = one["step_s"]
+    # one run alone (mbc.training.train.train_run): the ordinary model's arithmetic
+    rates["single_step_s"] = 1 / measure_steps_per_s(spec, device, steps)
+    say(f"one run alone: {1 / rates['single_step_s']:.1f} steps/s")
     if linear is not None:
         rates["linear_pack"] = {}
         for w in widths:

@@ -1,6 +1,7 @@
 """The optimiser step of training: R >= 1 runs of one shape stepped as one stacked model.
-An ordinary run is a pack of one (`mbc.training.train.train_run`), so bf16, clipping, the
-loss and the resume state are computed here for every run, packed or not.
+A run trained alone is a pack of one (`mbc.training.train.train_run`, with the ordinary
+model's arithmetic: `ordinary`), so bf16, clipping, the loss and the resume state are
+computed here for every run, packed or not.
 
 A paper-size step (batch 128 x 15 positions, d_model 128) is far too small to fill a GPU:
 one run is bound by kernel-launch latency, not FLOPs. Packing R runs turns every
@@ -69,6 +70,10 @@ class PackedRuns:
     states: per run, None (start from the run's initial weights) or a resume state
     {"model", "optimizer"} as `export_run` writes it (every resume point), all at
     optimiser step `step` (a pack's runs always share their step count).
+    ordinary: one run trained alone (`mbc.training.train.train_run`), with the ordinary
+    model's arithmetic: its plain weights in the forward, torch's mean cross-entropy and
+    torch's clip_grad_norm_ (bitwise the ordinary model's step); else the stacked
+    arithmetic of a pack, whatever its width (`mbc.training.packed_models`).
     compile_mode: torch.compile the loss in this mode (e.g. "reduce-overhead": CUDA
     graphs) whatever train.compile says; fused=False: `PackedAdamW` even when torch's
     fused AdamW would do. Both for benchmarks/gpu_check.py, which measures them.
@@ -82,6 +87,7 @@ class PackedRuns:
         states: list[dict | None] | None = None,
         step: int = 0,
         *,
+        ordinary: bool = False,
         compile_mode: str | None = None,
         fused: bool = True,
     ):
@@ -103,7 +109,10 @@ class PackedRuns:
             if st is not None:
                 m.load_state_dict(st["model"])
             models.append(m)
+        if ordinary and len(specs) != 1:
+            raise ValueError("the ordinary model's arithmetic is one run's")
         self.model = packed_model(models).to(device).train()
+        self.model.ordinary = self.ordinary = ordinary
 
         self._make_optimizer(fused)
         if step > 0:
@@ -241,7 +250,7 @@ class PackedRuns:
         if any(sp.train.clip_norm > 0 for sp in self.specs):  # (no device sync)
             # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
             norms = self.grad_norms()
-            if self.r == 1:  # as torch evaluates float / tensor: a run alone bitwise its own
+            if self.ordinary:  # as torch evaluates float / tensor: bitwise torch's own
                 coef = (norms + 1e-6).reciprocal() * self.specs[0].train.clip_norm
             else:
                 coef = self.clip / (norms + 1e-6)
@@ -266,7 +275,7 @@ class PackedRuns:
         run's log records as grad_norm)."""
         if self._norms is None:
             grads = [p.grad for p in self.params if p.grad is not None]
-            if self.r == 1:  # torch's clip_grad_norm_ formula: a run alone is bitwise its own
+            if self.ordinary:  # torch's clip_grad_norm_ formula: bitwise torch's own
                 norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
                 self._norms = torch.linalg.vector_norm(norms).view(1)
             else:

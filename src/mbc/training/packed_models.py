@@ -3,11 +3,12 @@ of one shape as one module, each parameter (R, ...) with the run axis first.
 `PackedTransformer` runs `mbc.training.forward.forward` over the R weight sets;
 `PackedLinear` the linear baseline's two maps as two batched matmuls (E13).
 
-A pack of one (a run alone, `mbc.training.train.train_run`) computes with the ordinary
+A run trained alone (`mbc.training.train.train_run`: `ordinary`) computes with the ordinary
 model's arithmetic: its forward gets the run's plain weights (`F.linear`, `F.layer_norm`'s
-own affine, `F.embedding`) and its loss is torch's mean cross-entropy, so a run trained
-alone is bitwise the run of the ordinary model; R > 1 runs take the stacked arithmetic
-(batched matmuls), equal to it to float32 rounding.
+own affine, `F.embedding`) and its loss is torch's mean cross-entropy, so it is bitwise the
+run of the ordinary model. A pack job's runs take the stacked arithmetic (batched matmuls),
+equal to it to float32 rounding, from start to end: a pack that has shrunk to one run (the
+others finished) keeps it, so a run's numbers never depend on when its pack-mates stop.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class _PackedModel(nn.Module):
     Subclasses: `PackedTransformer`, `PackedLinear`."""
 
     kind: type[nn.Module]
+    ordinary = False  # one run with the ordinary model's arithmetic (set by `PackedRuns`)
 
     def __init__(self, models: list[nn.Module]):
         super().__init__()
@@ -75,6 +77,7 @@ class _PackedModel(nn.Module):
             {n: self.p(n).detach()[rows] for n in self.names},
             self.linear_names,
         )
+        new.ordinary = self.ordinary
         return new.train(self.training)
 
     def p(self, name: str) -> torch.Tensor:
@@ -105,7 +108,7 @@ class _PackedModel(nn.Module):
         logits = self.forward(tokens, low=low).float()
         r, n = tokens.shape[:2]
         targets = tokens[:, :, -n_t:]
-        if r == 1:  # the ordinary model's loss (torch's mean reduction)
+        if self.ordinary:  # the ordinary model's loss (torch's mean reduction)
             x, y = logits[0], targets[0]
             loss = F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1))
             first = F.cross_entropy(x[:, 0].detach(), y[:, 0])
@@ -137,7 +140,7 @@ class PackedTransformer(_PackedModel):
         """
         self._check(tokens, runs)
         w = self.weights(runs) | (low or {})
-        if tokens.shape[0] == 1:  # one run: the ordinary model's arithmetic
+        if self.ordinary:  # one run alone: the ordinary model's arithmetic
             return forward(_alone(w), tokens[0], self.spec, self.task.first_pred_pos)[None]
         return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
@@ -202,7 +205,7 @@ class PackedLinear(_PackedModel):
         w = self.weights(runs) | (low or {})
         r, n, _ = tokens.shape
         x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
-        if r == 1:  # one run: the ordinary model's arithmetic
+        if self.ordinary:  # one run alone: the ordinary model's arithmetic
             w, x = _alone(w), x[0]
             y = linear(linear(x, w["w1.weight"], w["w1.bias"]), w["w2.weight"], w["w2.bias"])
             return y.view(1, n, self.task.n_targets, VOCAB)

@@ -1,9 +1,10 @@
 """Training (docs/method.md#training-regimes): AdamW, batches without replacement, a
 constant or warmup-cosine learning rate. One trainer, `train_pack`, trains R >= 1 runs of
 one shape together (`mbc.training.packed.PackedRuns`: the one optimiser step); a run alone,
-`train_run`, is a pack of one. Each run records exactly the same files in its own
-directory (`mbc.training.record.RunRecord`): its log, evaluations, snapshots, resume
-points, tau, early stop and finally metrics.csv and checkpoints.csv.
+`train_run`, is a pack of one with the ordinary model's arithmetic (`ordinary`). Each run
+records exactly the same files in its own directory (`mbc.training.record.RunRecord`): its
+log, evaluations, snapshots, resume points, tau, early stop and finally metrics.csv and
+checkpoints.csv.
 
 Data order is a pure function of (seed, step), so a resumed run sees the same batches
 as an uninterrupted one and, on CPU, ends bitwise identical.
@@ -48,7 +49,8 @@ def train_run(
     stop_after: int | None = None,
     progress_every_s: float = 30.0,
 ) -> pd.DataFrame:
-    """Train one run to its budget (or early stop): a pack of one (`train_pack`). Returns
+    """Train one run to its budget (or early stop): a pack of one (`train_pack`) with the
+    ordinary model's arithmetic (bitwise the ordinary model's training). Returns
     its metrics.csv table, written from its log (a run finished before is not trained
     again, its tables are written afresh); empty when `stop_after` interrupted it.
     stop_after, progress_every_s: as `train_pack`'s."""
@@ -61,6 +63,7 @@ def train_run(
         stop_after=stop_after,
         progress_every_s=progress_every_s,
         finalize=False,
+        ordinary=True,
     )
     if not finished(read_log(RunPaths(run_dir).log)):
         return pd.DataFrame()  # interrupted (stop_after)
@@ -79,6 +82,7 @@ def train_pack(
     batched_eval: bool | None = None,
     progress_every_s: float = 30.0,
     finalize: bool = True,
+    ordinary: bool = False,
 ) -> list[bool]:
     """Train the runs together; each trained here writes its metrics.csv and checkpoints.csv
     once all have finished (`finalize`: False leaves that to the caller). Returns, per run,
@@ -86,6 +90,8 @@ def train_pack(
 
     stop_after: testing hook, return after this call has taken that many optimiser steps
     (counted from where the runs resumed), as if interrupted.
+    ordinary: one run with the ordinary model's arithmetic (`train_run`); else every run
+    takes the stacked arithmetic of a pack from start to end, whatever the pack's width.
     progress_every_s: at most one progress line this often (`mbc.training.progress`); the
     crossing of tau and the early stop are always said.
     deadline: a `time.monotonic()` value; at the first step after it, return as if
@@ -116,7 +122,13 @@ def train_pack(
             behind = [i for i in active if records[i].step == step]  # they step next
             until = min((records[i].step for i in active if i not in behind), default=math.inf)
             pack = _regroup(
-                pack, group, views, behind, records, states=states, data=(specs, datasets, device)
+                pack,
+                group,
+                views,
+                behind,
+                records,
+                states=states,
+                data=(specs, datasets, device, ordinary),
             )
             group = behind
             views = [
@@ -164,8 +176,8 @@ def _regroup(pack, group, views, behind, records, *, states, data) -> PackedRuns
     first pack, or runs that were behind join the others) a new pack from each run's state.
     That case writes the current pack's unfinished runs' states (`PackView.resume_state`)
     into `states`, which holds each run's state to start the next pack from.
-    data: (specs, datasets, device) of every run, as `train_pack` got them."""
-    specs, datasets, device = data
+    data: (specs, datasets, device, ordinary) of every run, as `train_pack` got them."""
+    specs, datasets, device, ordinary = data
     kept = [j for j, i in enumerate(group) if not records[i].finished]
     if pack is not None and [group[j] for j in kept] == behind:
         return pack.subset(kept)
@@ -177,4 +189,5 @@ def _regroup(pack, group, views, behind, records, *, states, data) -> PackedRuns
         device,
         states=[states[i] for i in behind],
         step=records[behind[0]].step,
+        ordinary=ordinary,
     )
