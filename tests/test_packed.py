@@ -153,8 +153,10 @@ def test_packed_linear_baseline_matches_independent_runs(variant):
             assert together[j][k] == pytest.approx(v, rel=1e-5, abs=1e-6, nan_ok=True), k
 
 
-@pytest.mark.parametrize("width", [1, 2])
-def test_bf16_pack_takes_the_autocast_step_of_each_run(width):
+@pytest.mark.parametrize(
+    ("width", "ordinary"), [(1, True), (1, False), (2, False)], ids=["alone", "pack1", "pack2"]
+)
+def test_bf16_pack_takes_the_autocast_step_of_each_run(width, ordinary):
     """train.precision bf16: the pack's one bf16 copy of the linear layers per step gives
     each run the step of the textbook bf16-autocast training (the same casts, op for
     op): equal at the first step to rounding; bf16 rounding then compounds slowly
@@ -163,7 +165,7 @@ def test_bf16_pack_takes_the_autocast_step_of_each_run(width):
     base = dataclasses.replace(base, train=dataclasses.replace(base.train, precision="bf16"))
     specs = [_with(base, seed=0), _with(base, seed=1, lr=1e-3, k=5)][:width]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
-    packed, got, _ = _steps(specs, datasets)
+    packed, got, _ = _steps(specs, datasets, ordinary=ordinary)
     assert packed._low_copies()["unembed.weight"].dtype == torch.bfloat16
     for r, (spec, ds) in enumerate(zip(specs, datasets, strict=True)):
         ref = torch.tensor(textbook_run(spec, ds, STEPS).losses)
