@@ -941,10 +941,12 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
     assert line.endswith("(No locks available): a second snakemake on this outdir is not detected")
 
 
-def test_the_outdir_lock_is_probed_without_being_held(tmp_path):
-    """The Snakefile asks whether an invocation holds the outdir (to tell a stale
-    Snakemake lock) and holds nothing itself; `onstart` holds it."""
-    from mbc.core.integrity import outdir_in_use
+def test_the_outdir_lock_is_probed_without_being_held(tmp_path, monkeypatch):
+    """The Snakefile asks whether an invocation holds the outdir (to stop before planning
+    from files another one is changing, or to tell a stale Snakemake lock) and holds nothing
+    itself; `onstart` holds it. The lock a process's predecessor handed over across its
+    start again (`replan`) is its own, not another's."""
+    from mbc.core.integrity import HELD_FD, held_elsewhere, outdir_in_use
 
     out = tmp_path / "out"
     assert not outdir_in_use(out), "no lock file yet"
@@ -957,8 +959,12 @@ def test_the_outdir_lock_is_probed_without_being_held(tmp_path):
         "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(600)",
         lock,
     ):
-        assert outdir_in_use(out)
+        assert outdir_in_use(out) and held_elsewhere(out)
+        monkeypatch.setenv(HELD_FD, f"{lock.resolve()}=99")
+        assert not held_elsewhere(out), "handed over by this process's predecessor"
+        monkeypatch.delenv(HELD_FD)
     assert not outdir_in_use(out), "released with its holder; the probe kept nothing"
+    assert not held_elsewhere(out)
     with open(lock, "a") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
 

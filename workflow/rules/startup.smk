@@ -1,5 +1,7 @@
 # What an invocation does before its first job, in two halves (mbc.core.integrity):
 #
+# - first, while another invocation holds the outdir, it stops in one line (a dry run goes on
+#   and says so): that one's jobs change the files this one would plan from;
 # - while the Snakefile is parsed, it only reads: every run's chain of files is checked
 #   (`scan`), the jobs of the broken links are forced (so that Snakemake runs `onstart`
 #   even under up-to-date tables), and the banner says what is about to happen, untimed.
@@ -14,6 +16,20 @@ import mbc.core.integrity
 import mbc.planning.banner
 
 if MAIN_PROCESS:
+    # another invocation holds the outdir: stop before planning from files it is changing
+    # (its jobs replace and delete outputs while this one would read them); a dry run only
+    # reads, so it goes on and says so
+    if mbc.core.integrity.held_elsewhere(OUT):
+        if not workflow.output_settings.dryrun:
+            sys.exit(
+                f"mbc: another snakemake is running on {OUT}/: nothing repaired or run "
+                "here; wait for it to end"
+            )
+        print(
+            f"mbc: another snakemake is running on {OUT}/: this dry run reads files it may "
+            "be changing",
+            file=sys.stderr,
+        )
     _RUNS = [
         mbc.core.integrity.RunFiles(
             run_id=r,

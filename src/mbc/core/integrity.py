@@ -144,20 +144,31 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
 
 
 def outdir_in_use(outdir: str | os.PathLike) -> bool:
-    """Whether an invocation holds the outdir now: probed and released at once, so that the
-    Snakefile plans without holding anything (`hold_outdir` comes in `onstart`). A lock
-    that cannot be opened counts as in use (`hold_outdir` says why, in one line)."""
+    """Whether an invocation holds the outdir now (`held_elsewhere`), or its lock cannot be
+    opened (`hold_outdir` says why, in one line, in `onstart`)."""
     path = Layout(str(outdir)).lock.resolve()
-    if path in _HELD:
+    return (path.exists() and not path.is_file()) or held_elsewhere(outdir)
+
+
+def held_elsewhere(outdir: str | os.PathLike) -> bool:
+    """Whether another invocation holds the outdir now: probed and released at once, so that
+    the Snakefile plans without holding anything (`hold_outdir` comes in `onstart`). This
+    process's own lock, or the one its predecessor handed over across `replan`, is not
+    another's."""
+    path = Layout(str(outdir)).lock.resolve()
+    if path in _HELD or os.environ.get(HELD_FD, "").rpartition("=")[0] == str(path):
         return False
-    if not path.exists():
+    if not path.is_file():
         return False
     try:
         with open(path, "a") as fh:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
             fcntl.flock(fh, fcntl.LOCK_UN)
-    except OSError:
-        return True
+    except OSError:  # unreadable, or no file locks here: nobody is known to hold it
+        return False
     return False
 
 
