@@ -991,7 +991,11 @@ def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(
     import os
 
     from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic
-    from mbc.core.integrity import move_altered_aggregates
+    from mbc.core.integrity import altered_tables, move_aside
+
+    def move_altered_aggregates(outdir, dry_run=False, skip=()):
+        """What `onstart` does with the outdir's tables (startup.smk)."""
+        return move_aside(altered_tables(outdir, skip), dry_run)
 
     here, there = _planted_outdir(tmp_path / "here", 30), _planted_outdir(tmp_path / "there", 3000)
     table, diag = here / "hessian.csv", here / "diagnostics" / "hessian" / "r.csv"

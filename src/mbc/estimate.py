@@ -9,9 +9,9 @@ number of steps and the expected wall time on this machine. The assumptions, kep
      `tau` event in the live log of a run in progress;
   2. a power law tau = c * D^1.2 (the paper's tau ~ D^1.2, independent of K), with c
      the median of tau / D^1.2 over the measured taus, or else calibrated by one short
-     measured run: the preset's smallest-D transformer run, trained (with the
-     training step, `mbc.training.packed.PackedRuns`, and its evaluation) until its first crossing, at most
-     --calibrate-s seconds. A run that does not cross in time gives only a lower bound
+     measured run: the preset's smallest-D transformer run, trained (with the training
+     step, `mbc.training.packed.PackedRuns`, and its evaluation) until its first crossing,
+     at most --calibrate-s seconds. A run that does not cross in time gives only a lower bound
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
   Linear-baseline runs (E13) are assumed never to transition: their full budget. Runs
   with label noise (E12) never meet the early stop's loss bound: their full budget too.

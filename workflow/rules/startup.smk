@@ -21,10 +21,7 @@ if MAIN_PROCESS:
     # reads, so it goes on and says so
     if mbc.core.integrity.held_elsewhere(OUT):
         if not workflow.output_settings.dryrun:
-            sys.exit(
-                f"mbc: another snakemake is running on {OUT}/: nothing repaired or run "
-                "here; wait for it to end"
-            )
+            sys.exit(mbc.core.integrity.busy_line(OUT))
         print(
             f"mbc: another snakemake is running on {OUT}/: this dry run reads files it may "
             "be changing",
@@ -109,10 +106,7 @@ onstart:
     # one invocation per outdir, whatever path reached it: a second one would rerun the
     # jobs the first is running
     if not mbc.core.integrity.hold_outdir(OUT):
-        sys.exit(
-            f"mbc: another snakemake is running on {OUT}/: nothing repaired or run here; "
-            "wait for it to end"
-        )
+        sys.exit(mbc.core.integrity.busy_line(OUT))
     for line in mbc.core.integrity.move_aside(_ALTERED):
         print(f"mbc: repair: {line}", file=sys.stderr)
     for line in mbc.core.integrity.repair(_FINDINGS, _RUNS, _AGGREGATES):

@@ -22,7 +22,7 @@ snapshot is bad or missing (the run is retrained: the same seed gives the same b
 CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<time>` when
 its snapshots were only missing, as for a run trained on a lent device). A packed run
 (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its pack
-runs again. The outdir's own tables are checked the same way (`move_altered_aggregates`,
+runs again. The outdir's own tables are checked the same way (`altered_tables`, `move_aside`,
 `unverified_tables`). Snakemake then starts again on the same command line (`replan`), and
 the DAG it plans from the repaired files rebuilds exactly the broken chain and every table
 depending on it.
@@ -141,6 +141,14 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
         if verify and sha256_file(snap) != digest:
             return Finding(f.run_id, 1, snap, "snapshot checksum mismatch", True, retrain=True)
     return None
+
+
+def busy_line(outdir: str | os.PathLike) -> str:
+    """The one line an invocation stops with while another holds the outdir."""
+    return (
+        f"mbc: another snakemake is running on {outdir}/: nothing repaired or run here; "
+        "wait for it to end"
+    )
 
 
 def outdir_in_use(outdir: str | os.PathLike) -> bool:
@@ -320,13 +328,6 @@ def move_aside(found: list[tuple[Path, str]], dry_run: bool = False) -> list[str
         if not dry_run:
             p.rename(aside)
     return lines
-
-
-def move_altered_aggregates(
-    outdir: str | os.PathLike, dry_run: bool = False, skip: Iterable[Path] = ()
-) -> list[str]:
-    """`altered_tables` of the outdir, moved aside (`move_aside`)."""
-    return move_aside(altered_tables(outdir, skip), dry_run)
 
 
 def unverified_tables(outdirs: set[Path]) -> list[Path]:

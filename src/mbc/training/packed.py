@@ -112,7 +112,7 @@ class PackedRuns:
         if ordinary and len(specs) != 1:
             raise ValueError("the ordinary model's arithmetic is one run's")
         self.model = packed_model(models).to(device).train()
-        self.model.ordinary = self.ordinary = ordinary
+        self.model.ordinary = ordinary
 
         self._make_optimizer(fused)
         if step > 0:
@@ -135,6 +135,11 @@ class PackedRuns:
     @property
     def r(self) -> int:
         return self.model.r
+
+    @property
+    def ordinary(self) -> bool:
+        """One run alone with the ordinary model's arithmetic (the model's own flag)."""
+        return self.model.ordinary
 
     def _make_optimizer(self, fused: bool) -> None:
         specs, self._fused = self.specs, fused

@@ -3,8 +3,8 @@ log, the weights kept every dense_every steps and evaluated around crossings, sn
 resume points, tau, the early stop and divergence (docs/method.md#divergence).
 
 One `RunRecord` per run, driven by the one trainer (`mbc.training.train.train_pack`: a run
-alone is a pack of one), so every run writes the same files at the same steps. The trainer steps the
-weights; the record reaches them through a `RunView` (read the weights, evaluate them,
+alone is a pack of one), so every run writes the same files at the same steps. The trainer
+steps the weights; the record reaches them through a `RunView` (read the weights, evaluate them,
 their gradient norm, the optimiser's state).
 
 State that must survive an interruption lives under the run's `state/`
