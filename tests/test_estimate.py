@@ -162,10 +162,10 @@ def test_packs_side_by_side_share_the_device_in_proportion():
     """Planted stretches: a pack that fills the device (u = 1, 10 s alone) beside one that
     uses a quarter (4 s): together they ask 1.25, so both run at 0.8 of their pace until the
     small one ends at 4 / 0.8 = 5 s; the big one has 6 s left, alone: it ends at 11 s. One
-    slot, or memory for one only: one after another, longest first."""
+    slot, or memory for one only: one after another, the higher priority first."""
     from mbc.planning.timing import concurrent_schedule
 
-    big, small = ("big", 4, [(10.0, 1.0)], 10.0), ("small", 1, [(4.0, 0.25)], 5.0)
+    big, small = ("big", 4, [(10.0, 1.0)], 10.0, 2), ("small", 1, [(4.0, 0.25)], 5.0, 1)
     ends = lambda placed: {p.pack_id: (p.start_s, p.end_s) for p in placed}  # noqa: E731
     assert ends(concurrent_schedule([small, big], 2, None)) == {
         "big": (0, pytest.approx(11.0)),
@@ -174,8 +174,14 @@ def test_packs_side_by_side_share_the_device_in_proportion():
     serial = {"big": (0, pytest.approx(10.0)), "small": (pytest.approx(10.0), pytest.approx(14.0))}
     assert ends(concurrent_schedule([small, big], 1, None)) == serial
     assert ends(concurrent_schedule([small, big], 2, 12.0)) == serial
+    # the priority, not the length, decides who waits
+    first = ("small", 1, [(4.0, 0.25)], 5.0, 3)
+    assert ends(concurrent_schedule([first, big], 1, None)) == {
+        "small": (0, pytest.approx(4.0)),
+        "big": (pytest.approx(4.0), pytest.approx(14.0)),
+    }
     # two that together leave room: each at its own pace
-    two = [("a", 1, [(3.0, 0.25), (2.0, 0.5)], 1.0), ("b", 1, [(4.0, 0.25)], 1.0)]
+    two = [("a", 1, [(3.0, 0.25), (2.0, 0.5)], 1.0, 0), ("b", 1, [(4.0, 0.25)], 1.0, 0)]
     assert ends(concurrent_schedule(two, 2, None)) == {
         "a": (0, pytest.approx(5.0)),
         "b": (0, pytest.approx(4.0)),
@@ -253,7 +259,7 @@ def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys)
     assert p["serial_s"] == pytest.approx(sum(s for _, _, s in p["packs"]))
     longest = max(s for _, _, s in p["packs"])
     assert longest <= p["wall_s"] <= p["serial_s"]  # side by side: never slower
-    assert "expected training wall time with pack.enabled (max_runs 256)" in said
+    assert "expected training wall time with pack.enabled (max_runs 256, by budget)" in said
     assert "side by side (up to 8 train_pack jobs, memory not checked" in said
     # a censored run measured in tau.csv (no tau): its evaluations are counted, not NaN
     censored = out["table"].run_id.iloc[0]

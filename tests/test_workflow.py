@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO, smoke_args, snakemake
 
 import mbc.config
-from mbc.core.packing import make_packs
+from mbc.core.packing import configured_packs
 from mbc.diagnostics.summary import TAU_COLUMNS, summarize_run
 
 
@@ -243,9 +243,8 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
     runs = sorted(p.name for p in (smoke / "runs").iterdir())
     linear = [r for r in runs if "-linear-" in r]
     cfg = _smoke_config()
-    packs = [
-        out / "packs" / f"{p}.json" for p in make_packs(cfg.specs, cfg.raw["pack"]["max_runs"])
-    ]
+    packed_cfg = {**cfg.raw["pack"], "enabled": True}  # as `args` set it
+    packs = [out / "packs" / f"{p}.json" for p in configured_packs(cfg.specs, packed_cfg)]
     assert len(packs) >= 2 and linear
     # the packs (each writes its runs' tables; the linear baseline in packs of its own
     # kind), then one unpack_run job

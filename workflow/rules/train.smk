@@ -41,6 +41,8 @@ if PACKS:
             L.log("train_pack", "{pack_id}"),
         wildcard_constraints:
             pack_id=one_of(PACKS),
+        # the pack with the most work first, the small ones beside it (packing.pack_priority)
+        priority: lambda wc: mbc.core.packing.pack_priority([SPECS[r] for r in PACKS[wc.pack_id]])
         conda:
             "../../envs/mbc.yaml"
         threads: config.get("threads", 1)

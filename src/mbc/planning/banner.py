@@ -34,7 +34,7 @@ from mbc.core.arithmetic import cuda_available
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config import Config
 from mbc.core.layout import Layout
-from mbc.core.packing import make_packs, pack_widths
+from mbc.core.packing import configured_packs, pack_widths
 from mbc.core.runlog import finished, read_log, resume_point
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration, size
@@ -287,7 +287,7 @@ def banner_lines(
     pack = cfg.raw["pack"]
     widths = pack_widths(specs, pack)
     if pack.get("enabled"):
-        packs = [m for m in make_packs(specs, pack["max_runs"]).values() if set(m) & set(todo)]
+        packs = [m for m in configured_packs(specs, pack).values() if set(m) & set(todo)]
         alone = len(todo) - sum(len(set(m) & set(todo)) for m in packs)
         lines.append(
             f"mbc: pack.enabled: they train in {len(packs)} pack job(s) of up to "

@@ -27,8 +27,9 @@ Packs side by side (`concurrent_schedule`: the workflow's train_pack jobs under
 for the fraction u(R) = (R x work / step_s(R)) / peak of its throughput, peak the best
 measured run-steps/s of the reference shape times its work (a step's weights x tokens; for
 the linear baseline its two dense matmuls x batch); evaluation counts as u = 1 (a
-conservative bound). Packs start longest first
-while a job slot and their estimated memory (`pack_memory_gb`) are free; while the running
+conservative bound). Packs start in the workflow's order
+(`mbc.core.packing.pack_priority`: most budgeted work first) while a job slot and their
+estimated memory (`pack_memory_gb`) are free; while the running
 packs' fractions sum past 1 each advances at 1 / sum of its own speed (the device shared
 in proportion). A modelled schedule, not a measured one: it assumes the small packs'
 kernels fill the gaps the big one leaves (launch-bound steps leave the device idle).
@@ -46,7 +47,7 @@ import numpy as np
 import torch
 
 from mbc.core.artifacts import dumps_strict, write_text_atomic
-from mbc.core.packing import make_packs, pack_key
+from mbc.core.packing import make_packs, pack_key, pack_priority
 from mbc.core.spec import B_LEN, VOCAB, RunSpec
 from mbc.planning.cost import pack_memory_gb
 from mbc.training.data import build_dataset
@@ -298,16 +299,16 @@ class Placed:
 
 
 def concurrent_schedule(
-    packs: list[tuple[str, int, list[tuple[float, float]], float]],
+    packs: list[tuple[str, int, list[tuple[float, float]], float, int]],
     slots: int,
     memory_gb: float | None,
 ) -> list[Placed]:
-    """Packs (id, runs, `pack_segments`, memory GB) side by side on one device (module
-    docstring): at most `slots` at once and their memory within `memory_gb` (None: not
-    checked); each waiting pack, longest first, starts once both allow it. A pack bigger
-    than `memory_gb` alone still runs (alone)."""
+    """Packs (id, runs, `pack_segments`, memory GB, priority) side by side on one device
+    (module docstring): at most `slots` at once and their memory within `memory_gb` (None:
+    not checked); each waiting pack, highest priority first, starts once both allow it. A
+    pack bigger than `memory_gb` alone still runs (alone)."""
     slots = max(1, slots)
-    waiting = sorted(packs, key=lambda p: -sum(s for s, _ in p[2]))
+    waiting = sorted(packs, key=lambda p: -p[4])
     running: dict[str, list] = {}  # id -> [remaining stretches, start, (id, runs, segs, mem)]
     placed: list[Placed] = []
     now = 0.0
@@ -350,14 +351,15 @@ def packed_wall_seconds(
     batched: bool = False,
     slots: int = 1,
     memory_gb: float | None = None,
+    by_budget: bool = False,
 ) -> dict:
     """{"packs": [(pack id, runs, seconds alone)], "alone_s", "wall_s", "serial_s",
     "device_s", "schedule": [`Placed`]} for one device: `device_s` the packs' work at the
-    device's best throughput (no arrangement of them is faster in this model); `wall_s` with up to `slots` packs side by side
-    (`concurrent_schedule`), `serial_s` one after another; batched: the packs evaluate their
-    runs together (`train_pack` on CUDA). alone_s: runs that cannot be packed, one by one
-    after the packs."""
-    packs = make_packs(specs, max_runs)
+    device's best throughput (no arrangement of them is faster in this model); `wall_s` with
+    up to `slots` packs side by side (`concurrent_schedule`), `serial_s` one after another; batched: the packs evaluate their
+    runs together (`train_pack` on CUDA); by_budget: config `pack.by_budget`. alone_s: runs
+    that cannot be packed, one by one after the packs."""
+    packs = make_packs(specs, max_runs, by_budget)
     rows, sched_in, device_s = [], [], 0.0
     for pid, members in packs.items():
         s = [specs[r] for r in members]
@@ -366,7 +368,7 @@ def packed_wall_seconds(
         )
         rows.append((pid, len(members), sum(x for x, _ in segs)))
         device_s += sum(x * u for x, u in segs)
-        sched_in.append((pid, len(members), segs, pack_memory_gb(s)))
+        sched_in.append((pid, len(members), segs, pack_memory_gb(s), pack_priority(s)))
     alone = [r for r in specs if pack_key(specs[r]) is None]
     alone_s = sum(
         steps[r] * step_seconds(rates, 1, specs[r])
