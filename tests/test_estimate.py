@@ -300,6 +300,29 @@ def test_a_shape_is_timed_once_per_machine_even_by_dry_runs(tmp_path, monkeypatc
     assert len(calls) == 1 and list(json.loads(outdir_cache.read_text()).values()) == [42.0]
     assert banner.cached_rate(tiny_spec(), "cpu", 1, outdir_cache, width=4) == 42.0
     assert len(calls) == 2, "another width is another measurement"
+    # the step's code changed (its modules' hash): a rate of the old code is not reused
+    monkeypatch.setattr(banner, "step_code_id", lambda: "changed")
+    assert banner.cached_rate(tiny_spec(), "cpu", 1, outdir_cache, write=True) == 42.0
+    assert len(calls) == 3, "the older code's rate was reused"
+
+
+def test_the_step_code_id_follows_the_step_modules(tmp_path, monkeypatch):
+    """`step_code_id` hashes the files of STEP_MODULES: one byte changed in any, another id."""
+    import shutil
+
+    import mbc.training
+    from mbc.planning import banner
+
+    root = Path(mbc.training.__file__).parent
+    copy = tmp_path / "training"
+    copy.mkdir()
+    for name in banner.STEP_MODULES:
+        shutil.copy(root / f"{name}.py", copy)
+    monkeypatch.setattr(mbc.training, "__file__", str(copy / "__init__.py"))
+    before = banner.step_code_id()
+    assert before == banner.step_code_id()
+    (copy / "forward.py").write_text((copy / "forward.py").read_text() + "\n# changed\n")
+    assert banner.step_code_id() != before
 
 
 def test_estimate_for_a_gpu_from_its_rates_calibrates_tau_on_this_cpu(tmp_path, capsys):

@@ -344,7 +344,7 @@ def test_wrong_typed_rate_caches_are_discarded_with_one_line_and_measured_again(
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setattr(mbc.planning.timing, "measure_steps_per_s", lambda *a, **k: 123.0)
     spec = tiny_spec()
-    key = f"cpu|1|{shape_key(spec)}"
+    key = f"cpu|1|{shape_key(spec)}|step {banner.step_code_id()}"
     machine = banner.machine_rates()
     machine.parent.mkdir(parents=True)
     machine.write_text(json.dumps({f"{cpu_model()}|torch {torch.__version__}|{key}": "fast"}))

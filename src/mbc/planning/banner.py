@@ -168,7 +168,9 @@ def cached_rate(
     # the compiled step is only 1.1-1.2x faster (README "Training speed"), so the time shown
     # stays an upper bound.
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
-    key = f"{device}|{threads}|{shape_key(spec)}" + (f"|packs of {width}" if width else "")
+    key = f"{device}|{threads}|{shape_key(spec)}|step {step_code_id()}" + (
+        f"|packs of {width}" if width else ""
+    )
     known = _read_json(cache)
     if key in known:  # the common start-up: the outdir's cache answers
         return float(known[key])
@@ -197,6 +199,25 @@ def cached_rate(
     if write:
         _write_json(cache, {**known, key: rate})
     return rate
+
+
+# The modules whose code a training step runs (`PackedRuns.step`): a rate measured before
+# they changed is not this code's rate.
+STEP_MODULES = ("forward", "model", "packed", "packed_adamw", "packed_models", "setup")
+
+
+def step_code_id() -> str:
+    """A short hash of the training step's code (`STEP_MODULES`): part of every rate's cache
+    key, so that a rate measured on older code is measured again, not reused."""
+    import hashlib
+
+    import mbc.training
+
+    root = Path(mbc.training.__file__).parent
+    h = hashlib.sha256()
+    for name in STEP_MODULES:
+        h.update((root / f"{name}.py").read_bytes())
+    return h.hexdigest()[:12]
 
 
 def _free_bytes(path: Path) -> int | None:
