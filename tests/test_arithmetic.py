@@ -21,6 +21,13 @@ AMX = ar.Arithmetic("cpu", "amx", "planted")
 AVX2 = ar.Arithmetic("cpu", "none", "planted", bf16_slowdown=14.0)
 CUDA = ar.Arithmetic("cuda", "cuda", "planted")
 
+
+@pytest.fixture(autouse=True)
+def a_cxx_compiler(monkeypatch):
+    """A C++ compiler is found, whatever this machine has (one test takes it away)."""
+    monkeypatch.setattr(ar, "cxx_compiler", lambda: "/usr/bin/g++")
+
+
 SAPPHIRE = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
 ZEN4 = {"avx2", "avx512f", "avx512_bf16"}
 EPYC_AVX2 = {"avx2", "fma"}
@@ -156,6 +163,38 @@ def test_the_banner_says_what_auto_chose_and_why():
     assert line.endswith("unpacked, eager")
     (line,) = arithmetic_lines(_load("paper_cpu", AMX))
     assert "bf16: this CPU has amx_bf16" in line and line.endswith("packed, compiled")
+
+
+def test_without_a_cxx_compiler_auto_does_not_compile_and_says_why(monkeypatch):
+    """inductor builds CPU kernels with a C++ compiler: without one, `auto` stays eager
+    (compile is not in run ids: the same runs) and the banner says why."""
+    with_cxx = set(_load("paper_cpu", AMX).specs)
+    monkeypatch.setattr(ar, "cxx_compiler", lambda: None)
+    assert (AMX.precision, AMX.pack, AMX.compile) == ("bf16", True, False)
+    assert CUDA.compile is False and AVX2.compile_words() == ""
+    cfg = _load("paper_cpu", AMX)
+    assert {s.train.compile for s in cfg.specs.values()} == {False}
+    assert set(cfg.specs) == with_cxx
+    (line,) = arithmetic_lines(cfg)
+    assert line.endswith("packed, eager (compile: no C++ compiler found: set CXX or install g++)")
+
+
+def test_the_cxx_compiler_is_cxx_or_one_on_path(monkeypatch, tmp_path):
+    """$CXX wins (a name on PATH or a file); else g++, c++ or clang++ on PATH; else None."""
+    fake = tmp_path / "my-cxx"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    monkeypatch.undo()  # the real lookup, not the autouse fixture's
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("CXX", raising=False)
+    assert ar.cxx_compiler() is None
+    monkeypatch.setenv("CXX", str(fake))
+    assert ar.cxx_compiler() == str(fake)
+    monkeypatch.setenv("CXX", "my-cxx")
+    assert ar.cxx_compiler() == str(fake)
+    monkeypatch.delenv("CXX")
+    (tmp_path / "g++").symlink_to(fake)
+    assert ar.cxx_compiler() == "g++"
 
 
 def test_precision_auto_is_a_config_value_and_nonsense_is_not():

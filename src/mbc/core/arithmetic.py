@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass
@@ -102,7 +103,17 @@ class Arithmetic:
 
     @property
     def compile(self) -> bool:
+        """The matrix unit's choice, and on a CPU only where a C++ compiler is: inductor
+        builds its CPU kernels with one, and a job without it would fail at its first step."""
+        if self.device == "cpu" and cxx_compiler() is None:
+            return False
         return CHOICES[self.matrix_unit][2]
+
+    def compile_words(self) -> str:
+        """Why compile is off where the matrix unit would compile ('' otherwise)."""
+        if CHOICES[self.matrix_unit][2] and not self.compile:
+            return " (compile: no C++ compiler found: set CXX or install g++)"
+        return ""
 
     def native_bf16(self) -> bool:
         return self.matrix_unit in ("cuda", "amx", "avx512_bf16")
@@ -135,6 +146,15 @@ class Arithmetic:
         return cls(
             **{k: data.get(k) for k in ("device", "matrix_unit", "evidence", "bf16_slowdown")}
         )
+
+
+def cxx_compiler() -> str | None:
+    """The C++ compiler torch.compile's CPU backend (inductor) would build with: $CXX, else
+    the first of g++, c++, clang++ on PATH; None where there is none."""
+    cxx = os.environ.get("CXX")
+    if cxx:
+        return shutil.which(cxx) or (cxx if os.path.isfile(cxx) else None)
+    return next((c for c in ("g++", "c++", "clang++") if shutil.which(c)), None)
 
 
 def onednn_limit(env: dict | None = None) -> str | None:

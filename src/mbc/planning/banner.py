@@ -242,6 +242,7 @@ def arithmetic_lines(cfg: Config) -> list[str]:
             f"mbc: arithmetic (auto): {a.why()}; "
             f"{'packed' if cfg.raw['pack'].get('enabled') else 'unpacked'}, "
             f"{'compiled' if compiled == {True} else 'eager' if compiled == {False} else 'compiled where asked'}"
+            + a.compile_words()
         )
     if cfg.slow_precision:
         lines.append(cfg.slow_precision)
