@@ -62,9 +62,17 @@ def test_expected_steps_measured_law_and_whole_budgets():
     waits_first = dataclasses.replace(
         waits, train=dataclasses.replace(big, early_stop_first_target=True)
     )
-    two = expected({"a": waits, "b": waits_first}, {}, coef=0.01)
-    assert two["a"].steps == math.ceil(3 * tau)
-    assert two["b"].steps == math.ceil(3 * FIRST_TARGET_RATIO * tau)
+    # so does one on the training log's first-target series (E12), label noise or not: the
+    # network memorises the corrupted labels, and that series meets the stop's bound
+    on_log = dataclasses.replace(big, early_stop_series="train_log")
+    noisy_log = dataclasses.replace(
+        waits,
+        train=on_log,
+        task=dataclasses.replace(waits.task, label_noise=0.2),
+    )
+    four = expected({"a": waits, "b": waits_first, "c": noisy_log, "d": waits_first}, {}, coef=0.01)
+    assert four["a"].steps == math.ceil(3 * tau)
+    assert four["b"].steps == four["c"].steps == math.ceil(3 * FIRST_TARGET_RATIO * tau)
 
 
 def test_seconds_and_wall_time():

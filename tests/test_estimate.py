@@ -11,6 +11,7 @@ from helpers import tiny_spec
 
 from mbc import config as mbc_config
 from mbc.estimate import calibrate_tau, estimate, main, report
+from mbc.planning.cost import FIRST_TARGET_RATIO
 from mbc.planning.timing import measure_steps_per_s
 
 # the live config: these tests plan the smoke and paper presets the workflow runs
@@ -29,11 +30,13 @@ def test_estimate_smoke_with_given_rate_and_law(tmp_path):
     transformer = df[~df.run_id.str.contains("-linear-")]
     specs = mbc_config.load(mbc_config.read_yaml(CONFIG), {"preset": "smoke"}).specs
     noisy = [specs[r].task.label_noise > 0 for r in transformer.run_id]
-    assert any(noisy) and not all(noisy)
-    # tau = D^1.2, early stop at 3 tau (or the budget); label noise: the budget (its L_cand
-    # never meets the early stop's bound)
-    rows = zip(transformer.d, transformer.max_steps, noisy, strict=True)
-    want = [m if n else min(m, math.ceil(3 * d**1.2)) for d, m, n in rows]
+    on_log = [specs[r].train.early_stop_series == "train_log" for r in transformer.run_id]
+    assert any(noisy) and not all(noisy) and any(on_log)
+    # tau = D^1.2, early stop at 3 tau (or the budget); on the training log's first-target
+    # series (E12) at 3 x FIRST_TARGET_RATIO tau, label noise or not
+    rows = zip(transformer.d, transformer.max_steps, on_log, strict=True)
+    ratio = {True: FIRST_TARGET_RATIO, False: 1.0}
+    want = [min(m, math.ceil(3 * ratio[log] * d**1.2)) for d, m, log in rows]
     assert transformer.expected_steps.tolist() == want
     assert out["wall_seconds"] >= out["cpu_seconds"] / out["jobs"] - 1e-9
     assert out["cpu_seconds"] > out["expected_steps"] / 100.0  # evaluation adds time
