@@ -262,7 +262,7 @@ def test_estimate_with_pack_rates_reports_the_packed_wall_time(tmp_path, capsys)
     assert p["serial_s"] == pytest.approx(sum(s for _, _, s in p["packs"]))
     longest = max(s for _, _, s in p["packs"])
     assert longest <= p["wall_s"] <= p["serial_s"]  # side by side: never slower
-    assert "expected training wall time with pack.enabled (max_runs 256, by budget)" in said
+    assert "expected training wall time with pack.enabled (max_runs 256)" in said
     assert "side by side (up to 8 train_pack jobs, memory not checked" in said
     # a censored run measured in tau.csv (no tau): its evaluations are counted, not NaN
     censored = out["table"].run_id.iloc[0]

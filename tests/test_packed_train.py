@@ -5,7 +5,6 @@ interrupted pack resumes bitwise; runs at different steps and finished runs are 
 
 import dataclasses
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -13,15 +12,12 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc import config as mbc_config
 from mbc.core.artifacts import write_json_atomic
 from mbc.core.integrity import RunFiles, repair, scan
-from mbc.core.packing import configured_packs, make_packs, pack_key, pack_priority
+from mbc.core.packing import make_packs, pack_key, pack_priority
 from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset
 from mbc.training.train import train_pack, train_run
-
-CONFIG = str(Path(__file__).resolve().parents[1] / "config.yaml")
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
@@ -205,36 +201,13 @@ def test_make_packs_groups_by_shape_and_caps_the_size():
         make_packs(by_id, max_runs=0)
 
 
-def test_by_budget_packs_each_budget_apart_and_the_most_work_starts_first():
-    """pack.by_budget: runs of one shape with two budgets form two packs, the budget in
-    their ids; off, one pack. pack_priority: their budgeted run-steps."""
+def test_the_pack_with_the_most_budgeted_work_starts_first():
+    """pack_priority (train_pack's Snakemake priority): a pack's budgeted run-steps."""
     b = tiny_spec()
     short = [dataclasses.replace(b, seed=s) for s in range(3)]
     long = [_train(dataclasses.replace(b, seed=s), max_steps=5000) for s in range(2)]
-    by_id = {s.run_id: s for s in short + long}
-    assert list(make_packs(by_id, max_runs=8)) == ["L2h2d32m64-T16t5p10-B16-fp32-0"]
-    packs = make_packs(by_id, max_runs=8, by_budget=True)
-    n = b.train.max_steps
-    assert packs == {
-        f"L2h2d32m64-T16t5p10-B16-fp32-n{n}-0": [s.run_id for s in short],
-        "L2h2d32m64-T16t5p10-B16-fp32-n5000-0": [s.run_id for s in long],
-    }
-    assert configured_packs(by_id, {"enabled": True, "max_runs": 8, "by_budget": True}) == packs
-    assert configured_packs(by_id, {"enabled": False, "max_runs": 8, "by_budget": True}) == {}
     assert pack_priority(long) == 10000
-    assert pack_priority(short) == 3 * n
-
-
-def test_the_paper_preset_packs_by_budget_and_paper_cpu_does_not():
-    """The paper preset (a GPU's packs of up to 256) cuts its main shape by budget, its
-    biggest pack first; paper_cpu keeps its pairs in config order."""
-    paper = mbc_config.load(mbc_config.read_yaml(CONFIG), {"preset": "paper"})
-    packs = make_packs(paper.specs, 256, by_budget=True)
-    assert packs == configured_packs(paper.specs, {**paper.raw["pack"], "enabled": True})
-    for members in packs.values():
-        assert len({paper.specs[r].train.max_steps for r in members}) == 1
-    cpu = mbc_config.load(mbc_config.read_yaml(CONFIG), {"preset": "paper_cpu"})
-    assert cpu.raw["pack"]["by_budget"] is False
+    assert pack_priority(short) == 3 * b.train.max_steps
 
 
 def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):

@@ -247,20 +247,10 @@ def _packed(cfg, specs, df, device, rates_path, say, slots, memory_gb) -> dict:
     taus = {r: None if pd.isna(t) else t for r, t in zip(df.run_id, df.tau, strict=True)}
     evals = {r: n_evaluations(specs[r], steps[r], taus[r]) for r in specs}
     max_runs = int(cfg.raw["pack"]["max_runs"])
-    by_budget = bool(cfg.raw["pack"].get("by_budget", False))
     batched = rates["device"] != "cpu"  # train_pack evaluates together on a GPU
     memory_gb = memory_gb if memory_gb is not None else rates.get("device_mem_gb")
-    res = packed_wall_seconds(
-        specs, steps, evals, rates, max_runs, batched, slots, memory_gb, by_budget
-    )
-    return {
-        "rates": rates,
-        "max_runs": max_runs,
-        "by_budget": by_budget,
-        "slots": slots,
-        "memory_gb": memory_gb,
-        **res,
-    }
+    res = packed_wall_seconds(specs, steps, evals, rates, max_runs, batched, slots, memory_gb)
+    return {"rates": rates, "max_runs": max_runs, "slots": slots, "memory_gb": memory_gb, **res}
 
 
 def _shape_name(key: tuple) -> str:
@@ -351,9 +341,7 @@ def report(out: dict, say=print) -> None:
     if p["alone_s"]:
         say(f"  runs that cannot be packed, one by one: {duration(p['alone_s'])}")
     say(
-        f"expected training wall time with pack.enabled (max_runs {p['max_runs']}"
-        + (", by budget" if p["by_budget"] else "")
-        + "), packs one "
+        f"expected training wall time with pack.enabled (max_runs {p['max_runs']}), packs one "
         f"after another: {duration(p['serial_s'])} (evaluation included, diagnostics not)"
     )
     mem = sum(x.memory_gb for x in p["schedule"])

@@ -1,12 +1,5 @@
 """Which runs train together when `pack.enabled` (README "Training on a GPU"): runs of one
-shape (`pack_key`) in config order, cut into packs of at most `pack.max_runs`; with
-`pack.by_budget`, runs of one shape and one budget (`train.max_steps`).
-
-Why by budget (the paper preset, on a GPU): a pack's runs leave it as they finish, so its
-last stretch is its longest runs alone at a small width, a fraction of the device busy.
-Packs cut by budget end at different times and train side by side (the workflow's
-`gpu_mem_mb` resource), so one pack's narrow tail overlaps the others' work
-(`mbc.planning.timing.concurrent_schedule`, docs/gpu-and-slurm.md).
+shape (`pack_key`) in config order, cut into packs of at most `pack.max_runs`.
 
 A pack's id names its shape and its chunk (`L4h4d128m512-T16t5p10-B128-fp32-0`), not its
 members: a run added to the config joins its shape's pack under the same id, so the
@@ -36,33 +29,25 @@ def pack_key(spec: RunSpec) -> tuple | None:
     return (shape, layout, spec.train.batch_size, spec.train.precision, spec.train.compile)
 
 
-def make_packs(
-    specs: dict[str, RunSpec], max_runs: int, by_budget: bool = False
-) -> dict[str, list[str]]:
-    """pack id -> its run ids; a run that cannot be packed is in none. by_budget: runs of
-    different `train.max_steps` in different packs, the budget in the id
-    (`L4h4d128m512-T16t5p10-B128-fp32-n50000-0`)."""
+def make_packs(specs: dict[str, RunSpec], max_runs: int) -> dict[str, list[str]]:
+    """pack id -> its run ids; a run that cannot be packed is in none."""
     if max_runs < 1:
         raise ValueError(f"pack.max_runs = {max_runs}: must be at least 1")
     by_key: dict[tuple, list[str]] = {}
     for run_id, spec in specs.items():
         key = pack_key(spec)
         if key is not None:
-            budget = (spec.train.max_steps,) if by_budget else ()
-            by_key.setdefault((key, budget), []).append(run_id)
+            by_key.setdefault(key, []).append(run_id)
     packs = {}
-    for (key, budget), ids in by_key.items():
-        name = _name(key) + "".join(f"-n{b}" for b in budget)
+    for key, ids in by_key.items():
         for chunk, i in enumerate(range(0, len(ids), max_runs)):
-            packs[f"{name}-{chunk}"] = ids[i : i + max_runs]
+            packs[f"{_name(key)}-{chunk}"] = ids[i : i + max_runs]
     return packs
 
 
 def configured_packs(specs: dict[str, RunSpec], pack: dict) -> dict[str, list[str]]:
     """pack id -> its run ids under config `pack` (none when packing is off)."""
-    if not pack.get("enabled"):
-        return {}
-    return make_packs(specs, pack["max_runs"], pack.get("by_budget", False))
+    return make_packs(specs, pack["max_runs"]) if pack.get("enabled") else {}
 
 
 def pack_priority(specs: list[RunSpec]) -> int:

@@ -351,15 +351,14 @@ def packed_wall_seconds(
     batched: bool = False,
     slots: int = 1,
     memory_gb: float | None = None,
-    by_budget: bool = False,
 ) -> dict:
     """{"packs": [(pack id, runs, seconds alone)], "alone_s", "wall_s", "serial_s",
     "device_s", "schedule": [`Placed`]} for one device: `device_s` the packs' work at the
     device's best throughput (no arrangement of them is faster in this model); `wall_s` with
-    up to `slots` packs side by side (`concurrent_schedule`), `serial_s` one after another; batched: the packs evaluate their
-    runs together (`train_pack` on CUDA); by_budget: config `pack.by_budget`. alone_s: runs
+    up to `slots` packs side by side (`concurrent_schedule`), `serial_s` one after another;
+    batched: the packs evaluate their runs together (`train_pack` on CUDA). alone_s: runs
     that cannot be packed, one by one after the packs."""
-    packs = make_packs(specs, max_runs, by_budget)
+    packs = make_packs(specs, max_runs)
     rows, sched_in, device_s = [], [], 0.0
     for pid, members in packs.items():
         s = [specs[r] for r in members]
