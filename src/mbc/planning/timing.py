@@ -29,9 +29,8 @@ measured run-steps/s of the reference shape times its work (a step's weights x t
 the linear baseline its two dense matmuls x batch); evaluation counts as u = 1 (a
 conservative bound). Packs start in the workflow's order
 (`mbc.core.packing.pack_priority`: most budgeted work first) while a job slot and their
-estimated memory (`pack_memory_gb`) are free; while the running
-packs' fractions sum past 1 each advances at 1 / sum of its own speed (the device shared
-in proportion). A modelled schedule, not a measured one: it assumes the small packs'
+estimated memory (`pack_memory_gb`) are free; while the running packs' fractions sum past
+1 each advances at 1 / sum of its own speed (the device shared in proportion). A modelled schedule, not a measured one: it assumes the small packs'
 kernels fill the gaps the big one leaves (launch-bound steps leave the device idle).
 Expected steps and evaluation counts are the cost model's (`mbc.planning.cost`) (tau from
 tau.csv, run logs or the D^1.2 law).
@@ -309,7 +308,7 @@ def concurrent_schedule(
     pack bigger than `memory_gb` alone still runs (alone)."""
     slots = max(1, slots)
     waiting = sorted(packs, key=lambda p: -p[4])
-    running: dict[str, list] = {}  # id -> [remaining stretches, start, (id, runs, segs, mem)]
+    running: dict[str, list] = {}  # id -> [remaining stretches, start, the pack's tuple]
     placed: list[Placed] = []
     now = 0.0
 
