@@ -231,3 +231,25 @@ def test_forward_and_shared_prefix_evaluation_equal_the_textbook_paths(task):
     assert plain.keys() == fast.keys()
     for k in plain:
         assert np.isclose(plain[k], fast[k], rtol=1e-5, atol=1e-6, equal_nan=True), k
+
+
+def test_compile_without_a_cxx_compiler_trains_eager_and_says_so_once(monkeypatch, capsys):
+    """train.compile on a machine without a C++ compiler (a cluster node unlike the host that
+    resolved `auto`): one line, then the eager step, bitwise the uncompiled run's."""
+    from mbc.training import packed
+
+    spec = tiny_spec()
+    compiled = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=True))
+    ds = build_dataset(spec.task, spec.seed)
+    cpu = torch.device("cpu")
+    packed._without_cxx.cache_clear()
+    monkeypatch.setattr(packed, "cxx_compiler", lambda: None)
+    try:
+        runs = [PackedRuns([s], [ds], cpu, ordinary=True) for s in (compiled, compiled, spec)]
+        assert runs[0]._loss == runs[0].model.losses, "compiled without a compiler"
+        losses = [[r.step().losses.tolist() for _ in range(3)] for r in runs]
+    finally:
+        packed._without_cxx.cache_clear()
+    assert losses[0] == losses[1] == losses[2]
+    err = capsys.readouterr().err
+    assert err.count("mbc: train.compile: no C++ compiler on this machine") == 1, err

@@ -34,11 +34,14 @@ claim bitwise equality, since batched and unbatched matmuls may sum in different
 from __future__ import annotations
 
 import copy
+import functools
+import sys
 from typing import NamedTuple
 
 import torch
 from torch import nn
 
+from mbc.core.arithmetic import cxx_compiler
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
 from mbc.training.data import BatchOrder, Dataset
@@ -47,6 +50,21 @@ from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
 from mbc.training.setup import check_train, initial_model, make_optimizer
+
+
+@functools.cache
+def _without_cxx() -> bool:
+    """No C++ compiler here for inductor's CPU kernels (a cluster node unlike the host that
+    resolved train.compile): say so once and train eager, the same run (compile is not in
+    run ids), instead of failing at the first step."""
+    if cxx_compiler() is not None:
+        return False
+    print(
+        "mbc: train.compile: no C++ compiler on this machine (set CXX or install g++): "
+        "training eager",
+        file=sys.stderr,
+    )
+    return True
 
 
 class Step(NamedTuple):
@@ -208,6 +226,8 @@ class PackedRuns:
         loss = self.model.losses
         if compile_mode is not None:
             return torch.compile(loss, mode=compile_mode)
+        if train.compile and self.device.type == "cpu" and _without_cxx():
+            return loss
         return torch.compile(loss) if train.compile else loss
 
     def _low_copies(self) -> dict[str, torch.Tensor] | None:
