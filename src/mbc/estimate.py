@@ -13,8 +13,11 @@ number of steps and the expected wall time on this machine. The assumptions, kep
      step, `mbc.training.packed.PackedRuns`, and its evaluation) until its first crossing,
      at most --calibrate-s seconds. A run that does not cross in time gives only a lower bound
      on c (said so). lr, batch size, sharing and label noise are ignored by the law.
-  Linear-baseline runs (E13) are assumed never to transition: their full budget. Runs
-  with label noise (E12) never meet the early stop's loss bound: their full budget too.
+  Linear-baseline runs (E13) are assumed never to transition: their full budget. A run
+  whose early stop waits for the first-target crossing, or reads the training log's
+  first-target series (E12, label noise or not: memorising the corrupted labels meets its
+  bound), counts from FIRST_TARGET_RATIO x tau (`mbc.planning.cost`); label noise under a
+  stop that reads the clean-label L_cand never meets it: the full budget.
 * Steps/s: 20 timed steps (after 3 warm-up steps) of each distinct (model, batch size,
   sequence layout, train.engine, train.compile, train.precision) shape, with the config's
   `threads` and device, through the training step (`mbc.planning.timing.measure_steps_per_s`); or
