@@ -95,6 +95,30 @@ def test_calibrate_tau_is_the_first_scheduled_evaluation_below_the_threshold(tmp
     assert calibrate_tau(short, cpu, budget_s=1e9) == (20, False)
 
 
+def test_the_calibration_trains_eager_and_a_lower_bound_says_at_least(monkeypatch, tmp_path):
+    """A run that compiles is calibrated eager (a cold compile had eaten a 60 s budget); a
+    calibration that did not cross makes every total a lower bound, and the report says so."""
+    import dataclasses
+
+    import mbc.estimate as est
+
+    seen = []
+    real = est.PackedRuns
+    monkeypatch.setattr(
+        est, "PackedRuns", lambda specs, *a, **k: seen.append(specs[0]) or real(specs, *a, **k)
+    )
+    spec = tiny_spec()
+    compiled = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=True))
+    assert calibrate_tau(compiled, torch.device("cpu"), budget_s=1e9) == (40, True)
+    assert [s.train.compile for s in seen] == [False]
+    said = []
+    monkeypatch.setattr(est, "cached_calibration", lambda *a: (5, False))
+    out = estimate("smoke", CONFIG, str(tmp_path), steps_per_s=100.0, say=said.append)
+    assert out["lower_bound"] and "LOWER BOUND" in out["tau_coef_note"]
+    assert any(line.startswith("expected training time: at least ") for line in said), said
+    assert any("c is a lower bound" in line for line in said)
+
+
 def test_banner_counts_runs_and_warns_for_the_paper_preset_on_a_cpu(tmp_path):
     import torch
     import yaml

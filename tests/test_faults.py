@@ -386,7 +386,7 @@ def test_a_wrong_typed_calibration_cache_is_discarded_with_one_line_and_calibrat
     assert capsys.readouterr().err.splitlines() == [
         f"mbc: {cache}: not a mapping of calibrations, discarded (calibrated again)"
     ]
-    key = f"{spec.run_id}|cpu|60"
+    key = f"{spec.run_id}|cpu|60|eager"
     cache.write_text(json.dumps({key: ["40", True], "other|cpu|60": [12, False]}))
     assert mbc.estimate.cached_calibration(spec, "cpu", 60.0) == (40, True)
     assert capsys.readouterr().err.splitlines() == [

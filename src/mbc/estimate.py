@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import time
@@ -71,8 +72,12 @@ PACK_JOBS = 8
 
 
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
-    """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time)."""
+    """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time).
+    Eager even where the run compiles: a cold compile took most of a 60 s budget (35 steps,
+    no crossing, a lower bound that put paper_cpu at 2h44m of training against about 19 h),
+    and tau is a step count, the same either way."""
     dataset = build_dataset(spec.task, spec.seed)
+    spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
     run = PackedRuns([spec], [dataset], device, ordinary=True)  # train_run's step
     model, batch = initial_model(spec).to(device), eval_batch(spec, dataset, device)
     evals = set(eval_schedule(spec.eval, spec.train.max_steps)[0])
@@ -95,7 +100,9 @@ def cached_calibration(spec, device, calibrate_s: float) -> tuple[int, bool]:
     """`calibrate_tau`, cached per run id, device and time cap (its tau is a step count: the
     same wherever it trained, but a cap can cut it short) in `calibration_cache`, which the
     banner reads too."""
-    key = f"{spec.run_id}|{device}|{calibrate_s:g}"
+    # "eager": entries from before the calibration ran eager are not reused (a cold compile
+    # could leave them short of their crossing)
+    key = f"{spec.run_id}|{device}|{calibrate_s:g}|eager"
     known = read_calibrations()
     if key in known:
         return known[key]
@@ -140,7 +147,7 @@ def estimate(
     measured = measured_taus(cfg.outdir, specs)
     # the power law's coefficient: given, or from the measured taus, or one calibration run
     law_coef, n_law = tau_law(specs, measured)
-    coef_note = ""
+    coef_note, lower_bound = "", False
     if tau_coef is None and law_coef is not None:
         tau_coef, coef_note = law_coef, f"median over {n_law} measured taus"
     elif tau_coef is None and len(measured) < len(specs):
@@ -158,7 +165,7 @@ def estimate(
                 f"(at most {calibrate_s:.0f} s)"
             )
             tau, crossed = cached_calibration(cal, here, calibrate_s)
-            tau_coef = tau / cal.task.d**D_EXPONENT
+            tau_coef, lower_bound = tau / cal.task.d**D_EXPONENT, not crossed
             coef_note = (
                 f"calibration run {cal.run_id} (D={cal.task.d}, on {here}): "
                 + (f"tau={tau}" if crossed else f"no crossing in {tau} steps: LOWER BOUND")
@@ -221,6 +228,7 @@ def estimate(
         "measured_taus": int((df.tau_source == "measured").sum()),
         "tau_coef": tau_coef,
         "tau_coef_note": coef_note,
+        "lower_bound": lower_bound,  # c, so every expected step and time, is a lower bound
         "steps_per_s": {_shape_name(k): v for k, v in rates.items()} if rates else steps_per_s,
         "device": str(device),
         "threads": threads,
@@ -320,11 +328,18 @@ def report(out: dict, say=print) -> None:
         "by that scaling alone"
     )
     p = out.get("packed")
+    least = "at least " if out.get("lower_bound") else ""
+    if least:
+        say(
+            "the calibration run did not cross in its time (c is a lower bound): every expected "
+            "step and time here is a lower bound; --calibrate-s longer, or --tau-coef, or an "
+            "outdir with measured taus gives an estimate"
+        )
     if p is None:
         say(
-            f"expected training time: {duration(out['cpu_seconds'])} of {out['threads']}-thread "
-            f"jobs; wall ~{duration(out['wall_seconds'])} with {out['jobs']} parallel jobs "
-            "(evaluation included, diagnostics not)"
+            f"expected training time: {least}{duration(out['cpu_seconds'])} of "
+            f"{out['threads']}-thread jobs; wall {least or '~'}{duration(out['wall_seconds'])} "
+            f"with {out['jobs']} parallel jobs (evaluation included, diagnostics not)"
         )
         return
     r = p["rates"]
