@@ -74,7 +74,7 @@ PACK_JOBS = 8
 def calibrate_tau(spec: RunSpec, device: torch.device, budget_s: float) -> tuple[int, bool]:
     """(tau, crossed) of one run trained until L_cand < threshold log K (or out of time).
     Eager even where the run compiles: a cold compile took most of a 60 s budget (35 steps,
-    no crossing, a lower bound that put paper_cpu at 2h44m of training against about 19 h),
+    no crossing, a lower bound that put paper_cpu at 2h44m of training, 23h04m once it crossed),
     and tau is a step count, the same either way."""
     dataset = build_dataset(spec.task, spec.seed)
     spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, compile=False))
