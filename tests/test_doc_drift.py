@@ -105,3 +105,26 @@ def test_a_changed_config_changes_its_block(paper):
     new, changed = render(text, Moved)
     assert changed == ["hypotheses"]
     assert f"supported if CI > {moved.threshold:g}" in new
+
+
+# "| `quick` | ... 2 seeds; 129 runs | ..." in the README's preset table
+PRESET_ROW = re.compile(r"^\| `(?P<preset>\w+)` \|.*?(?P<n>\d[\d,]*) runs \|", re.M)
+
+
+def quoted_run_counts(text: str) -> dict[str, int]:
+    return {m["preset"]: int(m["n"].replace(",", "")) for m in PRESET_ROW.finditer(text)}
+
+
+def test_the_readme_quotes_each_presets_run_count_from_config():
+    """The preset table's "N runs" is the number of distinct runs config expands to: a run
+    added to an experiment cannot leave the README's count behind."""
+    raw = mbc_config.read_yaml(ROOT / "config.yaml")
+    quoted = quoted_run_counts((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert {"quick", "paper_cpu", "paper"} <= set(quoted)
+    actual = {p: len(mbc_config.load(raw, {"preset": p}).specs) for p in quoted}
+    assert quoted == actual
+
+
+def test_a_stale_run_count_is_read_as_written():
+    row = "| `quick` | `--config preset=quick` | 2 seeds; 1,115 runs | about 2 h |\n"
+    assert quoted_run_counts(row) == {"quick": 1115}
