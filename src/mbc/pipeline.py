@@ -140,9 +140,9 @@ def train_pack(
     device: str = "auto",
     threads: int = 1,
 ) -> None:
-    """Train the runs of one pack together (`mbc.training.train.train_pack`); each run writes
-    its own files as `train` would. The manifest lists, per run, whether it trained here,
-    its last step and tau."""
+    """Train the runs of one pack together (`mbc.training.train.train_pack`), each in its own
+    directory; its tables are left to `unpack_run`, their rule (one writer per file). The
+    manifest lists, per run, whether it trained here, its last step and tau."""
     torch.set_num_threads(threads)
     if specs[0].train.compile:
         use_outdir_compile_cache(run_dirs[0])
@@ -152,7 +152,8 @@ def train_pack(
     for p in dataset_paths:
         loaded.setdefault(str(p), load_dataset(p))
     t0 = time.perf_counter()
-    trained = trainer.train_pack(specs, [loaded[str(p)] for p in dataset_paths], run_dirs, dev)
+    datasets = [loaded[str(p)] for p in dataset_paths]
+    trained = trainer.train_pack(specs, datasets, run_dirs, dev, finalize=False)
     runs = []
     for spec, d, fresh in zip(specs, run_dirs, trained, strict=True):
         rows = read_log(RunPaths(d).log)
