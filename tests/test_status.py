@@ -89,3 +89,38 @@ def test_status_cli_names_a_bad_preset_in_one_line():
         main(["--preset", "nope", "--config", str(ROOT / "config.yaml")])  # the CLI's default base
     msg = str(exc.value)
     assert msg.startswith("mbc.status: config key 'preset' = 'nope'") and "\n" not in msg
+
+
+def test_status_piped_into_a_closed_reader_ends_without_a_traceback(tmp_path):
+    """`python -m mbc.status ... | head`: the reader is gone before the table is printed. The
+    tool ends quietly with a closed pipe's status, not a BrokenPipeError traceback. The read
+    end is closed before the tool starts, so its first line already meets a closed pipe."""
+    import subprocess
+    import sys
+
+    from mbc.core.cli import CLOSED_PIPE_STATUS
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "mbc.status", "--preset", "smoke", "--outdir", str(tmp_path)],
+            cwd=ROOT,
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write_end)
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+    assert proc.returncode == CLOSED_PIPE_STATUS
+
+
+def test_a_tool_ends_with_its_mains_status():
+    from mbc.core.cli import run
+
+    for returned, code in ((None, 0), (3, 3), ({"a": 1}, 0)):
+        with pytest.raises(SystemExit) as exc:
+            run(lambda r=returned: r)
+        assert exc.value.code == code

@@ -426,4 +426,6 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from mbc.core.cli import run
+
+    run(main)

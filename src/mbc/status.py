@@ -200,4 +200,6 @@ def parse_overrides(items: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    from mbc.core.cli import run
+
+    run(main)
