@@ -174,6 +174,20 @@ def _tau_table() -> pd.DataFrame:
                     budget=12000,
                 )
             )
+    for k in (5, 10):  # E14_author: his lag; the reverse task's K = 10 lag never came
+        for task, lag in (("bz_to_a", 200 * k), ("az_to_b", None if k == 10 else 500 * k)):
+            rows.append(
+                _run(
+                    "E14_author",
+                    f"e14a_{task}_k{k}",
+                    k=k,
+                    task=task,
+                    tau=300 * k,
+                    budget=5000,
+                    lag_step=lag,
+                    lag_censored=lag is None,
+                )
+            )
     for scale in (0.25, 0.5, 1.0, 2.0):  # E15: the sweep (a censored run at 0.25x), the D-law
         t = None if scale == 0.25 else int(3155 * scale**-0.737)
         rows.append(
@@ -753,3 +767,38 @@ def test_aggregating_per_run_tables_that_are_all_empty_gives_an_empty_table(tmp_
     concat_tables(paths, tmp_path / "all.csv")
     out = pd.read_csv(tmp_path / "all.csv")
     assert out.empty and out.columns.tolist() == ["run_id", "step", "value"]
+
+
+def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):
+    """(a) the candidate tau of E14, (b) the author's lag of E14_author: each bar is the mean
+    of its uncensored seeds (K = 10's reverse lag, censored, has no bar but a hollow marker
+    at its budget), and one legend under both panels names the tasks' bars once."""
+    paths = _write(_all_tables(), tmp_path / "tables")
+    drawn = {}
+
+    def capture(fig, out_pdf, out_png):
+        drawn["axes"], drawn["legends"] = fig.axes[:2], fig.legends
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures.registry, "_save", capture)
+        figures.render(
+            "appendix_direction",
+            paths,
+            tmp_path / "d.pdf",
+            tmp_path / "d.png",
+            ENTRIES["appendix_direction"],
+        )
+    ours, lag = drawn["axes"]
+
+    def heights(ax):
+        return [round(p.get_height(), 6) for p in ax.patches]
+
+    # bars in drawing order: bz_to_a at K = 5, 10, then the reverse task at K = 5, 10
+    assert heights(lag)[:3] == [1000, 2000, 2500] and np.isnan(heights(lag)[3])
+    assert heights(ours)[:2] == [1500.5, 3000.5]  # seeds 0 and 1: 300 K + seed
+    assert "E14_author" in lag.get_title(loc="left") and "lag" in lag.get_title(loc="left")
+    (legend,) = drawn["legends"]  # one, under both panels
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["(B,z)→A", "A→B"]
+    assert ours.get_legend() is None and lag.get_legend() is None
+    hollow = [c for c in lag.collections if len(c.get_offsets()) and c.get_facecolor().size == 0]
+    assert any(5000 in c.get_offsets()[:, 1] for c in hollow), "the censored lag at its budget"

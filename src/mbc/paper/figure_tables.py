@@ -39,7 +39,8 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "hessian": {"fits": ()},
     # the linear runs, and the transformer runs preferred as their match (same K and D)
     "appendix_linear": {"experiments": ("linear", "transformer")},
-    "appendix_direction": {"experiments": ("runs",)},
+    # (a) ours: candidate tau of `runs`; (b) the author's lag of `author` (his regime)
+    "appendix_direction": {"experiments": ("runs", "author")},
     "appendix_label_noise": {"experiments": ("runs",)},
     "appendix_sharing": {"experiments": ("runs",), "fits": ("line",)},
     # (a) tau vs init std; (b) tau vs D under the default and the alternative init

@@ -109,31 +109,65 @@ def _one_experiment(
 
 @_register("appendix_direction", ["tau"])
 def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """tau of (B,z)->A vs A->B per K of the `runs` experiments (E14); bars = mean over
-    uncensored seeds, seeds as points."""
-    fig, ax, e14 = _one_experiment(tables, entry.experiments_of("runs"), height=3.2)
-    if e14.empty:
-        return fig
-    ks = sorted(v for v in e14["k"].unique() if np.isfinite(v))
-    reverse = next((d for d in REVERSE_DIRECTIONS if (e14["task"] == d).any()), "az_to_b")
+    """(B,z)->A against the reverse task per K: (a) our candidate tau of the `runs`
+    experiments (E14, constant lr); (b) the author's lag (`lag_step`, the direction row's
+    statistic) of the `author` experiments (E14_author, his regime). Bars: the mean over
+    uncensored seeds; points: the seeds."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.0))
+    runs, author = entry.experiments_of("runs"), entry.experiments_of("author")
+    a.set_title(f"(a) candidate tau (ours), {_names(runs)}", loc="left")
+    b.set_title(f"(b) lag (author's), {_names(author)}", loc="left")
+    cens = _direction_bars(a, tables, runs, "tau", "censored", "tau (steps)", label_bars=True)
+    cens |= _direction_bars(
+        b, tables, author, "lag_step", "lag_censored", "lag (steps)", label_bars=False
+    )
+    extra = [
+        Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
+        Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
+    ]
+    # under the panels: the bars fill the plots from 0 up; one legend for both
+    _legend(a, censored=cens, extra=extra, under_figure=True, ncol=5, fontsize=6.5)
+    return fig
+
+
+def _direction_bars(
+    ax: Axes,
+    tables: dict[str, pd.DataFrame],
+    experiments: list[str],
+    y: str,
+    censored: str,
+    ylabel: str,
+    *,
+    label_bars: bool,
+) -> bool:
+    """One panel of the direction figure: `y` per K and task, the seeds as points (a run
+    without `y`, or flagged in `censored`, at its budget), bars at the mean of the others.
+    Returns whether a censored seed was drawn."""
+    rows = _tau_rows(tables["tau"], experiments)
+    if rows.empty or (censored not in rows and rows[y].isna().all()):  # a table before `y`
+        _no_data(ax, f"no {_names(experiments)} runs" if rows.empty else f"no {y} in tau.csv")
+        return False
+    flagged = _as_bool(rows[censored]) if censored in rows else False
+    cen = (flagged | rows[y].isna()) & ~rows["diverged"]
+    ks = sorted(v for v in rows["k"].unique() if np.isfinite(v))
+    reverse = next((d for d in REVERSE_DIRECTIONS if (rows["task"] == d).any()), "az_to_b")
     rev_label = "(A,z)\u2192B" if reverse == "az_to_b" else "A\u2192B"
     tasks = (("bz_to_a", "(B,z)\u2192A", "C0", -0.2), (reverse, rev_label, "C1", 0.2))
     any_cens = False
     rng = np.random.default_rng(0)  # fixed jitter: reproducible figure bytes
     for task, label, col, off in tasks:
-        g = e14[e14["task"] == task]
         heights = []
         for i, k in enumerate(ks):
-            gk = g[g["k"] == k]
-            obs = gk.loc[~gk["censored"] & ~gk["diverged"], "tau"].dropna()
-            heights.append(obs.mean() if len(obs) else np.nan)
+            at = (rows["task"] == task) & (rows["k"] == k)
+            gk = rows[at]
+            heights.append(gk.loc[~cen[at] & ~gk["diverged"], y].dropna().mean())
             x = np.full(len(gk), i + off) + rng.uniform(-0.05, 0.05, len(gk))
             _, nc = _tau_points(
                 ax,
                 x,
-                gk["tau"],
+                gk[y],
                 gk["steps"],
-                gk["censored"].to_numpy(bool),
+                cen[at].to_numpy(bool),
                 gk["diverged"].to_numpy(bool),
                 color="0.15",
                 size=9,
@@ -146,21 +180,15 @@ def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
             width=0.38,
             color=col,
             alpha=0.75,
-            label=label,
+            label=label if label_bars else None,
             zorder=1,
         )
     ax.set_xticks(range(len(ks)), [f"K={_fmt(k)}" for k in ks])
-    ax.set_ylabel("tau (steps)")
-    extra = [
-        Line2D([], [], marker="o", ls="none", color="0.15", ms=3, label="seeds"),
-        Line2D([], [], ls="none", label="bars: mean over uncensored seeds"),
-    ]
-    # under the axes: the bars fill the plot from 0 up
-    _legend(ax, censored=any_cens, extra=extra, below=True, ncol=2, fontsize=6.5)
-    missing = [lab for t, lab, _, _ in tasks if not (e14["task"] == t).any()]
+    ax.set_ylabel(ylabel)
+    missing = [lab for t, lab, _, _ in tasks if not (rows["task"] == t).any()]
     if missing:
         _note(ax, "missing: " + ", ".join(missing), "upper right")
-    return fig
+    return any_cens
 
 
 @_register("appendix_label_noise", ["tau"])

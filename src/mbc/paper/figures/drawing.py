@@ -60,11 +60,14 @@ def _legend(
     censored: bool = False,
     extra: Iterable = (),
     below: bool = False,
+    under_figure: bool = False,
     also: Iterable[Axes] = (),
     **kw,
 ) -> None:
     """Legend of the labelled artists (of `ax` and `also`), plus the censored proxy when any
-    censored run is drawn. `below`: under the axes (clear of the x label), for long labels."""
+    censored run is drawn. `below`: under the axes (clear of the x label), for long labels;
+    `under_figure`: centred under all panels, one legend for a figure whose panels share it
+    (the layout makes room for it)."""
     handles, labels = ax.get_legend_handles_labels()
     for other in also:
         h, lab = other.get_legend_handles_labels()
@@ -81,6 +84,9 @@ def _legend(
         handles.append(h)
         labels.append(h.get_label())
     if not handles:
+        return
+    if under_figure:
+        ax.figure.legend(handles, labels, loc="outside lower center", **kw)
         return
     if below:
         kw.setdefault("loc", "upper center")
