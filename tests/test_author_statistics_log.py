@@ -84,6 +84,41 @@ def test_the_sampled_window_is_read_off_the_sampled_series():
         assert c in TAU_COLUMNS
 
 
+def test_e11s_dip_is_read_off_the_sampled_series_as_his_script_read_it():
+    """His E11 duration: first sampled L_cand below log K (a noisy plateau dips early) to the
+    first below 0.5 nats. Planted: the 32-group mean wanders about log K and first dips at
+    step 100; it is below 0.5 nats from step 450 on."""
+    up, down, mid, low = 1.03 * LOG_K, 0.98 * LOG_K, 0.5 * LOG_K, 0.4
+    sampled = [up, down, up, up, up, mid, mid, mid, low, low]
+    got = logged_statistics(_log([3.0] * 10, sampled), LOG_K, DIAG)
+    assert (got["dip_start_sampled"], got["dip_end_sampled"]) == (100, 450)
+    assert got["dip_duration_sampled"] == 350 and got["dip_censored_sampled"] is False
+    never = logged_statistics(_log([3.0] * 10, [up, down] + [mid] * 8), LOG_K, DIAG)
+    assert never["dip_censored_sampled"] is True and never["dip_bound_sampled"] == 400
+    unmeasured = logged_statistics(_log([3.0] * 10), LOG_K, DIAG)
+    assert unmeasured["dip_duration_sampled"] is None
+    assert unmeasured["dip_censored_sampled"] is False
+    assert {f"{c}_sampled" for c in ("dip_duration", "dip_censored")} <= set(TAU_COLUMNS)
+
+
+def test_the_live_config_reads_e11s_duration_on_his_evaluation():
+    """E11 logs the sampled evaluation, and the beta of H1 and of the scorecard reads the dip
+    on it; ours on the fixed evaluation stands beside it."""
+    from pathlib import Path
+
+    from mbc import config as mbc_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = mbc_config.load(mbc_config.read_yaml(root / "config.yaml"), {"preset": "paper"})
+    e11 = [r.spec for r in cfg.runs if r.experiment == "E11"]
+    assert e11 and all(s.eval.sampled_groups == 32 for s in e11)
+    stats = {st.name: st.as_dict() for st in cfg.statistics.declared}
+    assert stats["sharing_duration_beta"]["y"] == "dip_duration_sampled"
+    assert stats["sharing_duration_beta_fixed"]["y"] == "dip_duration"
+    for lead in ("lead_fraction_log_mean", "lead_fraction_log_k_spearman"):
+        assert stats[lead]["where"]["lead_log"] == {"above": 0}  # his runs with a lead > 0
+
+
 def test_the_authors_draw_is_a_pure_function_of_the_step():
     task = TaskSpec(k=5, n_groups=40)
     a, b = train_log.sampled_contexts(task, 32, 150), train_log.sampled_contexts(task, 32, 150)

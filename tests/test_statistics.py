@@ -294,6 +294,10 @@ def test_where_bounds_lists_and_values():
     assert select(t, {"k": {"above": 3, "max": 10}}).k.tolist() == [5, 10]
     assert select(t, {"lr": [1e-3, 3e-4]}).k.tolist() == [3, 5, 20]  # floats: np.isclose
     assert select(t, {"model": "a", "k": {"below": 20}}).k.tolist() == [3, 10]
+    # a bound leaves out a missing value (the author's mean over runs with a lead > 0)
+    lead = t.assign(lead_log=pd.array([None, -50, 0, 100], dtype="Int64"))
+    assert select(lead, {"lead_log": {"above": 0}}).k.tolist() == [20]
+    assert select(lead.astype({"lead_log": float}), {"lead_log": {"above": 0}}).k.tolist() == [20]
 
 
 def no_rows() -> tuple[pd.DataFrame, ...]:

@@ -27,6 +27,8 @@ from mbc.core.sections import Lead, Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
 # the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
+# `dip_duration`'s columns (E11), read on our evaluation and, suffixed _sampled, on his
+DIP_COLUMNS = ("dip_start", "dip_end", "dip_duration", "dip_censored", "dip_bound")
 TAU_COLUMNS = [
     "run_id",
     "experiment",
@@ -61,11 +63,7 @@ TAU_COLUMNS = [
     "lead_first",
     "lead_fraction_first",
     # E11's duration (diagnostics.dip): first L_cand < log K -> first L_cand < 0.5 nats
-    "dip_start",
-    "dip_end",
-    "dip_duration",
-    "dip_censored",
-    "dip_bound",
+    *DIP_COLUMNS,
     # the author's lead as he computed it, from the training log (train_log.csv): onsets of
     # the windows' running-mean L1 and of (last batch's shuffled L1 - running mean)
     "log_loss_onset",
@@ -85,6 +83,8 @@ TAU_COLUMNS = [
     "transition_end_sampled",
     "transition_duration_sampled",
     "transition_sampled_censored",
+    # E11's duration on the same sampled evaluation, the series his analysis read
+    *(f"{c}_sampled" for c in DIP_COLUMNS),
     # E13: the first-target loss at the end of training (a z-blind model: exactly log K)
     "final_first_target_loss",
     *DOTTED_COLUMNS,
@@ -115,6 +115,10 @@ INT_COLUMNS = [
     "transition_start_sampled",
     "transition_end_sampled",
     "transition_duration_sampled",
+    "dip_start_sampled",
+    "dip_end_sampled",
+    "dip_duration_sampled",
+    "dip_bound_sampled",
 ]
 
 
@@ -255,8 +259,9 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
     E12's transition, the first window whose running-mean L1 on the training labels is
     below first_target.threshold log K (`first_target_tau_log`; censored when none is); E14's
     lag (`compute_lag_metric`), the first window whose running-mean L1 is below lag.fraction
-    x the first window's; E6's transition window on the sampled evaluation
-    (`candidate_loss_sampled`, eval.sampled_groups), with diagnostics.transition's marks.
+    x the first window's; on the sampled evaluation (`candidate_loss_sampled`,
+    eval.sampled_groups), the series the author read for both: E6's transition window
+    (diagnostics.transition's marks) and E11's dip duration (`dip_duration`, suffix _sampled).
     A log without the series leaves each statistic None and not censored."""
     out: dict = {
         "first_target_tau_log": None,
@@ -267,6 +272,8 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         "transition_end_sampled": None,
         "transition_duration_sampled": None,
         "transition_sampled_censored": False,
+        **{f"{c}_sampled": None for c in DIP_COLUMNS},
+        "dip_censored_sampled": False,
     }
     if train_log is None or train_log.empty:
         return out
@@ -297,6 +304,8 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
             transition_duration_sampled=None if end is None else end - start,
             transition_sampled_censored=end is None,
         )
+        dip = dip_duration(s_steps, lc, log_k, diag.dip.start_fraction, diag.dip.end_nats)
+        out.update({f"{c}_sampled": v for c, v in dip.items()})
     return out
 
 
