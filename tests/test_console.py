@@ -105,3 +105,15 @@ def test_a_jobs_warning_lines_reach_the_console_too(tmp_path, capsys):
     said = capsys.readouterr()
     assert said.err == "WARNING: resume.pt is empty; starting this run from step 0\n"
     assert "step 100" in log.read_text() and "WARNING: resume.pt" in log.read_text()
+
+
+def test_a_jobs_lines_reach_its_log_as_they_are_said(tmp_path):
+    """Someone watching a training job's log (`tail -f`) sees each progress line when it is
+    printed, not when the job ends or a buffer fills."""
+    log = tmp_path / "logs" / "job.log"
+    with logged(log):
+        print("pack step 200: 2 run(s) in this pack")
+        assert log.read_text() == "pack step 200: 2 run(s) in this pack\n"
+        print("pack step 400", end="")  # a partial line waits for its end
+        print(": 2 run(s)")
+        assert log.read_text().splitlines()[-1] == "pack step 400: 2 run(s)"

@@ -65,7 +65,9 @@ def logged(path: str | os.PathLike | None) -> Iterator[None]:
         yield
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as fh:
+    # line-buffered: a training job's progress lines reach its log as they are said (block
+    # buffering held a pack's lines back for minutes, so a log being watched looked empty)
+    with open(path, "a", buffering=1) as fh:
         out, err = sys.stdout, sys.stderr
         sys.stdout = sys.stderr = _Log(fh, err)
         _TERMINAL.append(err)
