@@ -26,9 +26,9 @@ from mbc.core.divergence import bound, divergence
 from mbc.core.sections import Lead, Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
 
-# the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
 # `dip_duration`'s columns (E11), read on our evaluation and, suffixed _sampled, on his
 DIP_COLUMNS = ("dip_start", "dip_end", "dip_duration", "dip_censored", "dip_bound")
+# the run's spec (mbc.core.spec: its flat names first; the dotted ones close the table)
 TAU_COLUMNS = [
     "run_id",
     "experiment",
