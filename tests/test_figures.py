@@ -802,3 +802,38 @@ def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):
     assert ours.get_legend() is None and lag.get_legend() is None
     hollow = [c for c in lag.collections if len(c.get_offsets()) and c.get_facecolor().size == 0]
     assert any(5000 in c.get_offsets()[:, 1] for c in hollow), "the censored lag at its budget"
+
+
+def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):
+    """Every run alike (the smoke preset's E11: all taus 45 steps, so its fit is a flat line
+    at 45 and the y range a sliver, 45 +- 1e-14): the log axis spans a factor 4 around the
+    value, with a labelled tick inside it, instead of one label hanging outside the axes."""
+    tables = _all_tables()
+    tau, fits = tables["tau"], tables["fits"]
+    tau.loc[tau.experiment == "E11", ["tau", "censored"]] = [45, False]
+    flat = fits.name == "tau_vs_sharing"
+    # the smoke fit's slope is 0 up to rounding: its line spans 45 +- 1e-14, not one value
+    fits.loc[flat, ["exponent", "ci_low", "ci_high", "prefactor"]] = [1e-15, 0.0, 0.0, 45.0]
+    paths = _write(tables, tmp_path / "tables")
+    drawn = {}
+
+    def capture(fig, out_pdf, out_png):
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        drawn["ylim"] = ax.get_ylim()
+        drawn["labels"] = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+        drawn["xlim"] = ax.get_xlim()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures.registry, "_save", capture)
+        figures.render(
+            "appendix_sharing",
+            paths,
+            tmp_path / "s.pdf",
+            tmp_path / "s.png",
+            ENTRIES["appendix_sharing"],
+        )
+    lo, hi = drawn["ylim"]
+    assert lo == pytest.approx(22.5) and hi == pytest.approx(90)
+    assert drawn["labels"], "a labelled tick inside the range"
+    assert drawn["xlim"][1] / drawn["xlim"][0] > 100  # the wide x axis is left alone

@@ -117,6 +117,10 @@ def _tidy_log_axes(fig: Figure) -> None:
             lo, hi = sorted(lim())
             if not (lo > 0 and np.isfinite(hi)):
                 continue
+            if hi / lo < 1.5:  # one value (a flat fit through alike runs): a sliver, no tick
+                mid = math.sqrt(lo * hi)
+                lo, hi = mid / 2, mid * 2
+                (a.set_xlim if axis is a.xaxis else a.set_ylim)(lo, hi)
             base = getattr(axis.get_transform(), "base", 10)
             axis.set_minor_formatter(NullFormatter())
             if base != 10:
