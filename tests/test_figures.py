@@ -769,25 +769,27 @@ def test_aggregating_per_run_tables_that_are_all_empty_gives_an_empty_table(tmp_
     assert out.empty and out.columns.tolist() == ["run_id", "step", "value"]
 
 
+def _look_at(name: str, tables: dict[str, pd.DataFrame], tmp_path: Path, look) -> None:
+    """Render figure `name` (config.yaml's entry) from `tables`, calling `look(fig)` on the
+    drawn figure where it would be saved (nothing is written but the tables)."""
+    paths = _write(tables, tmp_path / "tables")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(figures.registry, "_save", lambda fig, _pdf, _png: look(fig))
+        figures.render(
+            name, paths, tmp_path / f"{name}.pdf", tmp_path / f"{name}.png", ENTRIES[name]
+        )
+
+
 def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):
     """(a) the candidate tau of E14, (b) the author's lag of E14_author: each bar is the mean
     of its uncensored seeds (K = 10's reverse lag, censored, has no bar but a hollow marker
     at its budget), and one legend under both panels names the tasks' bars once."""
-    paths = _write(_all_tables(), tmp_path / "tables")
     drawn = {}
 
-    def capture(fig, out_pdf, out_png):
+    def look(fig):
         drawn["axes"], drawn["legends"] = fig.axes[:2], fig.legends
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures.registry, "_save", capture)
-        figures.render(
-            "appendix_direction",
-            paths,
-            tmp_path / "d.pdf",
-            tmp_path / "d.png",
-            ENTRIES["appendix_direction"],
-        )
+    _look_at("appendix_direction", _all_tables(), tmp_path, look)
     ours, lag = drawn["axes"]
 
     def heights(ax):
@@ -814,25 +816,16 @@ def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):
     flat = fits.name == "tau_vs_sharing"
     # the smoke fit's slope is 0 up to rounding: its line spans 45 +- 1e-14, not one value
     fits.loc[flat, ["exponent", "ci_low", "ci_high", "prefactor"]] = [1e-15, 0.0, 0.0, 45.0]
-    paths = _write(tables, tmp_path / "tables")
     drawn = {}
 
-    def capture(fig, out_pdf, out_png):
+    def look(fig):
         ax = fig.axes[0]
         fig.canvas.draw()
         drawn["ylim"] = ax.get_ylim()
         drawn["labels"] = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
         drawn["xlim"] = ax.get_xlim()
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(figures.registry, "_save", capture)
-        figures.render(
-            "appendix_sharing",
-            paths,
-            tmp_path / "s.pdf",
-            tmp_path / "s.png",
-            ENTRIES["appendix_sharing"],
-        )
+    _look_at("appendix_sharing", tables, tmp_path, look)
     lo, hi = drawn["ylim"]
     assert lo == pytest.approx(22.5) and hi == pytest.approx(90)
     assert drawn["labels"], "a labelled tick inside the range"
