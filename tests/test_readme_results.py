@@ -1,17 +1,21 @@
-"""The README's results block is generated from measured/paper_cpu/ and cannot drift from it."""
+"""The README's results block and docs/results.md's departures are generated from
+measured/paper_cpu/ and cannot drift from it."""
 
 import csv
 import shutil
 from pathlib import Path
 
 import pytest
+import yaml
 
 from mbc import readme_results as rr
+from mbc.core.report_sections import CAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "measured" / "paper_cpu"
 CONFIG = ROOT / "config.yaml"
 LINK = "measured/paper_cpu"
+DOCS_LINK = "../measured/paper_cpu"
 
 
 def _flat(text: str) -> str:
@@ -19,8 +23,16 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
-def _block(readme: str) -> str:
-    return readme.split(rr.BEGIN, 1)[1].split(rr.END, 1)[0].lstrip("\n")
+def _block(readme: str, begin: str = rr.BEGIN, end: str = rr.END) -> str:
+    return readme.split(begin, 1)[1].split(end, 1)[0].lstrip("\n")
+
+
+def _docs(tmp_path: Path) -> Path:
+    """A departures page with empty markers, beside a README in tmp_path."""
+    docs = tmp_path / "docs" / "results.md"
+    docs.parent.mkdir(exist_ok=True)
+    docs.write_text(f"# results\n\n{rr.DEPARTURES_BEGIN}\n{rr.DEPARTURES_END}\n\nrest\n")
+    return docs
 
 
 @pytest.fixture
@@ -50,6 +62,12 @@ def test_the_readme_block_is_what_the_committed_report_gives():
     assert _block(readme) == rr.render(MEASURED, CONFIG, LINK), (
         "README.md's results block drifted from measured/paper_cpu: run "
         "python -m mbc.readme_results"
+    )
+    docs = (ROOT / "docs" / "results.md").read_text()
+    assert _block(docs, rr.DEPARTURES_BEGIN, rr.DEPARTURES_END) == rr.render_departures(
+        MEASURED, CONFIG, DOCS_LINK
+    ), (
+        "docs/results.md's departures drifted from measured/paper_cpu: run python -m mbc.readme_results"
     )
     assert (
         rr.main(
@@ -133,14 +151,21 @@ def test_a_stale_report_says_so_first(measured):
 def test_check_fails_on_drift_and_the_command_repairs_it(measured, tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\n{rr.BEGIN}\nold numbers\n{rr.END}\n\nrest\n")
+    docs = _docs(tmp_path)  # found beside the README without --docs
     args = ["--readme", str(readme), "--measured", str(measured), "--config", str(CONFIG)]
     assert rr.main([*args, "--check"]) == 1
-    assert "differs" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "differs" in err and str(readme) in err and str(docs) in err
     assert "old numbers" in readme.read_text()  # --check changes nothing
+    assert rr.DEPARTURES_BEGIN + "\n" + rr.DEPARTURES_END in docs.read_text()
     assert rr.main(args) == 0
     text = readme.read_text()
     assert text.startswith("# title\n\n") and text.endswith(f"{rr.END}\n\nrest\n")
     assert "old numbers" not in text and "scorecard rows agree" in text
+    page = docs.read_text()
+    assert page.startswith("# results\n\n") and page.endswith(f"{rr.DEPARTURES_END}\n\nrest\n")
+    assert "Scorecard rows that disagree" in page
+    assert "[`../paper_cpu`](../paper_cpu)" in page  # linked from docs/, not from the README
     assert rr.main([*args, "--check"]) == 0
 
 
@@ -148,6 +173,7 @@ def test_bad_inputs_fail_in_one_line(measured, tmp_path, capsys):
     readme = tmp_path / "README.md"
     readme.write_text("no markers here\n")
     args = ["--readme", str(readme), "--measured", str(measured), "--config", str(CONFIG)]
+    docs = _docs(tmp_path)
     assert rr.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and str(readme) in err and rr.BEGIN in err
@@ -155,6 +181,13 @@ def test_bad_inputs_fail_in_one_line(measured, tmp_path, capsys):
     readme.write_text(f"{rr.END}\n{rr.BEGIN}\n")
     assert rr.main(args) == 2
     assert "comes before" in capsys.readouterr().err
+
+    readme.write_text(f"{rr.BEGIN}\n{rr.END}\n")
+    docs.unlink()
+    assert rr.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{docs}: missing" in err
+    _docs(tmp_path)
 
     (measured / "scorecard.csv").unlink()
     assert rr.main(args) == 2
@@ -167,3 +200,97 @@ def test_a_missing_paper_verdict_names_its_key(measured, tmp_path):
     config.write_text("hypotheses: {H1: {mechanism: m, prediction: p, tests: []}}\n")
     with pytest.raises(rr.ResultsError, match=r"hypotheses\.H1\.paper_verdict\.verdict"):
         rr.render(measured, config, LINK)
+
+
+def _disagreeing(measured: Path) -> list[dict]:
+    with (measured / "scorecard.csv").open(newline="") as f:
+        return [
+            r
+            for r in csv.DictReader(f)
+            if r["reference_traced"] != "ours" and r["agreement"] != "agree"
+        ]
+
+
+def test_each_departure_carries_the_cause_its_report_recorded(measured):
+    def explain(rows):
+        for r in rows:
+            r["cause"], r["explanation"] = "", ""
+            if r["reference_traced"] != "ours" and r["agreement"] != "agree":
+                r["cause"], r["explanation"] = "scale", f"planted reason for {r['claim']}"
+            if r["agreement"] == "agree":
+                r["explanation"] = "a reason that must not be printed"
+        return rows
+
+    _edit(measured / "scorecard.csv", explain)
+    _edit(
+        measured / "hypotheses.csv", lambda rows: [dict(r, cause="", explanation="") for r in rows]
+    )
+    page = _flat(rr.render_departures(measured, CONFIG, DOCS_LINK))
+    off = _disagreeing(measured)
+    assert off, "the committed report has a disagreeing row to test with"
+    for r in off:
+        assert f"**{r['claim']}** (`{r['statistic']}`)" in page
+        assert f"*Cause: {CAUSES['scale']}.* Planted reason for {r['claim']}." in page
+    assert "a reason that must not be printed" not in page
+    # a verdict that differs and whose report recorded no cause says so
+    assert "*No cause is recorded in config.yaml for it.*" in page
+
+
+def test_an_agreeing_report_lists_no_departures(measured):
+    def all_agree(rows):
+        return [dict(r, agreement="agree", ours_agreement="agree") for r in rows]
+
+    _edit(measured / "scorecard.csv", all_agree)
+    _edit(
+        measured / "hypotheses.csv",
+        lambda rows: [dict(r, paper_verdict=r["verdict"]) for r in rows],
+    )
+    page = rr.render_departures(measured, CONFIG, DOCS_LINK)
+    assert page.count("None.") == 4, page
+
+
+def test_an_older_report_takes_configs_reason_only_for_the_statistic_it_measured(
+    measured, tmp_path
+):
+    """A report collected before scorecard.csv had `cause` reads config's explanation, but
+    only where config's row still measures the same statistic."""
+    off = _disagreeing(measured)[0]
+    declared = yaml.safe_load(CONFIG.read_text())
+    row = {
+        "claim": off["claim"],
+        "statistic": off["statistic"],
+        "explanation": {"cause": "failure", "text": "planted from config"},
+    }
+    declared["scorecard"] = [row]
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(declared))
+    _edit(
+        measured / "scorecard.csv",
+        lambda rows: [
+            {k: v for k, v in r.items() if k not in ("cause", "explanation")} for r in rows
+        ],
+    )
+    page = _flat(rr.render_departures(measured, config, DOCS_LINK))
+    assert f"*Cause: {CAUSES['failure']}.* Planted from config." in page
+    row["statistic"] = "another_statistic"
+    config.write_text(yaml.safe_dump(declared))
+    page = _flat(rr.render_departures(measured, config, DOCS_LINK))
+    assert "Planted from config" not in page
+    assert "now measures it by another statistic" in page
+
+
+def test_every_cause_config_accepts_has_words():
+    schema = yaml.safe_load((ROOT / "src" / "mbc" / "core" / "config.schema.yaml").read_text())
+
+    def enums(node):
+        if isinstance(node, dict):
+            if "cause" in node and isinstance(node["cause"], dict) and "enum" in node["cause"]:
+                yield node["cause"]["enum"]
+            for v in node.values():
+                yield from enums(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from enums(v)
+
+    found = list(enums(schema))
+    assert found and all(set(e) == set(CAUSES) for e in found)

@@ -1,20 +1,27 @@
-"""The README's results block, generated from a committed measured report.
+"""The README's results block and docs/results.md's departures, generated from a committed
+measured report.
 
-    python -m mbc.readme_results [--check] [--readme README.md] [--measured measured/paper_cpu]
+    python -m mbc.readme_results [--check] [--readme README.md] [--docs DOCS]
+                                 [--measured measured/paper_cpu]
 
 rewrites what lies between `<!-- results:begin -->` and `<!-- results:end -->` in the README
 from `scorecard.csv` and `hypotheses.csv` of the measured report (`mbc.measured`): the tally,
 the scorecard rows with their rule and result, the seven verdicts beside the paper's, and a
-warning when the report carries a `STALE` file. `--check` changes nothing and fails when the
-block differs, so the README cannot drift from `measured/` (tests/test_readme_results.py).
-The paper's verdicts are labelled references: hypotheses.csv's `paper_verdict` column, or for a
-report collected before it had one, config's `hypotheses.<id>.paper_verdict.verdict`.
+warning when the report carries a `STALE` file. Between `<!-- departures:begin -->` and
+`<!-- departures:end -->` in DOCS (default: docs/results.md beside the README) it writes every
+row and verdict that departs from the paper, each with the cause config.yaml records for it.
+`--check` changes nothing and fails when either block differs, so neither page can drift from
+`measured/` (tests/test_readme_results.py). The paper's verdicts are labelled references:
+hypotheses.csv's `paper_verdict` column, or for a report collected before it had one, config's
+`hypotheses.<id>.paper_verdict.verdict`; the same holds for a row's `cause` and `explanation`,
+taken from config only where its statistic is still the one the report measured.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import fnmatch
 import os
 import sys
 import textwrap
@@ -23,9 +30,12 @@ from pathlib import Path
 import yaml
 
 from mbc.core.artifacts import write_text_atomic
+from mbc.core.report_sections import CAUSES
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
+DEPARTURES_BEGIN = "<!-- departures:begin -->"
+DEPARTURES_END = "<!-- departures:end -->"
 DASH = "–"
 
 
@@ -87,7 +97,7 @@ def _paper_verdicts(hypotheses: list[dict[str, str]], config: Path) -> dict[str,
     ids = list(dict.fromkeys(r["id"] for r in hypotheses))
     found = {r["id"]: r["paper_verdict"] for r in hypotheses if r.get("paper_verdict")}
     if len(found) < len(ids):
-        declared = (yaml.safe_load(config.read_text()) or {}).get("hypotheses") or {}
+        declared = _declared(config).get("hypotheses") or {}
         for h in ids:
             found.setdefault(h, ((declared.get(h) or {}).get("paper_verdict") or {}).get("verdict"))
     lacking = [h for h in ids if not found.get(h)]
@@ -97,6 +107,14 @@ def _paper_verdicts(hypotheses: list[dict[str, str]], config: Path) -> dict[str,
             f"(the paper's verdict, a labelled reference)"
         )
     return found
+
+
+def _first_per_id(hyp: list[dict[str, str]]) -> dict[str, dict[str, str]]:
+    """One row per hypothesis, in the table's order: its tests' rows repeat the verdict."""
+    out: dict[str, dict[str, str]] = {}
+    for r in hyp:
+        out.setdefault(r["id"], r)
+    return out
 
 
 def _provenance_runs(path: Path) -> str | None:
@@ -130,9 +148,7 @@ def render(measured: Path, config: Path, link: str) -> str:
     )
     hyp = _rows(measured / "hypotheses.csv", ("id", "mechanism", "verdict", "ours_verdict"))
     paper = _paper_verdicts(hyp, config)
-    verdicts = {}  # one row per hypothesis: its tests' rows repeat the verdict
-    for r in hyp:
-        verdicts.setdefault(r["id"], r)
+    verdicts = _first_per_id(hyp)
     papers_rows = [r for r in card if r["reference_traced"] != "ours"]
     our_rows = [r for r in card if r["reference_traced"] == "ours"]
     n_agree = sum(r["agreement"] == "agree" for r in papers_rows)
@@ -211,47 +227,196 @@ def render(measured: Path, config: Path, link: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def splice(readme: str, block: str, name: str = "README.md") -> str:
-    """`readme` with the text between the markers replaced by `block`."""
-    if readme.count(BEGIN) != 1 or readme.count(END) != 1:
-        raise ResultsError(f"{name}: needs exactly one {BEGIN} and one {END}")
-    if readme.index(END) < readme.index(BEGIN):
-        raise ResultsError(f"{name}: {END} comes before {BEGIN}")
-    head, rest = readme.split(BEGIN)
-    _, tail = rest.split(END)
-    return f"{head}{BEGIN}\n{block}{END}{tail}"
+def _declared(config: Path) -> dict:
+    return yaml.safe_load(config.read_text()) or {}
+
+
+def _reasons(rows: list[dict[str, str]], key: str, config_entry) -> dict:
+    """(cause, explanation) per row's `key`: the report's own columns, or, for a report
+    collected before it had them, config's `explanation` where `config_entry(row)` finds the
+    entry that still measures the row's statistic (cause None where none does)."""
+    out = {}
+    for r in rows:
+        if "cause" in r:
+            out[r[key]] = (r["cause"], r.get("explanation", ""))
+        elif (entry := config_entry(r)) is None:
+            out[r[key]] = (None, "")
+        else:
+            e = entry.get("explanation") or {}
+            out[r[key]] = (e.get("cause", ""), e.get("text", ""))
+    return out
+
+
+def _reason(cause: str | None, text: str) -> str:
+    if cause is None:
+        return (
+            "*Config.yaml now measures it by another statistic; its reason is for that one, "
+            "not for this report's.*"
+        )
+    if not cause:
+        return "*No cause is recorded in config.yaml for it.*"
+    text = text[:1].upper() + text[1:]
+    return f"*Cause: {CAUSES.get(cause, cause)}.* {text}."
+
+
+def render_departures(measured: Path, config: Path, link: str) -> str:
+    """docs/results.md's departures: every scorecard row of the paper's that disagrees or
+    agrees by one definition only, every verdict that differs from the paper's, every claim
+    of our own that does not hold; each with its numbers, its rule and config's reason.
+    `link` is the measured folder as the page links it."""
+    card = _rows(
+        measured / "scorecard.csv",
+        ("claim", "statistic", "measured", "ci_low", "ci_high", "paper_reference", "tolerance"),
+    )
+    hyp = _rows(measured / "hypotheses.csv", ("id", "mechanism", "statistic", "verdict"))
+    declared = _declared(config)
+    paper = _paper_verdicts(hyp, config)
+
+    def row_entry(r):
+        for e in declared.get("scorecard") or []:
+            if e.get("claim") == r["claim"] and e.get("statistic") == r["statistic"]:
+                return e
+        return None
+
+    def hyp_entry(r):
+        h = (declared.get("hypotheses") or {}).get(r["id"]) or {}
+        tests = [t.get("statistic", "") for t in h.get("tests") or []]
+        mine = [x["statistic"] for x in hyp if x["id"] == r["id"]]
+        return h if all(any(fnmatch.fnmatch(m, t) for t in tests) for m in mine) else None
+
+    row_reason = _reasons(card, "claim", row_entry)
+    hyp_reason = _reasons(hyp, "id", hyp_entry)
+    papers = [r for r in card if r["reference_traced"] != "ours"]
+    ours = [r for r in card if r["reference_traced"] == "ours"]
+
+    def _line(r, result: str, reference: str = "paper") -> str:
+        measured_ = _value_ci(r["measured"], r["ci_low"], r["ci_high"])
+        return (
+            f"- **{r['claim']}** (`{r['statistic']}`): {reference} {r['paper_reference']}; "
+            f"measured {measured_}; agrees when {r['tolerance']}: **{result}**."
+        )
+
+    out: list[str] = []
+    if (measured / "STALE").is_file():
+        out += _prose(
+            f"**STALE:** these are the rows of a report that no longer matches the "
+            f"configuration ([`{link}/STALE`]({link}/STALE) says why)."
+        )
+    out += _prose(
+        f"Generated from [`{link}`]({link}) by `python -m mbc.readme_results`; the reasons are "
+        "each row's `explanation` in `config.yaml` (the report's Section \"Why the rest "
+        'differs" prints the same).'
+    )
+    sections = [
+        (
+            "Scorecard rows that disagree",
+            [
+                _line(r, r["agreement"]) + " " + _reason(*row_reason[r["claim"]])
+                for r in papers
+                if r["agreement"] != "agree"
+            ],
+        ),
+        (
+            "Rows that agree by the author's statistic but not by our uniform one",
+            [
+                _line(r, "agree")
+                + f" By ours (`{r['ours_statistic']}`): "
+                + f"{_value_ci(r['ours_measured'], r['ours_ci_low'], r['ours_ci_high'])}, "
+                + f"**{r['ours_agreement']}**. "
+                + _reason(*row_reason[r["claim"]])
+                for r in papers
+                if r["agreement"] == "agree"
+                and r["ours_statistic"] != r["statistic"]
+                and r["ours_agreement"] != "agree"
+            ],
+        ),
+        (
+            "Verdicts that differ from the paper's",
+            [
+                f"- **{h}, {r['mechanism']}**: ours {r['verdict']}, the paper's {paper[h]}. "
+                + _reason(*hyp_reason[h])
+                for h, r in _first_per_id(hyp).items()
+                if r["verdict"] != paper[h]
+            ],
+        ),
+        (
+            "Claims of our own that do not hold",
+            [_line(r, r["agreement"], "predicted") for r in ours if r["agreement"] != "agree"],
+        ),
+    ]
+    for title, items in sections:
+        out += [f"**{title}:**", ""]
+        for item in items or ["None."]:
+            out += textwrap.wrap(
+                item, 100, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+            )
+        out += [""]
+    return "\n".join(out)
+
+
+def splice(
+    readme: str, block: str, name: str = "README.md", begin: str = BEGIN, end: str = END
+) -> str:
+    """`readme` with the text between the markers `begin` and `end` replaced by `block`."""
+    if readme.count(begin) != 1 or readme.count(end) != 1:
+        raise ResultsError(f"{name}: needs exactly one {begin} and one {end}")
+    if readme.index(end) < readme.index(begin):
+        raise ResultsError(f"{name}: {end} comes before {begin}")
+    head, rest = readme.split(begin)
+    _, tail = rest.split(end)
+    return f"{head}{begin}\n{block}{end}{tail}"
+
+
+def _target(path: Path, block: str, begin: str, end: str) -> tuple[Path, str, str]:
+    """(path, its text now, its text with the block spliced in)."""
+    if not path.is_file():
+        raise ResultsError(f"{path}: missing")
+    old = path.read_text()
+    return path, old, splice(old, block, str(path), begin, end)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--readme", default="README.md", type=Path)
+    ap.add_argument("--docs", type=Path, help="the departures page (docs/results.md by the README)")
     ap.add_argument("--measured", default="measured/paper_cpu", type=Path)
     ap.add_argument("--config", default="config.yaml", type=Path)
     ap.add_argument("--check", action="store_true", help="change nothing; fail if it drifted")
     args = ap.parse_args(argv)
+    docs = args.docs or args.readme.parent / "docs" / "results.md"
+
+    def link(page: Path) -> str:
+        return Path(os.path.relpath(args.measured, page.resolve().parent)).as_posix()
+
     try:
-        link = Path(os.path.relpath(args.measured, args.readme.resolve().parent)).as_posix()
-        block = render(args.measured, args.config, link)
-        if not args.readme.is_file():
-            raise ResultsError(f"{args.readme}: missing")
-        old = args.readme.read_text()
-        new = splice(old, block, str(args.readme))
+        targets = [
+            _target(args.readme, render(args.measured, args.config, link(args.readme)), BEGIN, END),
+            _target(
+                docs,
+                render_departures(args.measured, args.config, link(docs)),
+                DEPARTURES_BEGIN,
+                DEPARTURES_END,
+            ),
+        ]
     except ResultsError as exc:
         print(f"mbc.readme_results: {exc}", file=sys.stderr)
         return 2
+    drifted = [path for path, old, new in targets if new != old]
     if args.check:
-        if new != old:
+        for path in drifted:
             print(
-                f"mbc.readme_results: {args.readme}'s results block differs from "
+                f"mbc.readme_results: {path}'s generated block differs from "
                 f"{args.measured}: run python -m mbc.readme_results",
                 file=sys.stderr,
             )
+        if drifted:
             return 1
-        print(f"mbc.readme_results: {args.readme} matches {args.measured}")
+        print(f"mbc.readme_results: {args.readme} and {docs} match {args.measured}")
         return 0
-    if new != old:
-        write_text_atomic(args.readme, new)
-    print(f"mbc.readme_results: {args.readme} {'updated' if new != old else 'unchanged'}")
+    for path, old, new in targets:
+        if new != old:
+            write_text_atomic(path, new)
+        print(f"mbc.readme_results: {path} {'updated' if new != old else 'unchanged'}")
     return 0
 
 

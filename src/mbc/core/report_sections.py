@@ -11,6 +11,15 @@ from typing import Any
 
 from mbc.core.frozen import Frozen, freeze, thaw
 
+# config `explanation.cause` (the schema's enum) as the report and docs word it
+CAUSES = {
+    "scale": "a difference of scale",
+    "seeds": "too few seeds",
+    "definition": "a difference of definition",
+    "untraced": "a reference traced to no run of the author's",
+    "failure": "a failure to reproduce",
+}
+
 
 @dataclass(frozen=True)
 class ScorecardRow:

@@ -8,19 +8,10 @@ from __future__ import annotations
 
 import pandas as pd
 
+from mbc.core.report_sections import CAUSES
 from mbc.paper.latex import escape_latex
 from mbc.paper.report import claims_with_match, value_with_ci
 from mbc.paper.typeset import tex_text
-
-# config `explanation.cause` as the report words it
-CAUSES = {
-    "scale": "a difference of scale",
-    "seeds": "too few seeds",
-    "definition": "a difference of definition",
-    "untraced": "a reference traced to no run of the author's",
-    "failure": "a failure to reproduce",
-}
-
 
 # a sentence names at most this many claims or verdicts; more are counted and left to
 # Section "Why the rest differs", which names them all
