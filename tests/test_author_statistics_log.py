@@ -80,6 +80,13 @@ def test_the_sampled_window_is_read_off_the_sampled_series():
     assert got["transition_sampled_censored"] is False
     open_window = logged_statistics(_log([3.0] * 10, [hi] * 5 + [mid] * 5), LOG_K, DIAG)
     assert open_window["transition_sampled_censored"] is True
+    # never above 0.95 log K before t_end: his analyze_lr_sweep.py marks it no_transition
+    # and drops it, so it has no duration; not censored either (it did close)
+    no_start = logged_statistics(_log([3.0] * 10, [mid] * 5 + [lo] * 5), LOG_K, DIAG)
+    assert no_start["transition_end_sampled"] == 300
+    assert no_start["transition_start_sampled"] is None
+    assert no_start["transition_duration_sampled"] is None
+    assert no_start["transition_sampled_censored"] is False
     for c in ("first_target_tau_log", "lag_step", "transition_duration_sampled"):
         assert c in TAU_COLUMNS
 

@@ -187,6 +187,27 @@ def test_ratio_of_a_configured_pair_needs_both_windows():
     assert math.isnan(r["value"]) and r["n_censored"] == 1
 
 
+def test_ratio_leaves_out_a_run_without_a_window_and_counts_it():
+    """A sampled window that closed without a start (the author's no_transition) has no
+    duration and is not censored: the ratio reads the other seeds and its note says so."""
+    t = tau_rows(
+        experiment=["E6"] * 6,
+        lr=[3e-4, 3e-4, 3e-4, 2e-3, 2e-3, 2e-3],
+        transition_duration_sampled=[100, 300, np.nan, 700, 900, 800],
+        transition_sampled_censored=[False] * 6,
+    )
+    r = one(
+        "lr_duration_ratio",
+        t,
+        where={"lr": [2e-3, 3e-4]},
+        y="transition_duration_sampled",
+        censored="transition_sampled_censored",
+    )
+    assert r["value"] == pytest.approx(800 / 200)
+    assert r["n"] == 5 and r["n_censored"] == 0
+    assert r["what"].endswith(": 1 run(s) without a value left out")
+
+
 def test_ratio_of_a_pair_at_one_k_in_steps_and_examples():
     t = tau_rows(
         experiment=["E7"] * 6,

@@ -185,17 +185,22 @@ def _at(values: pd.Series, which):
 def ratio(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     """Mean y at `by` = pair[0] over mean y at `by` = pair[1] (each max, min or a value),
     the two groups of runs resampled apart. `censored_unmeasured`: a censored run leaves the
-    ratio unmeasured (its y is no bound, e.g. a window that never closed)."""
+    ratio unmeasured (its y is no bound, e.g. a window that never closed). A run that is
+    not censored and has no y (a window without a start, which the author's script drops)
+    is left out, and the note counts it."""
     cens, by = n_censored(rows, st), st["by"]
     if rows.empty or (st["pair"][0] in ("max", "min") and rows[by].nunique() < 2):
         return NO_VALUE, len(rows), cens, ""
     if cens and st.get("censored_unmeasured"):
         return NO_VALUE, len(rows), cens, ": a censored run has no value"
     y = y_values(rows, st)
-    num, den = (
-        y[np.isclose(rows[by].to_numpy(float), float(_at(rows[by], w)))] for w in st["pair"]
-    )
-    return ratio_of_means(num, den, boot), len(rows), cens, ""
+    at = rows[by].to_numpy(float)
+    keep = np.isfinite(y)
+    num, den = (y[keep & np.isclose(at, float(_at(rows[by], w)))] for w in st["pair"])
+    censored = rows[st["censored"]].astype(bool).to_numpy() if st.get("censored") else False
+    dropped = int((~keep & ~censored).sum())
+    note = f": {dropped} run(s) without a value left out" if dropped else ""
+    return ratio_of_means(num, den, boot), len(rows) - dropped, cens, note
 
 
 def paired_ratio(rows: pd.DataFrame, st: dict, boot: Bootstrap):

@@ -261,7 +261,9 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
     lag (`compute_lag_metric`), the first window whose running-mean L1 is below lag.fraction
     x the first window's; on the sampled evaluation (`candidate_loss_sampled`,
     eval.sampled_groups), the series the author read for both: E6's transition window
-    (diagnostics.transition's marks) and E11's dip duration (`dip_duration`, suffix _sampled).
+    (diagnostics.transition's marks; no duration where no evaluation before t_end lies above
+    the start mark, as his script drops such a run) and E11's dip duration (`dip_duration`,
+    suffix _sampled).
     A log without the series leaves each statistic None and not censored."""
     out: dict = {
         "first_target_tau_log": None,
@@ -296,12 +298,12 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         s_steps, lc = steps[ok], sampled.to_numpy(float)[ok]
         win = diag.transition
         start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
-        if end is not None and start is None:
-            start = int(s_steps[0])  # never above the start mark: the window opens at the start
+        # never above the start mark before t_end: the author's analyze_lr_sweep.py marks
+        # the run no_transition and leaves it out, so it has no duration (and no bound)
         out.update(
             transition_start_sampled=start,
             transition_end_sampled=end,
-            transition_duration_sampled=None if end is None else end - start,
+            transition_duration_sampled=None if end is None or start is None else end - start,
             transition_sampled_censored=end is None,
         )
         dip = dip_duration(s_steps, lc, log_k, diag.dip.start_fraction, diag.dip.end_nats)
