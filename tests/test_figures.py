@@ -57,6 +57,9 @@ ODD = {
     "anisotropy_power_vs_k": 1.357,
     "tau_vs_init_std": -0.737,
     "tau_vs_d_alt_init": 1.111,
+    "duration_sampled_vs_lr": 0.211,
+    "first_tau_vs_batch_steps_at_k20": -0.917,
+    "first_tau_vs_batch_examples_at_k20": 0.083,
 }
 ANCHOR = {
     "tau_vs_d": (1e4, 3155.0),
@@ -69,6 +72,9 @@ ANCHOR = {
     "anisotropy_power_vs_k": (10, 300.0),
     "tau_vs_init_std": (0.0707, 3155.0),
     "tau_vs_d_alt_init": (1e4, 6000.0),
+    "duration_sampled_vs_lr": (1e-3, 700.0),
+    "first_tau_vs_batch_steps_at_k20": (128, 3000.0),
+    "first_tau_vs_batch_examples_at_k20": (128, 3000.0 * 128),
 }
 
 # the producers' own schemas: a renamed column breaks this test, not only the pipeline
@@ -126,13 +132,46 @@ def _tau_table() -> pd.DataFrame:
         for k in (5, 10, 20):
             rows.append(_run("E2", f"e2_d{d}_k{k}", k=k, d=d, tau=int(0.05 * d**1.2)))
     rows.append(_run("E2", "e2_d20000_k36", k=36, d=20000, tau=None, budget=30000))
-    for lr, t in ((3e-4, 800), (1e-3, 1500), (5e-3, 2900)):
-        rows.append(_run("E6", f"e6_lr{lr}", lr=lr, tau=t))
-    rows.append(_run("E6", "e6_lr1e-2", lr=1e-2, tau=None, budget=4000))
+    # the author's window on his sampled evaluation: 400-900 steps; lr 5e-3's closed without
+    # a start (no value, not censored), lr 1e-2's never closed (censored)
+    for lr, t, w in ((3e-4, 800, 400), (1e-3, 1500, 600), (2e-3, 2000, 900), (5e-3, 2900, None)):
+        rows.append(
+            _run(
+                "E6",
+                f"e6_lr{lr}",
+                lr=lr,
+                tau=t,
+                transition_duration_sampled=w,
+                transition_sampled_censored=False,
+            )
+        )
+    rows.append(
+        _run(
+            "E6",
+            "e6_lr1e-2",
+            lr=1e-2,
+            tau=None,
+            budget=4000,
+            transition_duration_sampled=None,
+            transition_sampled_censored=True,
+        )
+    )
     for k in (20, 36):
         for b in (64, 128, 256, 512):
             t = None if (k == 36 and b == 64) else int(40000 / b**0.5 * k / 20)
-            rows.append(_run("E7", f"e7_k{k}_b{b}", k=k, batch_size=b, tau=t, budget=9000))
+            first = None if (k == 36 and b <= 128) else int(30000 / b * k / 20)
+            rows.append(
+                _run(
+                    "E7",
+                    f"e7_k{k}_b{b}",
+                    k=k,
+                    batch_size=b,
+                    tau=t,
+                    budget=9000,
+                    first_target_tau=first,
+                    first_target_censored=first is None,
+                )
+            )
     for kind, g, sf in (("shared", 1, 1000), ("supergroup", 10, 100), ("private", 1000, 1)):
         rows.append(
             _run(
@@ -566,7 +605,14 @@ def test_fit_lines_come_from_the_fits_table(full):
     _, texts = full
     expect = {
         "tau_vs_d": ["tau_vs_d", "tau_vs_k_at_d10000"],
-        "noise": ["tau_vs_lr", "tau_vs_batch_steps_at_k20", "tau_vs_batch_examples_at_k20"],
+        "noise": [
+            "tau_vs_lr",
+            "tau_vs_batch_steps_at_k20",
+            "tau_vs_batch_examples_at_k20",
+            "duration_sampled_vs_lr",
+            "first_tau_vs_batch_steps_at_k20",
+            "first_tau_vs_batch_examples_at_k20",
+        ],
         "appendix_sharing": ["tau_vs_sharing"],
         "hessian": ["anisotropy_vs_k", "anisotropy_power_vs_k"],
         "init_scale": ["tau_vs_init_std", "tau_vs_d_alt_init", "tau_vs_d"],
@@ -778,6 +824,32 @@ def _look_at(name: str, tables: dict[str, pd.DataFrame], tmp_path: Path, look) -
         figures.render(
             name, paths, tmp_path / f"{name}.pdf", tmp_path / f"{name}.png", ENTRIES[name]
         )
+
+
+def test_noise_draws_the_authors_statistics_above_ours(tmp_path):
+    """Top row: what the lr and batch rows and H2 read (the sampled window, the first-target
+    tau); bottom row: the candidate tau. The window of a run that never closed or closed
+    without a start is not drawn but counted in its panel."""
+    drawn = {}
+
+    def look(fig):
+        drawn["axes"] = fig.axes[:6]
+        drawn["texts"] = [t.get_text() for t in fig.axes[0].texts]
+
+    _look_at("noise", _all_tables(), tmp_path, look)
+    window, first, _, tau, _, _ = drawn["axes"]
+
+    def points(ax):
+        return sorted(float(y) for c in ax.collections for _, y in c.get_offsets())
+
+    assert points(window) == [400, 600, 900]
+    assert "not drawn:\n1 never closed\n1 without a start" in drawn["texts"]
+    assert "author's: window" in window.get_title(loc="left")
+    assert "ours: candidate tau" in tau.get_title(loc="left")
+    assert 4000 in points(tau)  # the censored run at its budget, in ours
+    # K = 36's first-target tau at batch 64 and 128 is censored: drawn at its budget
+    assert points(first).count(9000) == 2 and 30000 // 256 in points(first)
+    assert "first-target tau" in first.get_ylabel()
 
 
 def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):

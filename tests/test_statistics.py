@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from helpers import fixture_config
 
-from mbc.analysis.fit_tables import FIT_COLUMNS
+from mbc.analysis.fit_tables import FIT_COLUMNS, fit_table
 from mbc.analysis.stat_kinds import KINDS, select
 from mbc.analysis.stats import compute_statistics, statistic
 from mbc.core.frozen import freeze
-from mbc.core.sections import Bootstrap, Statistic, Statistics
+from mbc.core.sections import Bootstrap, Fit, Statistic, Statistics
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS
@@ -206,6 +206,28 @@ def test_ratio_leaves_out_a_run_without_a_window_and_counts_it():
     assert r["value"] == pytest.approx(800 / 200)
     assert r["n"] == 5 and r["n_censored"] == 0
     assert r["what"].endswith(": 1 run(s) without a value left out")
+
+
+def test_the_authors_lr_fit_reads_his_sampled_windows_and_leaves_out_runs_without_one():
+    """H2's lr law on his sampled evaluation: duration = 1000 lr^-1 (planted, exact) on the
+    runs with a window; one that never closed (censored, no bound) and one that closed
+    without a start (no value, not censored) are left out, as his analyze_lr_sweep.py does."""
+    lr = [3e-4, 5e-4, 1e-3, 2e-3, 5e-3, 1e-3]
+    t = tau_rows(
+        experiment=["E6"] * 6,
+        run_id=[f"r{i}" for i in range(6)],
+        lr=lr,
+        transition_duration_sampled=[0.3 / x for x in lr[:4]] + [np.nan, np.nan],
+        transition_sampled_censored=[False] * 4 + [True, False],
+    )
+    fit = fit_table(
+        [Fit("duration_sampled_vs_lr", "lr", ("E6",), y="transition_duration_sampled")],
+        t,
+        pd.DataFrame(),
+        BOOT,
+    ).iloc[0]
+    assert fit["exponent"] == pytest.approx(-1.0)
+    assert fit["n"] == 4 and fit["n_censored"] == 0 and fit["method"] == "ols"
 
 
 def test_ratio_of_a_pair_at_one_k_in_steps_and_examples():

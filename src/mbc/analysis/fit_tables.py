@@ -27,7 +27,8 @@ FIT_COLUMNS = [
 
 
 # fit y -> (tau.csv column, its censoring column, the column holding a censored run's
-# lower bound, counted in examples seen). A censored run without a bound is left out.
+# lower bound or None, counted in examples seen). A censored run without a bound is left
+# out, and so is a run with no value that is not censored (a window without a start).
 WAITING_TIMES = {
     "tau": ("tau", "censored", "steps", False),
     "examples": ("tau", "censored", "steps", True),
@@ -35,6 +36,11 @@ WAITING_TIMES = {
     "first_target_examples": ("first_target_tau", "first_target_censored", "steps", True),
     "transition_duration": (
         "transition_duration", "transition_censored", "transition_bound", False
+    ),
+    # the window on the author's sampled evaluation: no bound column, so a window that never
+    # closed is left out, as his analyze_lr_sweep.py leaves out a run with no transition
+    "transition_duration_sampled": (
+        "transition_duration_sampled", "transition_sampled_censored", None, False
     ),
     "dip_duration": ("dip_duration", "dip_censored", "dip_bound", False),
 }  # fmt: skip
@@ -58,7 +64,8 @@ def _fit(
         col, cens_col, bound_col, per_example = WAITING_TIMES[y]
         censored = rows[cens_col].astype(bool).to_numpy()
         # a censored run is known only to exceed its bound (the budget for a waiting time)
-        bound = rows[bound_col] if bound_col in rows else pd.Series(np.nan, index=rows.index)
+        has_bound = bound_col is not None and bound_col in rows
+        bound = rows[bound_col] if has_bound else pd.Series(np.nan, index=rows.index)
         t = rows[col].astype("Float64").fillna(bound.astype("Float64")).to_numpy(float)
         yv = t * rows["batch_size"].to_numpy(float) if per_example else t
     keep = np.isfinite(yv) & (yv > 0)

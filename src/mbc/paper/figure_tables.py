@@ -31,8 +31,20 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "loss_curves": {"experiments": ("runs",)},
     # main panel: both roles against D; inset: tau vs K at each D of `d_fixed` (a `by: d` fit)
     "tau_vs_d": {"experiments": ("n_groups_fixed", "d_fixed"), "fits": ("line", "inset")},
-    # (a) tau vs lr; (b, c) tau vs batch size in steps and in examples (`by: k` fits)
-    "noise": {"experiments": ("lr", "batch_size"), "fits": ("lr", "batch_steps", "batch_examples")},
+    # top, the author's statistics the rows and H2 read: (a) the sampled window vs lr,
+    # (b, c) first-target tau vs batch in steps and in examples; bottom (d-f), ours: the
+    # candidate tau against the same (`by: k` fits for the batch panels)
+    "noise": {
+        "experiments": ("lr", "batch_size"),
+        "fits": (
+            "author_lr",
+            "author_batch_steps",
+            "author_batch_examples",
+            "lr",
+            "batch_steps",
+            "batch_examples",
+        ),
+    },
     "collective": {},
     "routing": {"experiments": ("onsets",)},
     # one anisotropy-vs-K fit per estimator: its roles are open (`OPEN_ROLES`)
@@ -63,6 +75,8 @@ FIT_ROLES_BY: dict[tuple[str, str], str] = {
     ("tau_vs_d", "inset"): "d",
     ("noise", "batch_steps"): "k",
     ("noise", "batch_examples"): "k",
+    ("noise", "author_batch_steps"): "k",
+    ("noise", "author_batch_examples"): "k",
 }
 
 

@@ -17,6 +17,7 @@ from mbc.paper.figures.common import (
     DIVERGED_LABEL,
     ONE_COL,
     TWO_COL,
+    _as_bool,
     _finite,
     _fit_row,
     _fmt,
@@ -152,49 +153,111 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
 
 @_register("noise", ["tau", "fits"])
 def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """Noise sweeps: tau vs lr (the `lr` experiments, E6); tau vs batch size (`batch_size`,
-    E7) in steps and in examples seen. Fits: `lr`, and `batch_steps`, `batch_examples` (by k)."""
+    """Noise sweeps in two rows. Top, the author's statistics, which the lr and batch rows
+    and H2 read: (a) the transition window on his sampled evaluation against lr (the `lr`
+    experiments, E6; fit `author_lr`), (b, c) the first-target tau against batch size
+    (`batch_size`, E7) in steps and in examples seen (fits `author_batch_*`, by k). Bottom,
+    ours: (d-f) the candidate tau against the same (fits `lr`, `batch_steps`,
+    `batch_examples`). A window that never closed, or closed without a start, has no
+    duration: it is left out (his script drops it) and counted in the panel."""
     lr, batch = _names(entry.experiments_of("lr")), _names(entry.experiments_of("batch_size"))
-    fig, (a, b, c) = plt.subplots(1, 3, figsize=(TWO_COL, 3.4))
-    a.set_title(f"(a) learning rate, {lr}", loc="left")
-    b.set_title(f"(b) batch size (steps), {batch}", loc="left")
-    c.set_title(f"(c) batch size (examples), {batch}", loc="left")
+    fig, axes = plt.subplots(2, 3, figsize=(TWO_COL, 6.6))
     fits = tables["fits"]
-
     e6 = _tau_rows(tables["tau"], entry.experiments_of("lr"))
-    if e6.empty:
-        _no_data(a, f"no {lr} runs")
-    else:
-        _, nc = _tau_points(a, *_tau_budget_arrays(e6, "lr"), color="C0", label=f"{lr} runs")
-        _fit_line(a, _fit_row(fits, entry.fit_of("lr")), e6.loc[~e6["diverged"], "lr"])
-        _tau_axes(a, "learning rate")
-        _legend(a, censored=nc > 0, below=True)
-
     e7 = _tau_rows(tables["tau"], entry.experiments_of("batch_size"))
-    if e7.empty:
-        _no_data(b, f"no {batch} runs")
-        _no_data(c, f"no {batch} runs")
-        return fig
+    rows = (
+        ("author's", "author_", ("window", "transition_duration_sampled"), "first-target tau"),
+        ("ours", "", ("candidate tau", "tau"), "candidate tau"),
+    )
+    for (a, b, c), (whose, role, (lr_what, lr_col), batch_what), letters in zip(
+        axes, rows, ("abc", "def"), strict=True
+    ):
+        a.set_title(f"({letters[0]}) {whose}: {lr_what}, {lr}", loc="left")
+        b.set_title(f"({letters[1]}) {whose}: {batch_what}, {batch}", loc="left")
+        c.set_title(f"({letters[2]}) the same in examples", loc="left")
+        _noise_lr(a, e6, lr, lr_col, _fit_row(fits, entry.fit_of(f"{role}lr")))
+        if e7.empty:
+            _no_data(b, f"no {batch} runs")
+            _no_data(c, f"no {batch} runs")
+            continue
+        first = role == "author_"
+        _noise_batch(
+            b, c, e7, first, fits, entry.fit_of(f"{role}batch_steps"),
+            entry.fit_of(f"{role}batch_examples"), batch_what,
+        )  # fmt: skip
+    return fig
+
+
+def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series | None) -> None:
+    """One lr panel: `col` per run (tau, or the author's sampled window) and its fit."""
+    if e6.empty:
+        _no_data(ax, f"no {names} runs")
+        return
+    if col == "tau":
+        _, nc = _tau_points(ax, *_tau_budget_arrays(e6, "lr"), color="C0", label=f"{names} runs")
+        censored = nc > 0
+    else:
+        y = e6[col].to_numpy(float) if col in e6 else np.full(len(e6), np.nan)
+        never = _as_bool(e6["transition_sampled_censored"]).to_numpy() if (
+            "transition_sampled_censored" in e6
+        ) else np.zeros(len(e6), bool)  # fmt: skip
+        ok = _finite(e6["lr"], y) & (y > 0) & ~e6["diverged"].to_numpy(bool)
+        if not ok.any():
+            _no_data(ax, "no sampled windows")
+            return
+        ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"{names} runs")
+        left = [
+            f"{n} {what}"
+            for n, what in (
+                (int(never.sum()), "never closed"),
+                (int((~ok & ~never).sum()), "without a start"),
+            )
+            if n
+        ]
+        if left:
+            _note(ax, "not drawn:\n" + "\n".join(left), loc="lower right")
+        censored = False
+    _fit_line(ax, fit, e6.loc[~e6["diverged"], "lr"])
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("learning rate")
+    ax.set_ylabel("window (steps)" if col != "tau" else "tau (steps)")
+    _legend(ax, censored=censored, below=True)
+
+
+def _noise_batch(
+    b: Axes,
+    c: Axes,
+    e7: pd.DataFrame,
+    first: bool,
+    fits: pd.DataFrame,
+    steps_fit: str,
+    examples_fit: str,
+    what: str,
+) -> None:
+    """The batch panels of one row: `what` (the first-target tau when `first`, else the
+    candidate tau) in steps (b) and in examples seen (c), one colour and fit per K."""
     kcol = _colors(e7["k"])
     cens = {"b": False, "c": False}
+    cols = ("first_target_tau", "first_target_censored") if first else ("tau", "censored")
     for k, g in e7.groupby("k"):
+        g = g.assign(**{cols[1]: _as_bool(g[cols[1]]) | g[cols[0]].isna()})
         col = kcol.get(float(k), "0.5")
-        x, t, budget, cen, dv = _tau_budget_arrays(g, "batch_size")
+        x, t, budget, cen, dv = _tau_budget_arrays(g, "batch_size", *cols)
         _, nc = _tau_points(b, x, t, budget, cen, dv, color=col, label=f"K={_fmt(k)}")
         cens["b"] |= nc > 0
         # Display only: examples seen = steps x batch size (tau and budget alike).
         _, nc = _tau_points(c, x, t * x, budget * x, cen, dv, color=col, label=f"K={_fmt(k)}")
         cens["c"] |= nc > 0
-        for ax, kind in ((b, "steps"), (c, "examples")):
-            row = _fit_row(fits, f"{entry.fit_of('batch_' + kind)}_at_k{_fmt(k)}")
-            _fit_line(ax, row, g["batch_size"], color=col, prefix=f"K={_fmt(k)} fit")
-    for ax, key, ylabel in ((b, "b", "tau (steps)"), (c, "c", "tau x batch size (examples)")):
+        for ax, name in ((b, steps_fit), (c, examples_fit)):
+            _fit_line(ax, _fit_row(fits, f"{name}_at_k{_fmt(k)}"), g["batch_size"], color=col,
+                      prefix=f"K={_fmt(k)} fit")  # fmt: skip
+    for ax, key, ylabel in ((b, "b", f"{what} (steps)"), (c, "c", f"{what} x batch")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
         _legend(ax, censored=cens[key], below=True)
-    return fig
 
 
 @_register("init_scale", ["tau", "fits"])
