@@ -384,6 +384,12 @@ FIGURE_ERRORS = [
         "config key 'presets.smoke.figures.noise.fits.lr' = 'tau_vs_lrr': no fit of that name",
     ),
     (
+        ("figures", "appendix_sharing", "statistics", "author"),
+        "sharing_beta",
+        "config key 'presets.smoke.figures.appendix_sharing.statistics.author' = "
+        "'sharing_beta': no statistic of that name",
+    ),
+    (
         ("figures", "noise", "experiments", "learning_rate"),
         ["E6"],
         "config key 'figures.noise.experiments.learning_rate' = ['E6']: unknown key",

@@ -172,6 +172,7 @@ def _tau_table() -> pd.DataFrame:
                     first_target_censored=first is None,
                 )
             )
+    # the author's duration on his sampled evaluation: 99 + sf / 10 (plus one: 100 + sf / 10)
     for kind, g, sf in (("shared", 1, 1000), ("supergroup", 10, 100), ("private", 1000, 1)):
         rows.append(
             _run(
@@ -181,9 +182,22 @@ def _tau_table() -> pd.DataFrame:
                 n_supergroups=g,
                 sharing_factor=sf,
                 tau=1500 + sf,
+                dip_duration_sampled=99 + sf / 10,
+                dip_censored_sampled=False,
             )
         )
-    rows.append(_run("E11", "e11_sg100", sharing="supergroup", sharing_factor=10, tau=None))
+    rows.append(
+        _run(
+            "E11",
+            "e11_sg100",
+            sharing="supergroup",
+            sharing_factor=10,
+            tau=None,
+            dip_duration_sampled=None,
+            dip_censored_sampled=True,
+            dip_bound_sampled=3000,
+        )
+    )
     for p, t in ((0.0, 1500), (0.05, 1700), (0.1, 2100), (0.2, None)):
         rows.append(_run("E12", f"e12_p{p}", label_noise=p, tau=t))
     for k in (10, 20):
@@ -515,7 +529,26 @@ def _all_tables() -> dict[str, pd.DataFrame]:
         "routing_attention": attention,
         "routing_ablation": ablation,
         "hessian": _hessian_table(),
+        "statistics": _statistics_table(),
     }
+
+
+def _statistics_table() -> pd.DataFrame:
+    """statistics.csv with H1's beta (the sharing figure prints it)."""
+    return pd.DataFrame(
+        [
+            dict(
+                name="sharing_duration_beta",
+                value=0.0432,
+                ci_low=0.0101,
+                ci_high=0.0765,
+                n=4,
+                n_censored=1,
+                n_diverged=0,
+                what="planted",
+            )
+        ]
+    )
 
 
 def _write(tables: dict[str, pd.DataFrame], folder: Path) -> dict[str, str]:
@@ -852,6 +885,27 @@ def test_noise_draws_the_authors_statistics_above_ours(tmp_path):
     assert "first-target tau" in first.get_ylabel()
 
 
+def test_sharing_draws_the_authors_duration_and_h1s_beta_beside_our_tau(tmp_path):
+    """(a) his duration + 1 per run (the censored one hollow at its bound + 1), the mean over
+    seeds per factor, and H1's beta from statistics.csv in the legend; (b) our tau."""
+    drawn = {}
+
+    def look(fig):
+        drawn["axes"] = fig.axes[:2]
+        drawn["legend"] = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+
+    _look_at("appendix_sharing", _all_tables(), tmp_path, look)
+    author, ours = drawn["axes"]
+    offsets = sorted((float(x), float(y)) for c in author.collections for x, y in c.get_offsets())
+    # runs at 100 + sf / 10 (each also its factor's mean), the censored one at 3000 + 1
+    assert offsets == [(1, 100.1), (1, 100.1), (10, 3001), (100, 110), (100, 110),
+                       (1000, 200), (1000, 200)]  # fmt: skip
+    assert "beta (H1) = 0.04 [0.01, 0.08]" in drawn["legend"]
+    assert "mean over seeds" in drawn["legend"]
+    assert "author's duration" in author.get_title(loc="left")
+    assert "ours: candidate tau" in ours.get_title(loc="left")
+
+
 def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):
     """(a) the candidate tau of E14, (b) the author's lag of E14_author: each bar is the mean
     of its uncensored seeds (K = 10's reverse lag, censored, has no bar but a hollow marker
@@ -891,7 +945,7 @@ def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):
     drawn = {}
 
     def look(fig):
-        ax = fig.axes[0]
+        ax = fig.axes[1]  # (b): our tau
         fig.canvas.draw()
         drawn["ylim"] = ax.get_ylim()
         drawn["labels"] = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]

@@ -62,7 +62,7 @@ def command_line_origin(path: tuple, argv: list[str]) -> str:
 
 def check_references(cfg: dict, written=dotted) -> None:
     """Diagnostics, fits, statistics, figures and the sensitivity tables may only name
-    declared experiments, and figures declared fits (whether a role needs a fit with `by`
+    declared experiments, and figures declared fits and statistics (whether a role needs a fit with `by`
     is the figures' to check: `mbc.paper.figure_tables.check_fit_roles`); the plateau band
     must contain 1 (height = log K). An error names the key where the user wrote it
     (`written`)."""
@@ -116,6 +116,10 @@ def check_references(cfg: dict, written=dotted) -> None:
             key = written(("figures", fig, "fits", role))
             if fit not in fit_names:
                 raise ConfigError(key, fit, "no fit of that name")
+        for role, name in (entry.get("statistics") or {}).items():
+            if name not in (cfg.get("statistics") or {}):
+                key = written(("figures", fig, "statistics", role))
+                raise ConfigError(key, name, "no statistic of that name")
     for section in ("threshold_sensitivity", "plateau_sensitivity"):
         for exp in cfg.get(section, {}).get("experiments", []):
             if exp not in cfg["experiments"]:

@@ -175,18 +175,23 @@ class Report:
 @dataclass(frozen=True)
 class FigureEntry:
     """One figure's entry of config `figures`: the experiments it draws, by the role it
-    draws them in (role -> experiment ids), and the fits whose lines it draws (role -> a
-    `fits` name). The roles are the figure's (mbc.paper.figure_tables.FIGURE_ROLES)."""
+    draws them in (role -> experiment ids), the fits whose lines it draws (role -> a `fits`
+    name) and the statistics it prints (role -> a `statistics` name). The roles are the
+    figure's (mbc.paper.figure_tables.FIGURE_ROLES)."""
 
     name: str
     experiments: Frozen = Frozen()
     fits: Frozen = Frozen()
+    statistics: Frozen = Frozen()
 
     def experiments_of(self, role: str) -> list[str]:
         return list(self._role("experiments", role))
 
     def fit_of(self, role: str) -> str:
         return self._role("fits", role)
+
+    def statistic_of(self, role: str) -> str:
+        return self._role("statistics", role)
 
     def _role(self, kind: str, role: str) -> Any:
         value = getattr(self, kind).get(role)
@@ -205,7 +210,10 @@ class Figures:
     def from_raw(cls, d: dict) -> Figures:
         return cls(
             tuple(
-                FigureEntry(name, freeze(e.get("experiments") or {}), freeze(e.get("fits") or {}))
+                FigureEntry(
+                    name,
+                    *(freeze(e.get(kind) or {}) for kind in ("experiments", "fits", "statistics")),
+                )
                 for name, e in d.items()
             )
         )

@@ -16,7 +16,7 @@ FIGURE_TABLES: dict[str, list[str]] = {
     "appendix_linear": ["metrics", "tau"],
     "appendix_direction": ["tau"],
     "appendix_label_noise": ["tau"],
-    "appendix_sharing": ["tau", "fits"],
+    "appendix_sharing": ["tau", "fits", "statistics"],
     "init_scale": ["tau", "fits"],
     "appendix_threshold": ["threshold_sensitivity"],
     "appendix_plateau": ["plateau_sensitivity"],
@@ -54,7 +54,9 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     # (a) ours: candidate tau of `runs`; (b) the author's lag of `author` (his regime)
     "appendix_direction": {"experiments": ("runs", "author")},
     "appendix_label_noise": {"experiments": ("runs",)},
-    "appendix_sharing": {"experiments": ("runs",), "fits": ("line",)},
+    # (a) the author's E11 duration on his sampled evaluation, with H1's beta (`author`);
+    # (b) our candidate tau with the `line` fit
+    "appendix_sharing": {"experiments": ("runs",), "fits": ("line",), "statistics": ("author",)},
     # (a) tau vs init std; (b) tau vs D under the default and the alternative init
     "init_scale": {
         "experiments": ("sweep", "default_init", "alternative_init"),
@@ -82,7 +84,8 @@ FIT_ROLES_BY: dict[tuple[str, str], str] = {
 
 def figures_schema() -> dict:
     """The JSON schema of config `figures`: an entry per figure that has roles, with exactly
-    its roles (the definitions `figure_experiments` and `figure_fits` say what a role holds);
+    its roles (the definitions `figure_experiments`, `figure_fits` and `figure_statistics` say
+    what a role holds);
     a figure without roles may be left out. `mbc.config.schema` reads it."""
 
     def closed(props: dict) -> dict:  # exactly these keys

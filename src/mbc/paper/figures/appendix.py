@@ -96,17 +96,6 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
     return fig
 
 
-def _one_experiment(
-    tables: dict[str, pd.DataFrame], experiments: list[str], height: float = 2.6
-) -> tuple[Figure, Axes, pd.DataFrame]:
-    """A one-column figure and `experiments`' tau rows ("no data" drawn when none)."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, height))
-    rows = _tau_rows(tables["tau"], experiments)
-    if rows.empty:
-        _no_data(ax, f"no {_names(experiments)} runs")
-    return fig, ax, rows
-
-
 @_register("appendix_direction", ["tau"])
 def fig_appendix_direction(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """(B,z)->A against the reverse task per K: (a) our candidate tau of the `runs`
@@ -255,23 +244,81 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
     return fig
 
 
-@_register("appendix_sharing", ["tau", "fits"])
+@_register("appendix_sharing", ["tau", "fits", "statistics"])
 def fig_appendix_sharing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """tau vs sharing factor n_groups / G (log-log) of the `runs` experiments (E11), with
-    the `line` fit."""
-    fig, ax, e11 = _one_experiment(tables, entry.experiments_of("runs"))
+    """Against the sharing factor n_groups / G (log-log), the `runs` experiments (E11):
+    (a) the author's duration (first L_cand below log K to the first below 0.5 nats, on his
+    sampled evaluation) + 1 per run, the mean over seeds per factor, and the `author`
+    statistic (H1's beta) in the legend; (b) our candidate tau with the `line` fit."""
+    names = _names(entry.experiments_of("runs"))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 2.9))
+    a.set_title(f"(a) author's duration, {names}", loc="left")
+    b.set_title(f"(b) ours: candidate tau, {names}", loc="left")
+    e11 = _tau_rows(tables["tau"], entry.experiments_of("runs"))
     if e11.empty:
+        _no_data(a, f"no {names} runs")
+        _no_data(b, f"no {names} runs")
         return fig
+    schemes = list(dict.fromkeys(sorted(e11["sharing"])))
+    color = {kind: f"C{i % 8}" for i, kind in enumerate(schemes)}
+    _sharing_author(a, e11, color, tables["statistics"], entry.statistic_of("author"))
     any_cens = False
-    for i, (kind, g) in enumerate(e11.groupby("sharing", sort=True)):
+    for kind, g in e11.groupby("sharing", sort=True):
         _, nc = _tau_points(
-            ax, *_tau_budget_arrays(g, "sharing_factor"), color=f"C{i % 8}", label=kind or "runs"
+            b, *_tau_budget_arrays(g, "sharing_factor"), color=color[kind], label=kind or "runs"
         )
         any_cens |= nc > 0
-    _fit_line(ax, _fit_row(tables["fits"], entry.fit_of("line")), e11["sharing_factor"])
-    _tau_axes(ax, "sharing factor (groups per selector set)")
-    _legend(ax, censored=any_cens, loc="best", fontsize=6.5)
+    _fit_line(b, _fit_row(tables["fits"], entry.fit_of("line")), e11["sharing_factor"])
+    _tau_axes(b, "sharing factor (groups per selector set)")
+    _legend(b, censored=any_cens, below=True)
     return fig
+
+
+def _sharing_author(
+    ax: Axes, e11: pd.DataFrame, color: dict, statistics: pd.DataFrame, name: str
+) -> None:
+    """Panel (a): his duration + 1 per run (censored: hollow, at its bound + 1), the mean
+    over seeds per factor (his fit's points: the mean + 1), and `name`'s value and CI."""
+    if "dip_duration_sampled" not in e11 or not e11["dip_duration_sampled"].notna().any():
+        _no_data(ax, "no sampled evaluation")
+        return
+    cens = (
+        _as_bool(e11["dip_censored_sampled"])
+        if "dip_censored_sampled" in e11
+        else pd.Series(False, index=e11.index)
+    )
+    x = e11["sharing_factor"].to_numpy(float)
+    y = e11["dip_duration_sampled"].to_numpy(float) + 1
+    bound = (
+        e11["dip_bound_sampled"].to_numpy(float) + 1
+        if "dip_bound_sampled" in e11
+        else np.full(len(e11), np.nan)
+    )
+    any_cens = False
+    for kind in color:
+        m = (e11["sharing"] == kind).to_numpy()
+        _, nc = _tau_points(
+            ax, x[m], y[m], bound[m], cens.to_numpy()[m], color=color[kind], label=kind or "runs"
+        )
+        any_cens |= nc > 0
+    ok = _finite(x, y) & ~cens.to_numpy()
+    means = pd.Series(y[ok]).groupby(x[ok]).mean()
+    ax.scatter(means.index, means.to_numpy(), marker="_", s=160, color="0.15", zorder=4,
+               label="mean over seeds")  # fmt: skip
+    row = statistics.set_index("name").loc[name] if name in set(statistics["name"]) else None
+    if row is not None and np.isfinite(row["value"]):
+        ci = (
+            f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
+            if np.isfinite(row["ci_low"]) and np.isfinite(row["ci_high"])
+            else ""
+        )
+        value = round(float(row["value"]), 2) + 0.0  # no "-0.00"
+        ax.plot([], [], ls="none", label=f"beta (H1) = {value:.2f}{ci}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("sharing factor (groups per selector set)")
+    ax.set_ylabel("duration + 1 (steps)")
+    _legend(ax, censored=any_cens, below=True)
 
 
 @_register("appendix_threshold", ["threshold_sensitivity"])
