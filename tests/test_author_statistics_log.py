@@ -213,6 +213,62 @@ def test_label_noise_runs_stop_on_the_authors_series(tmp_path):
     assert got["first_target_tau_log"] == crossed["step"]
 
 
+def test_the_stop_clock_waits_for_every_crossing_it_is_asked_to():
+    """stop_clock: tau; the latest of tau and the evaluated and logged first-target
+    crossings it waits for (E7); None while one of them has not come."""
+    from types import SimpleNamespace
+
+    from mbc.training.record import RunRecord
+
+    def clock(tau, first, first_log, **train):
+        flags = {"early_stop_first_target": False, "early_stop_first_target_log": False}
+        flags.update(train)
+        spec = SimpleNamespace(train=SimpleNamespace(early_stop_series="candidate", **flags))
+        me = SimpleNamespace(spec=spec, tau=tau, first_tau=first, first_tau_log=first_log)
+        return RunRecord.stop_clock(me)
+
+    assert clock(300, 500, 650) == 300
+    assert clock(300, 500, 650, early_stop_first_target=True) == 500
+    both = {"early_stop_first_target": True, "early_stop_first_target_log": True}
+    assert clock(300, 500, 650, **both) == 650
+    assert clock(300, 500, None, **both) is None  # the logged window has not crossed yet
+    assert clock(300, None, 650, early_stop_first_target_log=True) == 650
+    assert clock(None, 500, 650, **both) is None
+
+
+def test_an_e7_run_stops_only_after_its_logged_first_target_crossing(tmp_path):
+    """With train.early_stop_first_target_log the run is not stopped before the first
+    training-log window whose running-mean L1 is below 0.5 log K (his E7 tau), which it
+    logs as an event; the summary's first_target_tau_log is that step, not censored."""
+    spec = tiny_spec()
+    train = dict(early_stop_tau_factor=1.0, early_stop_loss_fraction=0.9, max_steps=2000)
+    spec = dataclasses.replace(
+        spec,
+        train=dataclasses.replace(
+            spec.train, early_stop_first_target=True, early_stop_first_target_log=True, **train
+        ),
+        eval=dataclasses.replace(spec.eval, every=20, dense_every=10, n_log=0),
+    )
+    plain = dataclasses.replace(
+        spec, train=dataclasses.replace(spec.train, early_stop_first_target_log=False)
+    )
+    assert spec.run_id != plain.run_id
+    assert "early_stop_first_target_log" not in plain.to_dict()["train"]
+    train_run(spec, build_dataset(spec.task, spec.seed), tmp_path / "r", torch.device("cpu"),
+              say=lambda s: None)  # fmt: skip
+    rows = [
+        json.loads(x) for x in (tmp_path / "r" / "state" / "log.jsonl").read_text().splitlines()
+    ]
+    (crossed,) = [r for r in rows if r.get("event") == "first_target_tau_log"]
+    (first,) = [r for r in rows if r.get("event") == "first_target_tau"]
+    done = rows[-1]
+    assert done["event"] == "done" and done["step"] < spec.train.max_steps
+    assert done["step"] >= max(crossed["step"], first["step"])
+    got = logged_statistics(pd.read_csv(tmp_path / "r" / "train_log.csv"), spec.task.log_k, DIAG)
+    assert got["first_target_tau_log"] == crossed["step"]
+    assert got["first_target_log_censored"] is False
+
+
 def test_the_sampled_evaluation_is_logged_beside_the_fixed_one(tmp_path):
     spec = tiny_spec()
     spec = dataclasses.replace(spec, eval=dataclasses.replace(spec.eval, sampled_groups=8))

@@ -70,9 +70,18 @@ def test_expected_steps_measured_law_and_whole_budgets():
         train=on_log,
         task=dataclasses.replace(waits.task, label_noise=0.2),
     )
-    three = expected({"a": waits, "b": waits_first, "c": noisy_log}, {}, coef=0.01)
-    assert three["a"].steps == math.ceil(3 * tau)
-    assert three["b"].steps == three["c"].steps == math.ceil(3 * FIRST_TARGET_RATIO * tau)
+    # and one on the logged crossing alone (E7 waits for it too)
+    waits_log = dataclasses.replace(
+        waits, train=dataclasses.replace(big, early_stop_first_target_log=True)
+    )
+    four = expected({"a": waits, "b": waits_first, "c": noisy_log, "d": waits_log}, {}, coef=0.01)
+    assert four["a"].steps == math.ceil(3 * tau)
+    assert (
+        four["b"].steps
+        == four["c"].steps
+        == four["d"].steps
+        == math.ceil(3 * FIRST_TARGET_RATIO * tau)
+    )
 
 
 def test_seconds_and_wall_time():

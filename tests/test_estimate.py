@@ -32,9 +32,13 @@ def test_estimate_smoke_with_given_rate_and_law(tmp_path):
     noisy = [specs[r].task.label_noise > 0 for r in transformer.run_id]
     on_log = [specs[r].train.early_stop_series == "train_log" for r in transformer.run_id]
     assert any(noisy) and not all(noisy) and any(on_log)
-    # tau = D^1.2, early stop at 3 tau (or the budget); on the training log's first-target
-    # series (E12) at 3 x FIRST_TARGET_RATIO tau, label noise or not
-    rows = zip(transformer.d, transformer.max_steps, on_log, strict=True)
+    t = [specs[r].train for r in transformer.run_id]
+    first = [x.early_stop_first_target or x.early_stop_first_target_log for x in t]
+    assert any(first)  # E7 waits for its first-target crossings
+    # tau = D^1.2, early stop at 3 tau (or the budget); one that waits for a first-target
+    # crossing (E7; E12's training-log series) at 3 x FIRST_TARGET_RATIO tau, noise or not
+    waits = [log or f for log, f in zip(on_log, first, strict=True)]
+    rows = zip(transformer.d, transformer.max_steps, waits, strict=True)
     ratio = {True: FIRST_TARGET_RATIO, False: 1.0}
     want = [min(m, math.ceil(3 * ratio[log] * d**1.2)) for d, m, log in rows]
     assert transformer.expected_steps.tolist() == want

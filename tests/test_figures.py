@@ -58,8 +58,8 @@ ODD = {
     "tau_vs_init_std": -0.737,
     "tau_vs_d_alt_init": 1.111,
     "duration_sampled_vs_lr": 0.211,
-    "first_tau_vs_batch_steps_at_k20": -0.917,
-    "first_tau_vs_batch_examples_at_k20": 0.083,
+    "first_tau_log_vs_batch_steps_at_k20": -0.917,
+    "first_tau_log_vs_batch_examples_at_k20": 0.083,
 }
 ANCHOR = {
     "tau_vs_d": (1e4, 3155.0),
@@ -73,8 +73,8 @@ ANCHOR = {
     "tau_vs_init_std": (0.0707, 3155.0),
     "tau_vs_d_alt_init": (1e4, 6000.0),
     "duration_sampled_vs_lr": (1e-3, 700.0),
-    "first_tau_vs_batch_steps_at_k20": (128, 3000.0),
-    "first_tau_vs_batch_examples_at_k20": (128, 3000.0 * 128),
+    "first_tau_log_vs_batch_steps_at_k20": (128, 3000.0),
+    "first_tau_log_vs_batch_examples_at_k20": (128, 3000.0 * 128),
 }
 
 # the producers' own schemas: a renamed column breaks this test, not only the pipeline
@@ -168,8 +168,8 @@ def _tau_table() -> pd.DataFrame:
                     batch_size=b,
                     tau=t,
                     budget=9000,
-                    first_target_tau=first,
-                    first_target_censored=first is None,
+                    first_target_tau_log=first,
+                    first_target_log_censored=first is None,
                 )
             )
     # the author's duration on his sampled evaluation: 99 + sf / 10 (plus one: 100 + sf / 10)
@@ -643,8 +643,8 @@ def test_fit_lines_come_from_the_fits_table(full):
             "tau_vs_batch_steps_at_k20",
             "tau_vs_batch_examples_at_k20",
             "duration_sampled_vs_lr",
-            "first_tau_vs_batch_steps_at_k20",
-            "first_tau_vs_batch_examples_at_k20",
+            "first_tau_log_vs_batch_steps_at_k20",
+            "first_tau_log_vs_batch_examples_at_k20",
         ],
         "appendix_sharing": ["tau_vs_sharing"],
         "hessian": ["anisotropy_vs_k", "anisotropy_power_vs_k"],
@@ -880,9 +880,9 @@ def test_noise_draws_the_authors_statistics_above_ours(tmp_path):
     assert "author's: window" in window.get_title(loc="left")
     assert "ours: candidate tau" in tau.get_title(loc="left")
     assert 4000 in points(tau)  # the censored run at its budget, in ours
-    # K = 36's first-target tau at batch 64 and 128 is censored: drawn at its budget
+    # K = 36's logged first-target tau at batch 64 and 128 is censored: drawn at its budget
     assert points(first).count(9000) == 2 and 30000 // 256 in points(first)
-    assert "first-target tau" in first.get_ylabel()
+    assert "logged 1st-target tau" in first.get_ylabel()
 
 
 def test_sharing_draws_the_authors_duration_and_h1s_beta_beside_our_tau(tmp_path):

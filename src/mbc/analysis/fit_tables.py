@@ -34,6 +34,11 @@ WAITING_TIMES = {
     "examples": ("tau", "censored", "steps", True),
     "first_target_tau": ("first_target_tau", "first_target_censored", "steps", False),
     "first_target_examples": ("first_target_tau", "first_target_censored", "steps", True),
+    # his E7 tau: the logged running-mean L1 of the training batches
+    "first_target_tau_log": ("first_target_tau_log", "first_target_log_censored", "steps", False),
+    "first_target_log_examples": (
+        "first_target_tau_log", "first_target_log_censored", "steps", True
+    ),
     "transition_duration": (
         "transition_duration", "transition_censored", "transition_bound", False
     ),

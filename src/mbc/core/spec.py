@@ -195,6 +195,13 @@ class TrainSpec:
     # tau. A run that never crosses it runs its budget. In the run id only when set
     # (NEW_FIELDS).
     early_stop_first_target: bool = False
+    # Also wait for the author's logged first-target crossing (the first training-log window
+    # whose running-mean L1 on the training labels is below eval.threshold log K, which
+    # `first_target_tau_log` reads): the factor then counts from the latest crossing it waits
+    # for. For E7, whose author's tau reads that series (his analyze_batch_size_sensitivity.py
+    # on training_history.json's first_target_loss); it lags the evaluated L1 by up to a
+    # few windows. In the run id only when set (NEW_FIELDS).
+    early_stop_first_target_log: bool = False
     # Which series the early stop reads: `candidate` (tau, then L_cand below the loss
     # fraction) or `train_log`: the author's logged first-target series (the running mean
     # of L1 on the training labels over each eval.dense_every window, mbc.training.train_log):
@@ -236,6 +243,7 @@ NEW_FIELDS = {
         "precision": "fp32",
         "divergence_factor": 100.0,
         "early_stop_first_target": False,
+        "early_stop_first_target_log": False,
         "early_stop_series": "candidate",
     },
     "eval": {"sampled_groups": 0},

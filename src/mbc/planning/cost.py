@@ -175,7 +175,8 @@ def expected_steps(spec: RunSpec, tau: float | None, measured_steps: int | None)
     on_log = t.early_stop_series == "train_log"
     if spec.task.label_noise > 0 and not on_log:  # noise keeps L_cand off the stop's bound
         return t.max_steps
-    clock = tau * FIRST_TARGET_RATIO if t.early_stop_first_target or on_log else tau
+    waits_first = t.early_stop_first_target or t.early_stop_first_target_log or on_log
+    clock = tau * FIRST_TARGET_RATIO if waits_first else tau
     return min(t.max_steps, math.ceil(t.early_stop_tau_factor * clock))
 
 

@@ -268,15 +268,20 @@ class RunRecord:
             self.last_resume = step
 
     def stop_clock(self) -> int | None:
-        """The step the early stop's factor counts from: tau, or with
-        train.early_stop_first_target the later of tau and the first-target crossing, or
-        with train.early_stop_series train_log the logged first-target crossing; None until
+        """The step the early stop's factor counts from: tau, or the latest of tau and the
+        crossings it also waits for (train.early_stop_first_target: the evaluated
+        first-target crossing; train.early_stop_first_target_log: the logged one), or with
+        train.early_stop_series train_log the logged first-target crossing; None until
         every crossing it waits for has been logged."""
-        if self.spec.train.early_stop_series == "train_log":
+        t = self.spec.train
+        if t.early_stop_series == "train_log":
             return self.first_tau_log
-        if self.tau is None or not self.spec.train.early_stop_first_target:
-            return self.tau
-        return None if self.first_tau is None else max(self.tau, self.first_tau)
+        waits = [self.tau]
+        if t.early_stop_first_target:
+            waits.append(self.first_tau)
+        if t.early_stop_first_target_log:
+            waits.append(self.first_tau_log)
+        return None if None in waits else max(waits)
 
     def _stop_loss(self, row: dict) -> float:
         """What the early stop's loss condition reads: L_cand of this evaluation, or with
@@ -288,9 +293,11 @@ class RunRecord:
     def _window(self, window: dict, replay: bool = False) -> None:
         """A training-log window (`mbc.training.train_log`): with train.early_stop_series
         train_log, its running-mean L1 is the stop's loss and its first crossing of
-        eval.threshold log K the stop's clock (logged as `first_target_tau_log`; `replay`:
+        eval.threshold log K the stop's clock; with train.early_stop_first_target_log that
+        crossing is one the clock waits for (logged as `first_target_tau_log`; `replay`:
         re-read from the log on resume, logged already)."""
-        if self.spec.train.early_stop_series != "train_log":
+        t = self.spec.train
+        if t.early_stop_series != "train_log" and not t.early_stop_first_target_log:
             return
         self._window_loss = mean = float(window["train_first_loss"])
         mark = self.spec.eval.threshold * self.spec.task.log_k

@@ -155,8 +155,9 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
 def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Noise sweeps in two rows. Top, the author's statistics, which the lr and batch rows
     and H2 read: (a) the transition window on his sampled evaluation against lr (the `lr`
-    experiments, E6; fit `author_lr`), (b, c) the first-target tau against batch size
-    (`batch_size`, E7) in steps and in examples seen (fits `author_batch_*`, by k). Bottom,
+    experiments, E6; fit `author_lr`), (b, c) his first-target tau (the logged running-mean
+    L1 of the training batches) against batch size (`batch_size`, E7) in steps and in
+    examples seen (fits `author_batch_*`, by k). Bottom,
     ours: (d-f) the candidate tau against the same (fits `lr`, `batch_steps`,
     `batch_examples`). A window that never closed, or closed without a start, has no
     duration: it is left out (his script drops it) and counted in the panel."""
@@ -166,7 +167,7 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     e6 = _tau_rows(tables["tau"], entry.experiments_of("lr"))
     e7 = _tau_rows(tables["tau"], entry.experiments_of("batch_size"))
     rows = (
-        ("author's", "author_", ("window", "transition_duration_sampled"), "first-target tau"),
+        ("author's", "author_", ("window", "transition_duration_sampled"), "logged 1st-target tau"),
         ("ours", "", ("candidate tau", "tau"), "candidate tau"),
     )
     for (a, b, c), (whose, role, (lr_what, lr_col), batch_what), letters in zip(
@@ -235,11 +236,12 @@ def _noise_batch(
     examples_fit: str,
     what: str,
 ) -> None:
-    """The batch panels of one row: `what` (the first-target tau when `first`, else the
-    candidate tau) in steps (b) and in examples seen (c), one colour and fit per K."""
+    """The batch panels of one row: `what` (the author's logged first-target tau when
+    `first`, else the candidate tau) in steps (b) and in examples seen (c), one colour and
+    fit per K."""
     kcol = _colors(e7["k"])
     cens = {"b": False, "c": False}
-    cols = ("first_target_tau", "first_target_censored") if first else ("tau", "censored")
+    cols = ("first_target_tau_log", "first_target_log_censored") if first else ("tau", "censored")
     for k, g in e7.groupby("k"):
         g = g.assign(**{cols[1]: _as_bool(g[cols[1]]) | g[cols[0]].isna()})
         col = kcol.get(float(k), "0.5")
