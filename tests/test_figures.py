@@ -15,6 +15,7 @@ import pytest
 from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
+from mbc.analysis.stats import COLUMNS as STAT_COLUMNS
 from mbc.config import load, read_yaml
 from mbc.core.artifacts import write_csv_atomic
 from mbc.core.report_sections import Figures
@@ -142,6 +143,7 @@ def _tau_table() -> pd.DataFrame:
                 lr=lr,
                 tau=t,
                 transition_duration_sampled=w,
+                transition_end_sampled=2 * t,  # closed (lr 5e-3's without a start)
                 transition_sampled_censored=False,
             )
         )
@@ -536,7 +538,8 @@ def _all_tables() -> dict[str, pd.DataFrame]:
 def _statistics_table() -> pd.DataFrame:
     """statistics.csv with H1's beta (the sharing figure prints it)."""
     return pd.DataFrame(
-        [
+        columns=STAT_COLUMNS,
+        data=[
             dict(
                 name="sharing_duration_beta",
                 value=0.0432,
@@ -547,7 +550,7 @@ def _statistics_table() -> pd.DataFrame:
                 n_diverged=0,
                 what="planted",
             )
-        ]
+        ],
     )
 
 
@@ -897,13 +900,18 @@ def test_sharing_draws_the_authors_duration_and_h1s_beta_beside_our_tau(tmp_path
     _look_at("appendix_sharing", _all_tables(), tmp_path, look)
     author, ours = drawn["axes"]
     offsets = sorted((float(x), float(y)) for c in author.collections for x, y in c.get_offsets())
-    # runs at 100 + sf / 10 (each also its factor's mean), the censored one at 3000 + 1
-    assert offsets == [(1, 100.1), (1, 100.1), (10, 3001), (100, 110), (100, 110),
-                       (1000, 200), (1000, 200)]  # fmt: skip
+    # runs at 100 + sf / 10 (each also its factor's mean), the censored one at its bound
+    # 3000 + 1, where H1's beta also reads it (so its factor's mean is there too)
+    assert offsets == [(1, 100.1), (1, 100.1), (10, 3001), (10, 3001), (100, 110),
+                       (100, 110), (1000, 200), (1000, 200)]  # fmt: skip
     assert "beta (H1) = 0.04 [0.01, 0.08]" in drawn["legend"]
     assert "mean over seeds" in drawn["legend"]
     assert "author's duration" in author.get_title(loc="left")
     assert "ours: candidate tau" in ours.get_title(loc="left")
+    # a statistics table with no rows (header-only or 0 bytes): no beta, no crash
+    for empty in (pd.DataFrame(columns=STAT_COLUMNS), pd.DataFrame()):
+        _look_at("appendix_sharing", {**_all_tables(), "statistics": empty}, tmp_path, look)
+        assert not any(t.startswith("beta") for t in drawn["legend"])
 
 
 def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):

@@ -277,6 +277,13 @@ def test_an_older_report_takes_configs_reason_only_for_the_statistic_it_measured
     page = _flat(rr.render_departures(measured, config, DOCS_LINK))
     assert "Planted from config" not in page
     assert "now measures it by another statistic" in page
+    # a glob in config (`fit:tau_vs_k_at_*`) matches the report's expanded statistic
+    row["statistic"] = off["statistic"][:-2] + "*"
+    row["explanation"]["text"] = ""  # a cause without a text: the cause alone
+    config.write_text(yaml.safe_dump(declared))
+    page = _flat(rr.render_departures(measured, config, DOCS_LINK))
+    (item,) = [p for p in page.split("- **") if p.startswith(off["claim"] + "**")]
+    assert item.rstrip().endswith(f"*Cause: {CAUSES['failure']}.*"), item
 
 
 def test_every_cause_config_accepts_has_words():

@@ -228,6 +228,7 @@ def test_the_authors_lr_fit_reads_his_sampled_windows_and_leaves_out_runs_withou
     ).iloc[0]
     assert fit["exponent"] == pytest.approx(-1.0)
     assert fit["n"] == 4 and fit["n_censored"] == 0 and fit["method"] == "ols"
+    assert fit["n_left_out"] == 2  # counted, not silently dropped
 
 
 def test_ratio_of_a_pair_at_one_k_in_steps_and_examples():

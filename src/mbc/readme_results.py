@@ -36,6 +36,25 @@ BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 DEPARTURES_BEGIN = "<!-- departures:begin -->"
 DEPARTURES_END = "<!-- departures:end -->"
+# the scorecard.csv columns both blocks read
+SCORECARD_COLUMNS = (
+    "claim",
+    "statistic",
+    "measured",
+    "ci_low",
+    "ci_high",
+    "n",
+    "paper_reference",
+    "tolerance",
+    "agreement",
+    "ours_statistic",
+    "ours_measured",
+    "ours_ci_low",
+    "ours_ci_high",
+    "ours_agreement",
+    "reference_traced",
+    "id",
+)
 DASH = "–"
 
 
@@ -128,24 +147,7 @@ def _provenance_runs(path: Path) -> str | None:
 def render(measured: Path, config: Path, link: str) -> str:
     """The block between the markers, from the report in `measured`; `link` is that folder
     as the README links it (relative to the README)."""
-    card = _rows(
-        measured / "scorecard.csv",
-        (
-            "claim",
-            "measured",
-            "ci_low",
-            "ci_high",
-            "n",
-            "paper_reference",
-            "tolerance",
-            "agreement",
-            "statistic",
-            "ours_statistic",
-            "ours_agreement",
-            "reference_traced",
-            "id",
-        ),
-    )
+    card = _rows(measured / "scorecard.csv", SCORECARD_COLUMNS)
     hyp = _rows(measured / "hypotheses.csv", ("id", "mechanism", "verdict", "ours_verdict"))
     paper = _paper_verdicts(hyp, config)
     verdicts = _first_per_id(hyp)
@@ -255,8 +257,8 @@ def _reason(cause: str | None, text: str) -> str:
         )
     if not cause:
         return "*No cause is recorded in config.yaml for it.*"
-    text = text[:1].upper() + text[1:]
-    return f"*Cause: {CAUSES.get(cause, cause)}.* {text}."
+    head = f"*Cause: {CAUSES.get(cause, cause)}.*"
+    return f"{head} {text[:1].upper()}{text[1:]}." if text else head
 
 
 def render_departures(measured: Path, config: Path, link: str) -> str:
@@ -264,17 +266,16 @@ def render_departures(measured: Path, config: Path, link: str) -> str:
     agrees by one definition only, every verdict that differs from the paper's, every claim
     of our own that does not hold; each with its numbers, its rule and config's reason.
     `link` is the measured folder as the page links it."""
-    card = _rows(
-        measured / "scorecard.csv",
-        ("claim", "statistic", "measured", "ci_low", "ci_high", "paper_reference", "tolerance"),
-    )
+    card = _rows(measured / "scorecard.csv", SCORECARD_COLUMNS)
     hyp = _rows(measured / "hypotheses.csv", ("id", "mechanism", "statistic", "verdict"))
     declared = _declared(config)
     paper = _paper_verdicts(hyp, config)
 
     def row_entry(r):
-        for e in declared.get("scorecard") or []:
-            if e.get("claim") == r["claim"] and e.get("statistic") == r["statistic"]:
+        for e in declared.get("scorecard") or []:  # a statistic may be a glob (`_at_*`)
+            if e.get("claim") == r["claim"] and fnmatch.fnmatchcase(
+                r["statistic"], e.get("statistic", "")
+            ):
                 return e
         return None
 
@@ -282,7 +283,7 @@ def render_departures(measured: Path, config: Path, link: str) -> str:
         h = (declared.get("hypotheses") or {}).get(r["id"]) or {}
         tests = [t.get("statistic", "") for t in h.get("tests") or []]
         mine = [x["statistic"] for x in hyp if x["id"] == r["id"]]
-        return h if all(any(fnmatch.fnmatch(m, t) for t in tests) for m in mine) else None
+        return h if all(any(fnmatch.fnmatchcase(m, t) for t in tests) for m in mine) else None
 
     row_reason = _reasons(card, "claim", row_entry)
     hyp_reason = _reasons(hyp, "id", hyp_entry)
@@ -304,8 +305,8 @@ def render_departures(measured: Path, config: Path, link: str) -> str:
         )
     out += _prose(
         f"Generated from [`{link}`]({link}) by `python -m mbc.readme_results`; the reasons are "
-        "each row's `explanation` in `config.yaml` (the report's Section \"Why the rest "
-        'differs" prints the same).'
+        "the `explanation` config.yaml gives each row, as the report recorded it (its Section "
+        '"Why the rest differs" prints the same).'
     )
     sections = [
         (

@@ -5,6 +5,9 @@ Each fit pools the runs of its experiments (a run shared by two experiments coun
 fits y = c x^b with a bootstrap over runs, and treats censored runs as censored (Tobit),
 never as a tau and never silently dropped: `n_censored` is in every row. A diverged run is
 not censored: config `diverged:` (mbc.analysis.diverged) leaves it out, `n_diverged` counts it.
+A run with no value and no bound to censor it at (a sampled window that never closed or
+closed without a start, which the author's script leaves out) is left out and counted in
+`n_left_out`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from mbc.core.sections import Bootstrap, Fit, FitDifference, ThresholdSensitivit
 
 FIT_COLUMNS = [
     "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
-    "method", "ci_level", "n_boot", "n_diverged",
+    "method", "ci_level", "n_boot", "n_diverged", "n_left_out",
 ]  # fmt: skip
 
 
@@ -59,8 +62,9 @@ def _fit(
     boot: Bootstrap,
     seed_offset: int = 0,
     diverged: set[str] = frozenset(),
-) -> tuple[PowerLawFit, int]:
-    """The fit and how many diverged runs (`diverged`, ids) it left out."""
+) -> tuple[PowerLawFit, int, int]:
+    """The fit, how many diverged runs (`diverged`, ids) it left out, and how many runs
+    with no value and no bound."""
     rows, n_div = div.drop(rows.drop_duplicates("run_id"), diverged)
     censored = None
     if y not in WAITING_TIMES:  # a column of the Hessian table: measured at every row
@@ -68,10 +72,12 @@ def _fit(
     else:
         col, cens_col, bound_col, per_example = WAITING_TIMES[y]
         censored = rows[cens_col].astype(bool).to_numpy()
-        # a censored run is known only to exceed its bound (the budget for a waiting time)
+        # a censored run is known only to exceed its bound (the budget for a waiting time);
+        # a run with no value that is not censored has no bound either
         has_bound = bound_col is not None and bound_col in rows
         bound = rows[bound_col] if has_bound else pd.Series(np.nan, index=rows.index)
-        t = rows[col].astype("Float64").fillna(bound.astype("Float64")).to_numpy(float)
+        value = rows[col].astype("Float64").to_numpy(float, na_value=np.nan)
+        t = np.where(censored, bound.astype("Float64").to_numpy(float, na_value=np.nan), value)
         yv = t * rows["batch_size"].to_numpy(float) if per_example else t
     keep = np.isfinite(yv) & (yv > 0)
     fit = fit_power_law(
@@ -85,7 +91,7 @@ def _fit(
         ci=boot.ci,
         seed=boot.seed + seed_offset,
     )
-    return fit, n_div
+    return fit, n_div, int((~keep).sum())
 
 
 def fit_table(
@@ -99,13 +105,13 @@ def fit_table(
     """One row per fit (and per `by` value), then one per `differences` entry: the exponent
     of fit `of[0]` minus that of `of[1]`, its CI from independent bootstraps of the two.
     diverged: config `diverged` (mbc.analysis.diverged)."""
-    out, fitted = [], {}  # name -> (fit, its rows, x, y, n_diverged)
+    out, fitted = [], {}  # name -> (fit, its rows, x, y, n_diverged, n_left_out)
     ids = div.check(tau, diverged, "fits")
 
     def add(rows: pd.DataFrame, name: str, x: str, y: str) -> None:
-        fit, nd = _fit(rows, name, x, y, boot, diverged=ids)
-        fitted[name] = (fit, rows, x, y, nd)
-        out.append({**fit.to_row(), "n_diverged": nd})
+        fit, nd, n_out = _fit(rows, name, x, y, boot, diverged=ids)
+        fitted[name] = (fit, rows, x, y, nd, n_out)
+        out.append({**fit.to_row(), "n_diverged": nd, "n_left_out": n_out})
 
     for spec in fits:
         if spec.table == "hessian":  # one estimator's rows (hessian.csv is long)
@@ -122,10 +128,10 @@ def fit_table(
         if a not in fitted or b not in fitted:
             raise ValueError(f"fit_differences {diff.name!r}: no fit named {a!r} or {b!r}")
         # the second fit re-drawn with the next bootstrap seed: the two are independent
-        _, rows, x, y, nd = fitted[b]
-        fb, _ = _fit(rows, b, x, y, boot, seed_offset=1, diverged=ids)
+        _, rows, x, y, nd, n_out = fitted[b]
+        fb, _, _ = _fit(rows, b, x, y, boot, seed_offset=1, diverged=ids)
         row = exponent_difference(fitted[a][0], fb, diff.name).to_row()
-        out.append({**row, "n_diverged": fitted[a][4] + nd})
+        out.append({**row, "n_diverged": fitted[a][4] + nd, "n_left_out": fitted[a][5] + n_out})
     return pd.DataFrame(out, columns=FIT_COLUMNS)
 
 
@@ -162,6 +168,6 @@ def threshold_table(
     m = metrics[metrics.run_id.isin(rows.run_id)]
     out = []
     for thr in cfg.thresholds:
-        fit, _ = _fit(retau(rows, m, thr), f"tau_vs_{cfg.x}_thr{thr:g}", cfg.x, "tau", boot)
-        out.append({"threshold": thr, **fit.to_row(), "n_diverged": nd})
+        fit, _, n_out = _fit(retau(rows, m, thr), f"tau_vs_{cfg.x}_thr{thr:g}", cfg.x, "tau", boot)
+        out.append({"threshold": thr, **fit.to_row(), "n_diverged": nd, "n_left_out": n_out})
     return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])

@@ -96,11 +96,17 @@ def column(rows: pd.DataFrame, name: str) -> pd.Series:
 
 
 def y_values(rows: pd.DataFrame, st: dict) -> np.ndarray:
-    """The statistic's `y` column; `bound`: a missing value (a censored run) is the step
-    budget, a lower bound on it; `times`: multiplied by that column (examples = batch x steps)."""
+    """The statistic's `y` column; `bound`: a censored run's missing value is the step
+    budget, a lower bound on it (a run with no value that is not censored stays missing);
+    `times`: multiplied by that column (examples = batch x steps)."""
     y = column(rows, st["y"]).astype("Float64")
     if st.get("bound"):
-        y = y.fillna(rows["steps"])
+        cens = (
+            rows[st["censored"]].astype(bool)
+            if st.get("censored")
+            else pd.Series(True, index=rows.index)
+        )
+        y = y.where(~(y.isna() & cens), rows["steps"].astype("Float64"))
     y = y.to_numpy(float)
     return y * rows[st["times"]].to_numpy(float) if st.get("times") else y
 

@@ -45,13 +45,16 @@ def fit_statistics(fits: pd.DataFrame) -> list[dict]:
     out = []
     for r in fits.itertuples():
         nd = int(getattr(r, "n_diverged", 0) or 0)
+        n_out = getattr(r, "n_left_out", 0)
+        n_out = 0 if pd.isna(n_out) else int(n_out)
+        left = f"; {n_out} run(s) without a value left out" if n_out else ""
         out.append(
             _row(
                 f"fit:{r.name}",
                 (r.exponent, r.ci_low, r.ci_high),
                 r.n,
                 r.n_censored,
-                f"exponent of {r.name} ({r.method})",
+                f"exponent of {r.name} ({r.method}){left}",
                 nd,
             )
         )

@@ -115,8 +115,9 @@ class RunRecord:
         self.tau: int | None = None
         # with train.early_stop_first_target: the first-target crossing (its own log event)
         self.first_tau: int | None = None
-        # with train.early_stop_series train_log: the logged first-target crossing and the
-        # last window's running-mean L1 (`_window`)
+        # with train.early_stop_series train_log or train.early_stop_first_target_log: the
+        # logged first-target crossing; with the former also the last window's running-mean
+        # L1 (`_window`)
         self.first_tau_log: int | None = None
         self._window_loss = math.nan
         self.diverged: int | None = None  # the step at which the run stopped as diverged

@@ -278,7 +278,8 @@ def _sharing_author(
     ax: Axes, e11: pd.DataFrame, color: dict, statistics: pd.DataFrame, name: str
 ) -> None:
     """Panel (a): his duration + 1 per run (censored: hollow, at its bound + 1), the mean
-    over seeds per factor (his fit's points: the mean + 1), and `name`'s value and CI."""
+    over seeds per factor as H1's beta reads it (a censored run at its bound; diverged runs
+    left out), and `name`'s value and CI."""
     if "dip_duration_sampled" not in e11 or not e11["dip_duration_sampled"].notna().any():
         _no_data(ax, "no sampled evaluation")
         return
@@ -294,18 +295,21 @@ def _sharing_author(
         if "dip_bound_sampled" in e11
         else np.full(len(e11), np.nan)
     )
+    cen, dv = cens.to_numpy(), e11["diverged"].to_numpy(bool)
     any_cens = False
     for kind in color:
-        m = (e11["sharing"] == kind).to_numpy()
+        m = (e11["sharing"] == kind).to_numpy() & ~dv
         _, nc = _tau_points(
-            ax, x[m], y[m], bound[m], cens.to_numpy()[m], color=color[kind], label=kind or "runs"
+            ax, x[m], y[m], bound[m], cen[m], color=color[kind], label=kind or "runs"
         )
         any_cens |= nc > 0
-    ok = _finite(x, y) & ~cens.to_numpy()
-    means = pd.Series(y[ok]).groupby(x[ok]).mean()
+    read = np.where(cen, bound, y)  # what the statistic averages (loglog_slope's y_bound)
+    ok = _finite(x, read) & ~dv
+    means = pd.Series(read[ok]).groupby(x[ok]).mean()
     ax.scatter(means.index, means.to_numpy(), marker="_", s=160, color="0.15", zorder=4,
                label="mean over seeds")  # fmt: skip
-    row = statistics.set_index("name").loc[name] if name in set(statistics["name"]) else None
+    found = "name" in statistics and name in set(statistics["name"])
+    row = statistics.set_index("name").loc[name] if found else None
     if row is not None and np.isfinite(row["value"]):
         ci = (
             f" [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"

@@ -202,16 +202,25 @@ def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series |
         never = _as_bool(e6["transition_sampled_censored"]).to_numpy() if (
             "transition_sampled_censored" in e6
         ) else np.zeros(len(e6), bool)  # fmt: skip
-        ok = _finite(e6["lr"], y) & (y > 0) & ~e6["diverged"].to_numpy(bool)
+        dv = e6["diverged"].to_numpy(bool)
+        closed = (
+            e6["transition_end_sampled"].notna().to_numpy()
+            if "transition_end_sampled" in e6
+            else np.zeros(len(e6), bool)
+        )
+        ok = _finite(e6["lr"], y) & (y > 0) & ~dv
         if not ok.any():
             _no_data(ax, "no sampled windows")
             return
         ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"{names} runs")
+        rest = ~ok & ~never & ~dv
         left = [
             f"{n} {what}"
             for n, what in (
-                (int(never.sum()), "never closed"),
-                (int((~ok & ~never).sum()), "without a start"),
+                (int((never & ~dv).sum()), "never closed"),
+                (int((rest & closed).sum()), "without a start"),
+                (int((rest & ~closed).sum()), "with no sampled series"),
+                (int(dv.sum()), "diverged"),
             )
             if n
         ]
