@@ -1026,6 +1026,10 @@ def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(
         "by its checksum, would be moved aside"
     )
     assert move_altered_aggregates(here, dry_run=True, skip=[table]) == [], "the repair deletes it"
+    # a missing input the workflow rebuilds from the runs (an aggregated table the repair
+    # deleted, when a config change adds runs): rebuilt, then this table after it
+    rebuilt = here / "diagnostics" / "hessian" / "r.csv"
+    assert move_aside(altered_tables(here, rebuilt=[rebuilt]), dry_run=True) == []
     # the one-line sidecar an older version writes (into an outdir it may still be writing)
     write_csv_atomic(table, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
     assert Path(f"{table}.sha256").read_text() == f"{sha256_file(table)}  hessian.csv\n"

@@ -303,15 +303,21 @@ def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     return None
 
 
-def altered_tables(outdir: str | os.PathLike, skip: Iterable[Path] = ()) -> list[tuple[Path, str]]:
+def altered_tables(
+    outdir: str | os.PathLike, skip: Iterable[Path] = (), rebuilt: Iterable[Path] = ()
+) -> list[tuple[Path, str]]:
     """(table, why) of the outdir's tables that `differ` from their checksums. `skip`:
     tables the repair deletes anyway (the aggregated tables, where a run's chain is broken),
     checked for their own bytes only: one built from a run directory since deleted is not
-    said to be altered too, while an edited one still is."""
+    said to be altered too, while an edited one still is. `rebuilt`: tables the workflow
+    builds from the runs (the aggregated ones); one of them missing as an input is no
+    finding (the repair deleted it, or it was never built: Snakemake builds it, then reruns
+    the tables built from it, whose input is then newer)."""
     skipped = set(skip)
+    rebuilt = {Path(p).resolve() for p in rebuilt}
     found = []
     for p in sorted(Path(outdir).glob("*.csv")):
-        if p.is_file() and (why := differs(p, inputs=p not in skipped)) is not None:
+        if p.is_file() and (why := differs(p, p not in skipped, rebuilt)) is not None:
             found.append((p, why))
     return found
 
@@ -336,13 +342,14 @@ def unverified_tables(outdirs: set[Path]) -> list[Path]:
     return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
 
 
-def differs(path: Path, inputs: bool = True) -> str | None:
+def differs(path: Path, inputs: bool = True, rebuilt: set[Path] = frozenset()) -> str | None:
     """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
     another table (another run's, copied in with its sidecar), the bytes differ, or (with
     `inputs`) the sidecar names inputs that are not this outdir's (a table copied in from
     another outdir with its sidecar). None without a sidecar. Inputs are compared by their
     own sidecars (no big file is read); one that changed after the table was written (newer
-    than it) is no finding: Snakemake reruns the table for it anyway."""
+    than it) is no finding: Snakemake reruns the table for it anyway, nor is a missing one
+    among `rebuilt` (resolved paths: tables the workflow rebuilds)."""
     if (rec := read_sidecar(path)) is None:
         return None
     if rec.identity is not None and rec.identity != identity_of(path):
@@ -352,6 +359,8 @@ def differs(path: Path, inputs: bool = True) -> str | None:
     root = outdir_of(path)
     for digest, rel in rec.inputs if inputs else ():  # none in a sidecar from before inputs
         src = root / rel
+        if not src.is_file() and src.resolve() in rebuilt:
+            continue  # rebuilt first, then this table again (its input is newer)
         if not src.is_file():
             return f"was built from {rel}, which this outdir does not have, by its checksum"
         if digest_of(src) != digest and src.stat().st_mtime <= path.stat().st_mtime:
