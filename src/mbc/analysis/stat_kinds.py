@@ -101,18 +101,21 @@ def y_values(rows: pd.DataFrame, st: dict) -> np.ndarray:
     `times`: multiplied by that column (examples = batch x steps)."""
     y = column(rows, st["y"]).astype("Float64")
     if st.get("bound"):
-        cens = (
-            rows[st["censored"]].astype(bool)
-            if st.get("censored")
-            else pd.Series(True, index=rows.index)
-        )
-        y = y.where(~(y.isna() & cens), rows["steps"].astype("Float64"))
+        cens = censored_mask(rows, st, default=True)
+        y = y.where(~(y.isna().to_numpy() & cens), rows["steps"].astype("Float64"))
     y = y.to_numpy(float)
     return y * rows[st["times"]].to_numpy(float) if st.get("times") else y
 
 
+def censored_mask(rows: pd.DataFrame, st: dict, default: bool = False) -> np.ndarray:
+    """Per row, the statistic's `censored` column; `default` for every row without one."""
+    if st.get("censored"):
+        return rows[st["censored"]].astype(bool).to_numpy()
+    return np.full(len(rows), default)
+
+
 def n_censored(rows: pd.DataFrame, st: dict) -> int:
-    return int(rows[st["censored"]].astype(bool).sum()) if st.get("censored") and len(rows) else 0
+    return int(censored_mask(rows, st).sum())
 
 
 def select(rows: pd.DataFrame, where: dict | None) -> pd.DataFrame:
@@ -203,8 +206,7 @@ def ratio(rows: pd.DataFrame, st: dict, boot: Bootstrap):
     at = rows[by].to_numpy(float)
     keep = np.isfinite(y)
     num, den = (y[keep & np.isclose(at, float(_at(rows[by], w)))] for w in st["pair"])
-    censored = rows[st["censored"]].astype(bool).to_numpy() if st.get("censored") else False
-    dropped = int((~keep & ~censored).sum())
+    dropped = int((~keep & ~censored_mask(rows, st)).sum())
     note = f": {dropped} run(s) without a value left out" if dropped else ""
     return ratio_of_means(num, den, boot), len(rows) - dropped, cens, note
 

@@ -21,6 +21,7 @@ from mbc.paper.figures.common import (
     _as_bool,
     _finite,
     _fit_row,
+    _flag_col,
     _fmt,
     _metrics_rows,
     _names,
@@ -283,11 +284,6 @@ def _sharing_author(
     if "dip_duration_sampled" not in e11 or not e11["dip_duration_sampled"].notna().any():
         _no_data(ax, "no sampled evaluation")
         return
-    cens = (
-        _as_bool(e11["dip_censored_sampled"])
-        if "dip_censored_sampled" in e11
-        else pd.Series(False, index=e11.index)
-    )
     x = e11["sharing_factor"].to_numpy(float)
     y = e11["dip_duration_sampled"].to_numpy(float) + 1
     bound = (
@@ -295,7 +291,7 @@ def _sharing_author(
         if "dip_bound_sampled" in e11
         else np.full(len(e11), np.nan)
     )
-    cen, dv = cens.to_numpy(), e11["diverged"].to_numpy(bool)
+    cen, dv = _flag_col(e11, "dip_censored_sampled"), e11["diverged"].to_numpy(bool)
     any_cens = False
     for kind in color:
         m = (e11["sharing"] == kind).to_numpy() & ~dv

@@ -94,6 +94,11 @@ def _text_col(df: pd.DataFrame, col: str) -> pd.Series:
     return df[col].astype(str) if col in df.columns else pd.Series("", index=df.index)
 
 
+def _flag_col(df: pd.DataFrame, col: str) -> np.ndarray:
+    """A boolean column as an array; False throughout where an older table lacks it."""
+    return _as_bool(df[col]).to_numpy() if col in df.columns else np.zeros(len(df), bool)
+
+
 def _tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd.DataFrame:
     """Rows of the tau table (of `experiments`, when given) with typed columns.
 

@@ -20,6 +20,7 @@ from mbc.paper.figures.common import (
     _as_bool,
     _finite,
     _fit_row,
+    _flag_col,
     _fmt,
     _metrics_rows,
     _names,
@@ -199,9 +200,7 @@ def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series |
         censored = nc > 0
     else:
         y = e6[col].to_numpy(float) if col in e6 else np.full(len(e6), np.nan)
-        never = _as_bool(e6["transition_sampled_censored"]).to_numpy() if (
-            "transition_sampled_censored" in e6
-        ) else np.zeros(len(e6), bool)  # fmt: skip
+        never = _flag_col(e6, "transition_sampled_censored")
         dv = e6["diverged"].to_numpy(bool)
         closed = (
             e6["transition_end_sampled"].notna().to_numpy()
