@@ -167,7 +167,7 @@ def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, 
 def test_a_stale_snakemake_lock_on_the_outdir_is_recognised(tmp_path):
     """After kill -9, Snakemake's lock files name the outdir's files; asked while no
     invocation holds the outdir, that is a stale lock (the start-up says how to clear it)."""
-    from mbc.core.integrity import stale_lock
+    from mbc.core.outdir_hold import stale_lock
 
     locks, out, other = tmp_path / "locks", tmp_path / "out", tmp_path / "other"
     locks.mkdir()
@@ -461,7 +461,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
     too. Once the first ends, the run resumes."""
     from helpers import tiny_spec
 
-    from mbc.core.integrity import hold_outdir
+    from mbc.core.outdir_hold import hold_outdir
     from mbc.core.run_lock import RunBusyError
     from mbc.training.record import RunRecord
 
@@ -477,7 +477,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
         assert str(exc.value).startswith(f"{run.resolve()}: process {holder.pid} on ")
         assert "\n" not in str(exc.value) and log.read_bytes() == before
         with _held(
-            "import sys, time; from mbc.core.integrity import hold_outdir; "
+            "import sys, time; from mbc.core.outdir_hold import hold_outdir; "
             "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)",
             out,
             ready="True",
@@ -923,7 +923,7 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
     import fcntl
 
     from mbc.core import run_lock
-    from mbc.core.integrity import hold_outdir
+    from mbc.core.outdir_hold import hold_outdir
 
     def no_locks(fh, op):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -946,7 +946,7 @@ def test_the_outdir_lock_is_probed_without_being_held(tmp_path, monkeypatch):
     from files another one is changing, or to tell a stale Snakemake lock) and holds nothing
     itself; `onstart` holds it. The lock a process's predecessor handed over across its
     start again (`replan`) is its own, not another's."""
-    from mbc.core.integrity import HELD_FD, held_elsewhere, outdir_in_use
+    from mbc.core.outdir_hold import HELD_FD, held_elsewhere, outdir_in_use
 
     out = tmp_path / "out"
     assert not outdir_in_use(out), "no lock file yet"

@@ -1,4 +1,5 @@
-# What an invocation does before its first job, in two halves (mbc.core.integrity):
+# What an invocation does before its first job, in two halves (mbc.core.integrity; the
+# outdir lock, mbc.core.outdir_hold):
 #
 # - first, while another invocation holds the outdir, it stops in one line (a dry run goes on
 #   and says so): that one's jobs change the files this one would plan from;
@@ -13,15 +14,16 @@
 #   (once) so that its DAG is planned from the repaired files: a file moved aside under an
 #   up-to-date table would otherwise not be rebuilt. Then the banner's timed lines.
 import mbc.core.integrity
+import mbc.core.outdir_hold
 import mbc.planning.banner
 
 if MAIN_PROCESS:
     # another invocation holds the outdir: stop before planning from files it is changing
     # (its jobs replace and delete outputs while this one would read them); a dry run only
     # reads, so it goes on and says so
-    if mbc.core.integrity.held_elsewhere(OUT):
+    if mbc.core.outdir_hold.held_elsewhere(OUT):
         if not workflow.output_settings.dryrun:
-            sys.exit(mbc.core.integrity.busy_line(OUT))
+            sys.exit(mbc.core.outdir_hold.busy_line(OUT))
         print(
             f"mbc: another snakemake is running on {OUT}/: this dry run reads files it may "
             "be changing",
@@ -70,7 +72,7 @@ if MAIN_PROCESS:
             print(f"mbc: repair: {line}", file=sys.stderr)
     # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
     # to start; say which outdir and how to clear it
-    if not mbc.core.integrity.outdir_in_use(OUT) and mbc.core.integrity.stale_lock(
+    if not mbc.core.outdir_hold.outdir_in_use(OUT) and mbc.core.outdir_hold.stale_lock(
         ".snakemake/locks", OUT
     ):
         print(
@@ -106,8 +108,8 @@ onstart:
         sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
     # one invocation per outdir, whatever path reached it: a second one would rerun the
     # jobs the first is running
-    if not mbc.core.integrity.hold_outdir(OUT):
-        sys.exit(mbc.core.integrity.busy_line(OUT))
+    if not mbc.core.outdir_hold.hold_outdir(OUT):
+        sys.exit(mbc.core.outdir_hold.busy_line(OUT))
     for line in mbc.core.integrity.move_aside(_ALTERED):
         print(f"mbc: repair: {line}", file=sys.stderr)
     for line in mbc.core.integrity.repair(_FINDINGS, _RUNS, _AGGREGATES):
