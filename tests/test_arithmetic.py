@@ -62,6 +62,31 @@ def test_auto_means_bf16_packed_compiled_only_where_measured_to_pay():
         a = ar.Arithmetic("cpu", unit, "x")
         assert (a.precision, a.pack, a.compile) == ("fp32", False, False)
     assert AMX.why().startswith("bf16: this CPU has amx_bf16")
+    assert "bf16 was not timed" in ar.Arithmetic("cpu", "avx512_bf16", "x").why()
+
+
+@pytest.mark.parametrize(
+    ("unit", "slowdown", "chosen"),
+    [
+        ("avx512_bf16", 0.31, ("bf16", True, True)),  # the Zen 4 EPYC: its own bf16 kernels
+        ("avx512_bf16", ar.BF16_PAYS_AT, ("bf16", True, True)),  # the threshold itself
+        ("avx512_bf16", 0.9, ("fp32", False, False)),  # faster, but not clear of a busy probe
+        ("avx512_bf16", 2.0, ("fp32", False, False)),  # the Xeon under an AVX512_CORE_BF16 limit
+        ("none", 0.31, ("fp32", False, False)),  # no native bf16 matmul: a timing decides nothing
+        ("amx", 2.0, ("bf16", True, True)),  # AMX's choice was measured on the whole step
+    ],
+)
+def test_without_amx_bf16_is_chosen_only_where_the_probe_timed_it_faster(unit, slowdown, chosen):
+    a = ar.Arithmetic("cpu", unit, "planted", bf16_slowdown=slowdown)
+    assert (a.precision, a.pack, a.compile) == chosen
+    if unit == "avx512_bf16":
+        assert a.why().startswith(f"{chosen[0]}: avx512_bf16 without AMX"), a.why()
+    if unit == "avx512_bf16" and chosen[0] == "bf16":
+        assert f"ran {1 / slowdown:.1f}x faster than fp32 here" in a.why()
+        assert ar.slow_precision_warning("bf16", a) is None  # an explicit bf16 is not warned
+    elif unit == "avx512_bf16":
+        assert f"ran {slowdown:.2f}x the fp32 time" in a.why()
+        assert ar.slow_precision_warning("bf16", a) is not None
     assert AVX2.why().startswith("fp32: no native bf16 matmul on this CPU")
     assert "bf16 would be ~14x slower here" in AVX2.why()
 

@@ -1,15 +1,19 @@
 """The arithmetic the hardware chooses: `train.precision: auto`, `train.compile: auto` and
 `pack.enabled: auto`, resolved once per invocation on the machine that builds the DAG.
 
-bf16 pays only where matmuls have a native bf16 path. Measured on one Xeon with AMX
-(docs/performance.md), one bf16 GEMM of this model's shape (2048 x 128 x 512, one thread)
-ran 5x faster than fp32 with AMX, 2x *slower* on oneDNN's avx512_core_bf16 kernels without
-AMX, and 50-70x slower without either (oneDNN limited to AVX2: a reference kernel); an AMD
-EPYC with AVX2 only trained 14x slower in bf16. So the choice follows the matrix unit:
+bf16 pays only where matmuls have a native bf16 path, and even there not everywhere
+(docs/performance.md). One bf16 GEMM of this model's shape (2048 x 128 x 512, one thread) ran
+5x faster than fp32 on a Xeon with AMX; on the same Xeon limited to oneDNN's avx512_core_bf16
+kernels it ran 2x *slower*, but on an AMD EPYC (Zen 4) whose avx512_core_bf16 kernels are
+its own it ran 3x faster and the whole training step 1.9x; without either it ran 50-70x
+slower (oneDNN limited to AVX2: a reference kernel), and an AMD EPYC with AVX2 only trained
+14x slower in bf16. So the choice follows the matrix unit, and without AMX the probe's timing:
 
   cuda                bf16, packed (one run leaves a GPU idle), eager
   amx                 bf16, packed, compiled (the combination measured 2.2x the fp32 step)
-  avx512_bf16 / none  fp32, unpacked, eager (nothing else was measured to pay there)
+  avx512_bf16         bf16, packed, compiled where the probe's bf16 GEMM ran at most
+                      BF16_PAYS_AT x the fp32 time (the EPYC: 2.1x the fp32 step); else fp32
+  none                fp32, unpacked, eager (nothing else was measured to pay there)
 
 The matrix unit is read from the CPU flags (/proc/cpuinfo) within the limits a user can set
 (ONEDNN_MAX_CPU_ISA, ATEN_CPU_CAPABILITY: torch reports the effective capability), and
@@ -63,9 +67,16 @@ _AMX_FROM = "AVX512_CORE_AMX"
 CHOICES = {
     "cuda": ("bf16", True, False),
     "amx": ("bf16", True, True),
-    "avx512_bf16": ("fp32", False, False),
+    "avx512_bf16": ("fp32", False, False),  # where the probe did not time bf16 faster
     "none": ("fp32", False, False),
 }
+# avx512_bf16 where the probe timed bf16 faster: as with AMX (measured 2.1x the fp32 step on
+# the EPYC; compiled 1.09x eager bf16, packing neutral there and one code path with AMX's)
+BF16_WITHOUT_AMX = ("bf16", True, True)
+# the bf16 / fp32 time of the probe's GEMM at or below which bf16 is chosen without AMX: well
+# clear of both the 2x slower kernels (Xeon) and the 0.3-0.45 measured on the EPYC, so that a
+# probe timed on a busy machine does not flip it
+BF16_PAYS_AT = 0.7
 
 _PROBE = r"""
 import json, time, torch
@@ -93,13 +104,23 @@ class Arithmetic:
     evidence: str  # the flags, limits and kernels that decided it
     bf16_slowdown: float | None = None  # bf16 / fp32 time of one GEMM here (None: not timed)
 
+    def bf16_timed_faster(self) -> bool:
+        """Without AMX, whether the probe's bf16 GEMM ran at most BF16_PAYS_AT x fp32's."""
+        s = self.bf16_slowdown
+        return self.matrix_unit == "avx512_bf16" and s is not None and s <= BF16_PAYS_AT
+
+    def _choice(self) -> tuple[str, bool, bool]:
+        if self.bf16_timed_faster():
+            return BF16_WITHOUT_AMX
+        return CHOICES[self.matrix_unit]
+
     @property
     def precision(self) -> str:
-        return CHOICES[self.matrix_unit][0]
+        return self._choice()[0]
 
     @property
     def pack(self) -> bool:
-        return CHOICES[self.matrix_unit][1]
+        return self._choice()[1]
 
     @property
     def compile(self) -> bool:
@@ -107,11 +128,11 @@ class Arithmetic:
         builds its CPU kernels with one, and a job without it would fail at its first step."""
         if self.device == "cpu" and cxx_compiler() is None:
             return False
-        return CHOICES[self.matrix_unit][2]
+        return self._choice()[2]
 
     def compile_words(self) -> str:
         """Why compile is off where the matrix unit would compile ('' otherwise)."""
-        if CHOICES[self.matrix_unit][2] and not self.compile:
+        if self._choice()[2] and not self.compile:
             return " (compile: no C++ compiler found: set CXX or install g++)"
         return ""
 
@@ -125,9 +146,20 @@ class Arithmetic:
         if self.matrix_unit == "amx":
             return f"bf16: this CPU has amx_bf16 ({self.evidence})"
         slower = self.slowdown_words()
-        if self.matrix_unit == "avx512_bf16":
+        if self.bf16_timed_faster():
             return (
-                f"fp32: avx512_bf16 without AMX, where bf16 did not pay ({self.evidence}){slower}"
+                f"bf16: avx512_bf16 without AMX, where one bf16 GEMM ran "
+                f"{1 / self.bf16_slowdown:.1f}x faster than fp32 here ({self.evidence})"
+            )
+        if self.matrix_unit == "avx512_bf16":
+            timed = (
+                "bf16 was not timed"
+                if self.bf16_slowdown is None
+                else f"one bf16 GEMM ran {self.bf16_slowdown:.2f}x the fp32 time here"
+            )
+            return (
+                f"fp32: avx512_bf16 without AMX, where {timed} (bf16 is chosen at "
+                f"{BF16_PAYS_AT}x or less; {self.evidence}){slower}"
             )
         return f"fp32: no native bf16 matmul on this CPU ({self.evidence}){slower}"
 
