@@ -286,3 +286,65 @@ def test_the_sampled_evaluation_is_logged_beside_the_fixed_one(tmp_path):
     assert 0 < log["candidate_loss_sampled"].iloc[0] < 3 * spec.task.log_k
     metrics = pd.read_csv(tmp_path / "r" / "metrics.csv")
     assert len(metrics) > 0  # the fixed evaluation is still there
+
+
+def test_the_sampled_tau_is_the_first_sampled_window_below_the_threshold():
+    """His D-law tau: candidate tau on the sampled evaluation, strictly below 0.5 log K."""
+    lk = LOG_K
+    sampled = [lk, lk, 0.6 * lk, 0.5 * lk, 0.45 * lk, 0.7 * lk, 0.1 * lk]  # a noisy dip at 250
+    got = logged_statistics(_log([3.0] * 7, sampled), lk, DIAG, threshold=0.5)
+    assert got["tau_sampled"] == 250 and got["tau_sampled_censored"] is False
+    assert (
+        logged_statistics(_log([3.0] * 7, sampled), lk, DIAG, threshold=0.3)["tau_sampled"] == 350
+    )
+    never = logged_statistics(_log([3.0] * 4, [lk] * 4), lk, DIAG)
+    assert never["tau_sampled"] is None and never["tau_sampled_censored"] is True
+    unlogged = logged_statistics(_log([3.0] * 4), lk, DIAG)  # no sampled series: not measured
+    assert unlogged["tau_sampled"] is None and unlogged["tau_sampled_censored"] is False
+    assert {"tau_sampled", "tau_sampled_censored", "tau_sampled_bound"} <= set(TAU_COLUMNS)
+
+
+def test_a_censored_sampled_tau_is_bounded_only_by_a_budget_run_to_its_end():
+    """A run that ran its budget bounds its censored sampled tau by it; one stopped early
+    (our tau's early stop, say) bounds nothing: the fit leaves it out and counts it."""
+    from mbc.diagnostics.summary import summarize_run
+
+    spec = tiny_spec(k=20)  # max_steps 120
+    lk = spec.task.log_k
+    steps = np.arange(0, 130, 10)
+    metrics = pd.DataFrame(
+        {
+            "step": steps,
+            "candidate_loss": np.full(len(steps), lk),
+            "delta_z": 0.0,
+            "candidate_accuracy": 0.0,
+            "first_target_loss": lk,
+            "delta_z_first": 0.0,
+        }
+    )
+    log = _log([3.0] * 2, [lk] * 2)
+    full = summarize_run(spec, metrics, DIAG, log)
+    assert full["tau_sampled_censored"] is True and full["tau_sampled_bound"] == 120
+    stopped = summarize_run(spec, metrics[metrics.step <= 60], DIAG, log)
+    assert stopped["tau_sampled_censored"] is True and stopped["tau_sampled_bound"] is None
+    crossed = summarize_run(spec, metrics, DIAG, _log([3.0] * 2, [lk, 0.1 * lk]))
+    assert crossed["tau_sampled"] == 100 and crossed["tau_sampled_bound"] is None
+
+
+def test_the_d_law_fit_reads_the_sampled_tau_and_leaves_out_an_unbounded_censored_run():
+    from mbc.analysis.fit_tables import _fit
+    from mbc.core.sections import Bootstrap
+
+    d = np.array([1000, 2000, 4000, 8000, 16000])
+    rows = pd.DataFrame(
+        {
+            "run_id": [f"r{i}" for i in range(6)],
+            "d": [*d, 32000],
+            "tau_sampled": [*(3 * d**1.2).astype(int), None],
+            "tau_sampled_censored": [False] * 5 + [True],
+            "tau_sampled_bound": [None] * 6,  # stopped before its budget
+        }
+    ).astype({"tau_sampled": "Int64", "tau_sampled_bound": "Int64"})
+    fit, n_div, n_left = _fit(rows, "tau_sampled_vs_d", "d", "tau_sampled", Bootstrap(50, 0.95, 0))
+    assert fit.exponent == pytest.approx(1.2, abs=0.01)
+    assert (fit.n, n_left, n_div) == (5, 1, 0)

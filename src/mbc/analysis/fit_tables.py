@@ -37,6 +37,8 @@ WAITING_TIMES = {
     "examples": ("tau", "censored", "steps", True),
     "first_target_tau": ("first_target_tau", "first_target_censored", "steps", False),
     "first_target_examples": ("first_target_tau", "first_target_censored", "steps", True),
+    # candidate tau on the author's sampled evaluation (his D-law); bounded only by a budget
+    "tau_sampled": ("tau_sampled", "tau_sampled_censored", "tau_sampled_bound", False),
     # his E7 tau: the logged running-mean L1 of the training batches
     "first_target_tau_log": ("first_target_tau_log", "first_target_log_censored", "steps", False),
     "first_target_log_examples": (

@@ -78,7 +78,13 @@ TAU_COLUMNS = [
     "first_target_log_censored",
     "lag_step",
     "lag_censored",
-    # E6's window on the author's sampled evaluation (eval.sampled_groups; train_log.csv)
+    # candidate tau on the author's sampled evaluation (eval.sampled_groups; train_log.csv),
+    # the series his D-law tau read (E1-E5); a censored run's bound only where it ran its
+    # budget (a run stopped at our tau's early stop bounds nothing)
+    "tau_sampled",
+    "tau_sampled_censored",
+    "tau_sampled_bound",
+    # E6's window on the same sampled evaluation
     "transition_start_sampled",
     "transition_end_sampled",
     "transition_duration_sampled",
@@ -112,6 +118,8 @@ INT_COLUMNS = [
     "lead_log",
     "first_target_tau_log",
     "lag_step",
+    "tau_sampled",
+    "tau_sampled_bound",
     "transition_start_sampled",
     "transition_end_sampled",
     "transition_duration_sampled",
@@ -254,13 +262,16 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) ->
     }
 
 
-def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summary) -> dict:
+def logged_statistics(
+    train_log: pd.DataFrame | None, log_k: float, diag: Summary, threshold: float = 0.5
+) -> dict:
     """The author's per-run statistics read off the training log (spec section 7):
     E12's transition, the first window whose running-mean L1 on the training labels is
     below first_target.threshold log K (`first_target_tau_log`; censored when none is); E14's
     lag (`compute_lag_metric`), the first window whose running-mean L1 is below lag.fraction
     x the first window's; on the sampled evaluation (`candidate_loss_sampled`,
-    eval.sampled_groups), the series the author read for both: E6's transition window
+    eval.sampled_groups), the series the author read for them: candidate tau, its first
+    value below `threshold` log K (`tau_sampled`, E1-E5's D-law), E6's transition window
     (diagnostics.transition's marks; no duration where no evaluation before t_end lies above
     the start mark, as his script drops such a run) and E11's dip duration (`dip_duration`,
     suffix _sampled).
@@ -270,6 +281,8 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         "first_target_log_censored": False,
         "lag_step": None,
         "lag_censored": False,
+        "tau_sampled": None,
+        "tau_sampled_censored": False,
         "transition_start_sampled": None,
         "transition_end_sampled": None,
         "transition_duration_sampled": None,
@@ -300,6 +313,8 @@ def logged_statistics(train_log: pd.DataFrame | None, log_k: float, diag: Summar
         start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
         # never above the start mark before t_end: the author's analyze_lr_sweep.py marks
         # the run no_transition and leaves it out, so it has no duration (and no bound)
+        tau_sampled = first_crossing(s_steps, lc, threshold * log_k)
+        out.update(tau_sampled=tau_sampled, tau_sampled_censored=tau_sampled is None)
         out.update(
             transition_start_sampled=start,
             transition_end_sampled=end,
@@ -360,9 +375,14 @@ def summarize_run(
         "lead_fraction": None if lead is None or not loss_onset else lead / loss_onset,
         **author,
         **logged_lead(train_log, log_k, lead_cfg),
-        **logged_statistics(train_log, log_k, diag),
+        **logged_statistics(train_log, log_k, diag, spec.eval.threshold),
         "final_first_target_loss": float(m["first_target_loss"].iloc[-1]),
     }
+    # a censored sampled tau is bounded by the budget only where the run ran it all
+    ran_budget = int(steps[-1]) >= spec.train.max_steps
+    out["tau_sampled_bound"] = (
+        int(steps[-1]) if out["tau_sampled_censored"] and ran_budget else None
+    )
     if dstep is not None:  # not censored: it survived no budget (module docstring)
         out.update(
             status="diverged",
@@ -379,6 +399,8 @@ def summarize_run(
             first_target_log_censored=False,
             lag_censored=False,
             transition_sampled_censored=False,
+            tau_sampled_censored=False,
+            tau_sampled_bound=None,
         )
     return out
 
