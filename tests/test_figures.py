@@ -49,6 +49,7 @@ NAMES = [
 # Each line passes through (x0, y0), near the synthetic data, so the figures read sensibly.
 ODD = {
     "tau_vs_d": 1.777,
+    "tau_sampled_vs_d": 1.654,
     "tau_vs_k_at_d10000": -0.321,
     "tau_vs_lr": 0.613,
     "tau_vs_batch_steps_at_k20": -0.456,
@@ -64,6 +65,7 @@ ODD = {
 }
 ANCHOR = {
     "tau_vs_d": (1e4, 3155.0),
+    "tau_sampled_vs_d": (1e4, 2840.0),
     "tau_vs_k_at_d10000": (10, 3155.0),
     "tau_vs_lr": (1e-3, 1500.0),
     "tau_vs_batch_steps_at_k20": (128, 3535.0),
@@ -125,13 +127,16 @@ def _run(experiment, run_id, *, k=20, d=None, tau=None, budget=None, **kw):
 
 def _tau_table() -> pd.DataFrame:
     rows = []
+    # the author's tau on his sampled evaluation: 0.9 ours (tau_sampled; the red crosses)
     for k in (3, 5, 10, 20):  # E1, plus a censored K=36
-        rows.append(_run("E1", f"e1_k{k}", k=k, tau=int(0.05 * (1000 * k) ** 1.2)))
+        t = int(0.05 * (1000 * k) ** 1.2)
+        rows.append(_run("E1", f"e1_k{k}", k=k, tau=t, tau_sampled=int(0.9 * t)))
     rows.append(_run("E1", "e1_k20_s1", k=20, tau=2300, seed=1))
     rows.append(_run("E1", "e1_k36", k=36, tau=None, budget=60000))
     for d in (10000, 20000):
         for k in (5, 10, 20):
-            rows.append(_run("E2", f"e2_d{d}_k{k}", k=k, d=d, tau=int(0.05 * d**1.2)))
+            t = int(0.05 * d**1.2)
+            rows.append(_run("E2", f"e2_d{d}_k{k}", k=k, d=d, tau=t, tau_sampled=int(0.9 * t)))
     rows.append(_run("E2", "e2_d20000_k36", k=36, d=20000, tau=None, budget=30000))
     # the author's window on his sampled evaluation: 400-900 steps; lr 5e-3's closed without
     # a start (no value, not censored), lr 1e-2's never closed (censored)
@@ -640,7 +645,7 @@ def test_no_temp_files_left(full):
 def test_fit_lines_come_from_the_fits_table(full):
     _, texts = full
     expect = {
-        "tau_vs_d": ["tau_vs_d", "tau_vs_k_at_d10000"],
+        "tau_vs_d": ["tau_vs_d", "tau_sampled_vs_d", "tau_vs_k_at_d10000"],
         "noise": [
             "tau_vs_lr",
             "tau_vs_batch_steps_at_k20",
@@ -659,6 +664,7 @@ def test_fit_lines_come_from_the_fits_table(full):
             assert f"slope {ODD[fit]:.3f}" in legend, (fig, fit, legend)
         assert "95% CI" in legend
     assert "inset, D=20000: unavailable" in " | ".join(texts["tau_vs_d"])  # NaN fit: no line
+    assert "author's tau (his sampled evaluation)" in texts["tau_vs_d"]  # the scorecard's tau
 
 
 def test_censored_runs_are_shown(full):

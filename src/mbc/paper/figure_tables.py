@@ -29,8 +29,13 @@ FIGURE_TABLES: dict[str, list[str]] = {
 # `threshold_sensitivity`, `plateau_sensitivity`).
 FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     "loss_curves": {"experiments": ("runs",)},
-    # main panel: both roles against D; inset: tau vs K at each D of `d_fixed` (a `by: d` fit)
-    "tau_vs_d": {"experiments": ("n_groups_fixed", "d_fixed"), "fits": ("line", "inset")},
+    # main panel: both roles against D, our tau (`line`) and the author's on his sampled
+    # evaluation (`author_line`, the scorecard's); inset: our tau vs K at each D of `d_fixed`
+    # (a `by: d` fit)
+    "tau_vs_d": {
+        "experiments": ("n_groups_fixed", "d_fixed"),
+        "fits": ("line", "author_line", "inset"),
+    },
     # top, the author's statistics the rows and H2 read: (a) the sampled window vs lr,
     # (b, c) first-target tau vs batch in steps and in examples; bottom (d-f), ours: the
     # candidate tau against the same (`by: k` fits for the batch panels)
