@@ -63,6 +63,8 @@ def test_auto_means_bf16_packed_compiled_only_where_measured_to_pay():
         assert (a.precision, a.pack, a.compile) == ("fp32", False, False)
     assert AMX.why().startswith("bf16: this CPU has amx_bf16")
     assert "bf16 was not timed" in ar.Arithmetic("cpu", "avx512_bf16", "x").why()
+    assert AVX2.why().startswith("fp32: no native bf16 matmul on this CPU")
+    assert "bf16 would be ~14x slower here" in AVX2.why()
 
 
 @pytest.mark.parametrize(
@@ -87,8 +89,37 @@ def test_without_amx_bf16_is_chosen_only_where_the_probe_timed_it_faster(unit, s
     elif unit == "avx512_bf16":
         assert f"ran {slowdown:.2f}x the fp32 time" in a.why()
         assert ar.slow_precision_warning("bf16", a) is not None
-    assert AVX2.why().startswith("fp32: no native bf16 matmul on this CPU")
-    assert "bf16 would be ~14x slower here" in AVX2.why()
+
+
+def test_without_amx_and_without_a_compiler_bf16_is_not_packed(monkeypatch):
+    """Eager packs measured slower than one run there: packing pays only compiled."""
+    monkeypatch.setattr(ar, "cxx_compiler", lambda: None)
+    zen4 = ar.Arithmetic("cpu", "avx512_bf16", "planted", bf16_slowdown=0.4)
+    assert (zen4.precision, zen4.pack, zen4.compile) == ("bf16", False, False)
+    assert (AMX.precision, AMX.pack, AMX.compile) == ("bf16", True, False)  # AMX: measured
+
+
+def test_the_probe_cache_is_kept_per_cpu_model(monkeypatch):
+    """Without AMX a timing decides, and CPUs of two makes can share every flag."""
+    flags = {"avx512_bf16"}
+    monkeypatch.setattr(ar, "cpu_model_name", lambda: "AMD EPYC")
+    a = ar._machine_key(flags, {})
+    monkeypatch.setattr(ar, "cpu_model_name", lambda: "Intel(R) Xeon(R) Gold 6338")
+    assert ar._machine_key(flags, {}) != a
+
+
+def test_a_report_records_its_arithmetic_timing_included(tmp_path):
+    """A bf16 report from a CPU where the timing chose bf16 is checked with bf16 run ids."""
+    from mbc.measured import recorded_arithmetic
+
+    zen4 = ar.Arithmetic("cpu", "avx512_bf16", "planted", bf16_slowdown=0.4)
+    (tmp_path / "PROVENANCE").write_text(
+        f"arithmetic: avx512_bf16 ({zen4.why()})\narithmetic resolved: {zen4.to_env()}\n"
+    )
+    got = recorded_arithmetic(tmp_path, {"x-bf16-1"})
+    assert got == zen4 and got.precision == "bf16"
+    (tmp_path / "PROVENANCE").write_text(f"arithmetic: avx512_bf16 ({zen4.why()})\n")
+    assert recorded_arithmetic(tmp_path, set()).precision == "fp32"  # the timing was not kept
 
 
 def test_the_resolved_arithmetic_travels_to_jobs_unchanged(monkeypatch):

@@ -348,3 +348,20 @@ def test_the_d_law_fit_reads_the_sampled_tau_and_leaves_out_an_unbounded_censore
     fit, n_div, n_left = _fit(rows, "tau_sampled_vs_d", "d", "tau_sampled", Bootstrap(50, 0.95, 0))
     assert fit.exponent == pytest.approx(1.2, abs=0.01)
     assert (fit.n, n_left, n_div) == (5, 1, 0)
+
+
+def test_a_summary_written_before_the_sampled_tau_is_not_measured_not_censored():
+    """An outdir's older summary.json (no tau_sampled keys): its run is left out of the
+    author's fits as unmeasured, and the censoring column stays boolean."""
+    from mbc.core.config import Run
+    from mbc.diagnostics.summary import tau_table
+
+    new, older = tiny_spec(k=5), tiny_spec(k=7)
+    base = {"tau": 100, "censored": False, "steps": 120}
+    summaries = {
+        new.run_id: {**base, "tau_sampled": 90, "tau_sampled_censored": False},
+        older.run_id: dict(base),
+    }
+    tau = tau_table([Run("E1", new), Run("E1", older)], summaries)
+    assert tau["tau_sampled_censored"].tolist() == [False, False]
+    assert tau["tau_sampled"].isna().tolist() == [False, True]

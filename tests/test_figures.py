@@ -127,7 +127,7 @@ def _run(experiment, run_id, *, k=20, d=None, tau=None, budget=None, **kw):
 
 def _tau_table() -> pd.DataFrame:
     rows = []
-    # the author's tau on his sampled evaluation: 0.9 ours (tau_sampled; the red crosses)
+    # the author's tau on his sampled evaluation: 0.9 ours (tau_sampled; the plus signs)
     for k in (3, 5, 10, 20):  # E1, plus a censored K=36
         t = int(0.05 * (1000 * k) ** 1.2)
         rows.append(_run("E1", f"e1_k{k}", k=k, tau=t, tau_sampled=int(0.9 * t)))

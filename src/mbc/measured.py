@@ -14,6 +14,7 @@ the change (`check`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import re
 import shutil
@@ -209,6 +210,8 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     lines += provenance(logs)
     if cfg.arithmetic is not None:  # what `auto` chose: check() rebuilds the ids with it
         lines.append(f"arithmetic: {cfg.arithmetic.matrix_unit} ({cfg.arithmetic.why()})")
+        # whole, timing included: without AMX the probe's timing decides the precision
+        lines.append(f"arithmetic resolved: {cfg.arithmetic.to_env()}")
     lines.append(f"total training steps: {steps:,}")
     lines += steps_by_experiment(logs, tau)
     lines.append(
@@ -223,9 +226,13 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
 def recorded_arithmetic(report: Path, run_ids: set[str]) -> Arithmetic:
     """The arithmetic a committed report was measured with, so that its run ids are checked
     against the config as resolved *there*, not on the machine running the check: the
-    PROVENANCE line `arithmetic: <matrix unit> (...)`; before that line existed, the run ids
-    say it (bf16 ones were trained on a CPU with AMX)."""
+    PROVENANCE line `arithmetic resolved: <json>` (the probe's timing with it, which decides
+    the precision without AMX), else `arithmetic: <matrix unit> (...)`; before either line
+    existed, the run ids say it (bf16 ones were trained on a CPU with AMX)."""
     text = (report / "PROVENANCE").read_text() if (report / "PROVENANCE").exists() else ""
+    if m := re.search(r"^arithmetic resolved: (\{.*\})$", text, re.M):
+        with contextlib.suppress(ValueError, TypeError):
+            return Arithmetic.from_env(m.group(1))
     if m := re.search(r"^arithmetic: (\w+) \((.*)\)$", text, re.M):
         return Arithmetic("cpu", m.group(1), f"recorded in PROVENANCE: {m.group(2)}")
     bf16 = any("-bf16-" in r for r in run_ids)

@@ -311,10 +311,10 @@ def logged_statistics(
         s_steps, lc = steps[ok], sampled.to_numpy(float)[ok]
         win = diag.transition
         start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
-        # never above the start mark before t_end: the author's analyze_lr_sweep.py marks
-        # the run no_transition and leaves it out, so it has no duration (and no bound)
         tau_sampled = first_crossing(s_steps, lc, threshold * log_k)
         out.update(tau_sampled=tau_sampled, tau_sampled_censored=tau_sampled is None)
+        # never above the start mark before t_end: the author's analyze_lr_sweep.py marks
+        # the run no_transition and leaves it out, so it has no duration (and no bound)
         out.update(
             transition_start_sampled=start,
             transition_end_sampled=end,
@@ -463,8 +463,23 @@ def run_columns(run: Run) -> dict:
 
 def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     """One row per (experiment, run): results/tau.csv."""
-    # a summary written before divergence was recorded: not diverged
-    old = {"status": None, "diverged": False, "diverged_step": None}
+    # a summary written before divergence, or a statistic of the author's, was recorded:
+    # not diverged, and that statistic not measured (not censored: a fit leaves it out)
+    old = {
+        "status": None,
+        "diverged": False,
+        "diverged_step": None,
+        **dict.fromkeys(
+            (
+                "first_target_log_censored",
+                "lag_censored",
+                "tau_sampled_censored",
+                "transition_sampled_censored",
+                "dip_censored_sampled",
+            ),
+            False,
+        ),
+    }
     rows = [{**run_columns(r), **old, **summaries[r.run_id]} for r in runs]
     df = pd.DataFrame(rows, columns=TAU_COLUMNS)
     df["status"] = df["status"].fillna(df["censored"].map(lambda c: "censored" if c else "crossed"))

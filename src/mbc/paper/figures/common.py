@@ -35,6 +35,7 @@ _TAU_NUMERIC = (
     "seed",
     "threshold",
     "tau",
+    "tau_sampled",
     "plateau_height",
     "height_over_log_k",
     "final_candidate_loss",

@@ -92,7 +92,7 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figu
 def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """tau vs D of the `n_groups_fixed` (E1) and `d_fixed` (E2) experiments, with the `line`
     fit (tau_vs_d); the author's tau on his sampled evaluation (`tau_sampled`, where logged)
-    as small red crosses with the `author_line` fit (tau_sampled_vs_d, the scorecard's);
+    as small purple plus signs with the `author_line` fit (tau_sampled_vs_d, the scorecard's);
     inset: our tau vs K at each fixed D, with the `inset` fit (tau_vs_k, by d)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 4.4))
     n_fixed, d_fixed = entry.experiments_of("n_groups_fixed"), entry.experiments_of("d_fixed")
@@ -116,10 +116,10 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     if "tau_sampled" in tau and tau["tau_sampled"].notna().any():
         d, t = tau["d"].to_numpy(float), tau["tau_sampled"].to_numpy(float)
         ok = _finite(d, t) & (t > 0) & ~tau["diverged"].to_numpy(bool)
-        ax.scatter(d[ok], t[ok], marker="+", s=22, lw=0.8, color="C3", zorder=4,
+        ax.scatter(d[ok], t[ok], marker="+", s=22, lw=0.8, color="C4", zorder=4,
                    label="author's tau (his sampled evaluation)")  # fmt: skip
         author = _fit_row(tables["fits"], entry.fit_of("author_line"))
-        _fit_line(ax, author, tau["d"], color="C3", prefix="author's fit")
+        _fit_line(ax, author, tau["d"], color="C4", prefix="author's fit")
     _tau_axes(ax, "dataset size D (examples)")
     missing = [_names(e) for e, df in ((n_fixed, e1), (d_fixed, e2)) if df.empty]
     if missing:
