@@ -92,7 +92,7 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figu
 def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """tau vs D of the `n_groups_fixed` (E1) and `d_fixed` (E2) experiments, with the `line`
     fit (tau_vs_d); the author's tau on his sampled evaluation (`tau_sampled`, where logged)
-    as small purple plus signs with the `author_line` fit (tau_sampled_vs_d, the scorecard's);
+    as plus signs with the `author_line` fit (tau_sampled_vs_d, the scorecard's);
     inset: our tau vs K at each fixed D, with the `inset` fit (tau_vs_k, by d)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 4.4))
     n_fixed, d_fixed = entry.experiments_of("n_groups_fixed"), entry.experiments_of("d_fixed")
