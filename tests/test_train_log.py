@@ -12,7 +12,7 @@ from helpers import tiny_spec
 
 from mbc.training import train_log
 from mbc.training.data import build_dataset
-from mbc.training.metrics import training_loss
+from mbc.training.metrics import derange_selectors, training_loss
 from mbc.training.packed import PackedRuns
 from mbc.training.setup import initial_model
 from mbc.training.train import train_run
@@ -147,3 +147,63 @@ def test_resumed_run_logs_the_same_windows(tmp_path):
     train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None)
     a, b = (pd.read_csv(tmp_path / d / train_log.FILE) for d in ("full", "cut"))
     pd.testing.assert_frame_equal(a, b)
+
+
+def test_his_batch_shuffle_moves_every_z_to_another_row_and_nothing_else():
+    """`shuffle_z_across_batch` (his `shuffle_z_in_batch`): a permutation of the batch with
+    no fixed point, applied to the z positions only."""
+    n, z = 64, [3, 4]
+    tokens = torch.arange(n * 8).reshape(n, 8)  # every row's z is its own, distinct
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        got = train_log.shuffle_z_across_batch(tokens, z, rng)
+        assert (got[:, z] != tokens[:, z]).all()  # no row keeps its own z
+        rows = {tuple(r) for r in got[:, z].tolist()}
+        assert rows == {tuple(r) for r in tokens[:, z].tolist()}  # a permutation of the rows
+        others = [i for i in range(8) if i not in z]
+        assert torch.equal(got[:, others], tokens[:, others])
+
+
+def test_with_shared_selectors_about_one_in_k_get_their_own_z_back_his_way_never_ours():
+    """Why his z-shuffle gap is smaller than ours: selectors are shared across groups, so the
+    z of another example is this example's own z about 1/K of the time."""
+    spec = tiny_spec(k=4, n_groups=500)  # shared selectors (the default task)
+    ds = build_dataset(spec.task, spec.seed)
+    z = list(spec.task.z_positions)
+    idx = torch.arange(2000)
+    clean = ds.tokens[idx]
+    his = train_log.shuffle_z_across_batch(clean, z, np.random.default_rng(1))
+    same = (his[:, z] == clean[:, z]).all(dim=1).float().mean().item()
+    assert abs(same - 1 / 4) < 0.04, same  # 2,000 draws: 4 standard errors
+    ours = derange_selectors(ds, idx, np.random.default_rng(1), tokens=ds.tokens)
+    assert not (ours[:, z] == clean[:, z]).all(dim=1).any()
+
+
+def test_a_run_logs_his_shuffle_beside_ours_and_the_logged_lead_reads_his(tmp_path):
+    from mbc.core.sections import Lead
+    from mbc.diagnostics.summary import logged_lead
+
+    spec = tiny_spec()
+    ds = build_dataset(spec.task, spec.seed)
+    train_run(spec, ds, tmp_path, CPU, say=lambda s: None)
+    got = pd.read_csv(tmp_path / train_log.FILE)
+    assert np.isfinite(got.train_first_batch_shuffled_loss).all()
+    np.testing.assert_allclose(
+        got.delta_z_train_first_batch, got.train_first_batch_shuffled_loss - got.train_first_loss
+    )
+    lead = Lead(delta_z_onset=0.1, loss_onset_fraction=0.9)
+    assert logged_lead(got, spec.task.log_k, lead)["lead_log_shuffle"] == "batch"
+    # planted: his gap opens at step 40, ours at 20; the lead reads his where logged
+    steps = np.arange(1, 7) * 10
+    log = pd.DataFrame(
+        {
+            "step": steps,
+            "train_first_loss": [1.1, 1.1, 1.1, 1.1, 0.5, 0.1],
+            "delta_z_train_first": [0, 0.5, 0.5, 0.5, 0.5, 0.5],
+            "delta_z_train_first_batch": [0, 0, 0, 0.5, 0.5, 0.5],
+        }
+    )
+    his = logged_lead(log, 1.1, lead)
+    assert (his["log_delta_z_onset"], his["lead_log_shuffle"]) == (40, "batch")
+    older = logged_lead(log.drop(columns="delta_z_train_first_batch"), 1.1, lead)
+    assert (older["log_delta_z_onset"], older["lead_log_shuffle"]) == (20, "deranged")

@@ -71,6 +71,7 @@ TAU_COLUMNS = [
     "lead_log",
     "lead_fraction_log",
     "lead_log_measured",
+    "lead_log_shuffle",
     # the author's other training-log statistics: E12's transition (the running-mean L1 on
     # the training labels, which carry the label noise, first below the first-target
     # threshold) and E14's lag (first window below lag.fraction x the first window's L1)
@@ -239,14 +240,22 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) ->
     logged windows (`mbc.training.train_log`), loss onset = first window whose running-mean
     L1 < loss_onset_fraction * log K, z onset = first window whose delta_z (last batch's
     shuffled L1 - the running mean) > delta_z_onset nats; lead = loss onset - z onset,
-    fraction = lead / loss onset. Not measured (`lead_log_measured` false, every value None)
-    without a training log or when its trainer did not log the series."""
-    none = dict.fromkeys(["log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log"])
+    fraction = lead / loss onset. The shuffle is his (z from another example of the batch,
+    `delta_z_train_first_batch`) where the log has it, else ours (a wrong z of the group,
+    `delta_z_train_first`, logs written before his was): `lead_log_shuffle` says which.
+    Not measured (`lead_log_measured` false, every value None) without a training log or
+    when its trainer did not log the series."""
+    none = dict.fromkeys(
+        ["log_loss_onset", "log_delta_z_onset", "lead_log", "lead_fraction_log", "lead_log_shuffle"]
+    )
     if train_log is None or train_log.empty:
         return {**none, "lead_log_measured": False}
     t = train_log.sort_values("step")
     l1 = t["train_first_loss"].to_numpy(float)
-    dz = t["delta_z_train_first"].to_numpy(float)
+    shuffle, dz = "batch", t.get("delta_z_train_first_batch")
+    if dz is None or not np.isfinite(dz.to_numpy(float)).any():
+        shuffle, dz = "deranged", t["delta_z_train_first"]
+    dz = dz.to_numpy(float)
     if not np.isfinite(l1).any() or not np.isfinite(dz).any():
         return {**none, "lead_log_measured": False}
     steps = t["step"].to_numpy()
@@ -259,6 +268,7 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) ->
         "lead_log": lead,
         "lead_fraction_log": None if lead is None or not loss_onset else lead / loss_onset,
         "lead_log_measured": True,
+        "lead_log_shuffle": shuffle,
     }
 
 

@@ -13,7 +13,11 @@ import torch
 
 from mbc.training.packed import PackedRuns
 from mbc.training.record import Weights
-from mbc.training.train_log import sampled_batch_fn, shuffled_first_loss_fn
+from mbc.training.train_log import (
+    batch_shuffled_first_loss_fn,
+    sampled_batch_fn,
+    shuffled_first_loss_fn,
+)
 
 
 class PackView:
@@ -33,6 +37,11 @@ class PackView:
         )
         if self._shuffled is None:
             self.train_shuffled_first_loss = None  # the record logs NaN (no z to derange)
+        self._batch_shuffled = batch_shuffled_first_loss_fn(
+            pack.specs[r], dataset, pack.orders[r].indices, scratch
+        )
+        if self._batch_shuffled is None:
+            self.train_batch_shuffled_first_loss = None
         # the author's sampled evaluation (eval.sampled_groups), on the scratch model
         self._sampled = sampled_batch_fn(pack.specs[r], dataset, pack.device)
 
@@ -48,6 +57,12 @@ class PackView:
         current weights (`mbc.training.train_log`)."""
         self.scratch.load_state_dict(self.pack.weights(self.r))
         return self._shuffled(step)
+
+    def train_batch_shuffled_first_loss(self, step: int) -> float:
+        """The same batch's first-target loss with z shuffled across the batch, the
+        author's way (`mbc.training.train_log.shuffle_z_across_batch`)."""
+        self.scratch.load_state_dict(self.pack.weights(self.r))
+        return self._batch_shuffled(step)
 
     def keep(self) -> Weights:
         return self.pack.weights(self.r)

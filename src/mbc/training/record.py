@@ -228,6 +228,13 @@ class RunRecord:
         window = self._windows.close(step, getattr(view, "train_shuffled_first_loss", None))
         if window is None:
             return
+        # the author's own shuffle beside ours, where ours was taken (a running mean exists)
+        batch_shuffled = getattr(view, "train_batch_shuffled_first_loss", None)
+        window["train_first_batch_shuffled_loss"] = (
+            batch_shuffled(step)
+            if batch_shuffled is not None and math.isfinite(window["train_first_shuffled_loss"])
+            else math.nan
+        )
         sampled = getattr(view, "evaluate_sampled", None)
         if self.spec.eval.sampled_groups and sampled is not None:  # the author's evaluation (E6)
             window["candidate_loss_sampled"] = sampled(step)

@@ -37,9 +37,12 @@ COLUMNS = [
     "train_first_loss",
     "train_first_shuffled_loss",
     "delta_z_train_first",
+    # his own shuffle: each example gets the z of another example of the batch
+    "train_first_batch_shuffled_loss",
+    "delta_z_train_first_batch",
     "candidate_loss_sampled",
 ]
-DERIVED = ("delta_z_train_first",)
+DERIVED = ("delta_z_train_first", "delta_z_train_first_batch")
 FILE = TRAIN_LOG  # beside metrics.csv (mbc.core.layout)
 
 
@@ -106,6 +109,44 @@ def shuffled_first_loss_fn(
     return loss
 
 
+def shuffle_z_across_batch(
+    tokens: torch.Tensor, z_positions: list[int], rng: np.random.Generator
+) -> torch.Tensor:
+    """The author's z-shuffle (his trainer's `shuffle_z_in_batch`): every sequence takes the z
+    of another sequence of the batch, by a permutation whose fixed points are each swapped
+    with the next element. Where selectors are shared across groups, about 1/K of the
+    sequences get their own z back (another example with the same z); a derangement of
+    selectors (`derange_selectors`, ours) never gives one back."""
+    n = tokens.shape[0]
+    perm = rng.permutation(n)
+    for i in range(n):  # as his loop does, in order (a later swap can undo an earlier fix)
+        if perm[i] == i:
+            j = (i + 1) % n
+            perm[i], perm[j] = perm[j], perm[i]
+    out = tokens.clone()
+    out[:, z_positions] = tokens[torch.as_tensor(perm)][:, z_positions]
+    return out
+
+
+def batch_shuffled_first_loss_fn(
+    spec: RunSpec, dataset: Dataset, indices: Callable[[int], torch.Tensor], model
+) -> Callable[[int], float] | None:
+    """step -> L1 of the training batch of `step` with z shuffled across the batch, his
+    way (`shuffle_z_across_batch`), at `model`'s current weights; None where the task has no
+    selector to shuffle. Its draw is a pure function of (seed, step), apart from ours."""
+    if spec.task.direction != "bz_to_a":
+        return None
+    device = next(model.parameters()).device
+    positions = list(spec.task.z_positions)
+
+    def loss(step: int) -> float:
+        rng = np.random.default_rng([stream_seed(spec.seed, STREAM_WINDOW), step, 1])
+        seqs = shuffle_z_across_batch(dataset.tokens[indices(step).cpu()], positions, rng)
+        return first_target_loss(model, seqs.to(device))
+
+    return loss
+
+
 def sampled_contexts(task: TaskSpec, n_groups: int, step: int) -> torch.Tensor:
     """The author's evaluation draw at `step` (spec: `random.Random(step)`): `n_groups`
     groups sampled without replacement, one random z (example) of each. A pure function
@@ -142,8 +183,10 @@ def table(rows: list[dict]) -> pd.DataFrame:
         {
             "train_first_loss": float,
             "train_first_shuffled_loss": float,
+            "train_first_batch_shuffled_loss": float,
             "candidate_loss_sampled": float,
         }
     )
     ev["delta_z_train_first"] = ev["train_first_shuffled_loss"] - ev["train_first_loss"]
+    ev["delta_z_train_first_batch"] = ev["train_first_batch_shuffled_loss"] - ev["train_first_loss"]
     return ev.reset_index(drop=True)[COLUMNS]
