@@ -15,7 +15,8 @@ from torch import nn
 
 from mbc.core.sections import Dip, Lag, Lead, Plateau, Summary, Transition
 from mbc.core.spec import B_LEN, VOCAB, EvalSpec, TaskSpec, TrainSpec
-from mbc.diagnostics.summary import TAU_COLUMNS, logged_statistics
+from mbc.diagnostics.logged import logged_statistics
+from mbc.diagnostics.summary import TAU_COLUMNS
 from mbc.training import train_log
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate, make_eval_batch

@@ -185,7 +185,7 @@ def test_author_statistics_first_target_tau_window_and_lead():
 def test_dip_duration_is_log_k_dip_to_half_a_nat():
     """E11's duration (the author's): first L_cand < log K -> first L_cand < 0.5 nats, an
     absolute threshold, on a planted series whose steps are known."""
-    from mbc.diagnostics.summary import dip_duration
+    from mbc.diagnostics.series import dip_duration
 
     lk = math.log(20)  # 3.0 nats
     steps = np.arange(0, 1001, 50)
@@ -212,7 +212,7 @@ def test_dip_duration_is_log_k_dip_to_half_a_nat():
 def test_logged_lead_on_a_planted_running_mean_series():
     """The author's lead from the training log: onsets read on the windows' running-mean L1
     and on (last batch's shuffled L1 - running mean), by hand."""
-    from mbc.diagnostics.summary import logged_lead
+    from mbc.diagnostics.logged import logged_lead
 
     lk = math.log(10)
     lead_cfg = Lead(delta_z_onset=0.1, loss_onset_fraction=0.9)

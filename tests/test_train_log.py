@@ -181,7 +181,7 @@ def test_with_shared_selectors_about_one_in_k_get_their_own_z_back_his_way_never
 
 def test_a_run_logs_his_shuffle_beside_ours_and_the_logged_lead_reads_his(tmp_path):
     from mbc.core.sections import Lead
-    from mbc.diagnostics.summary import logged_lead
+    from mbc.diagnostics.logged import logged_lead
 
     spec = tiny_spec()
     ds = build_dataset(spec.task, spec.seed)
@@ -207,3 +207,8 @@ def test_a_run_logs_his_shuffle_beside_ours_and_the_logged_lead_reads_his(tmp_pa
     assert (his["log_delta_z_onset"], his["lead_log_shuffle"]) == (40, "batch")
     older = logged_lead(log.drop(columns="delta_z_train_first_batch"), 1.1, lead)
     assert (older["log_delta_z_onset"], older["lead_log_shuffle"]) == (20, "deranged")
+    # resumed under the new trainer: his series only from step 30, after his gap opened at
+    # 20; reading it would move the onset to 30, so ours is read, and said
+    partly = log.assign(delta_z_train_first_batch=[np.nan, np.nan, 0.5, 0.5, 0.5, 0.5])
+    mixed = logged_lead(partly, 1.1, lead)
+    assert (mixed["log_delta_z_onset"], mixed["lead_log_shuffle"]) == (20, "deranged")

@@ -1,6 +1,6 @@
 """The plateau's height under other window ends (docs/method.md#plateau-height): how much of the
 summaries' plateau height depends on where its window ends. The summaries' own window is
-`mbc.diagnostics.summary.plateau`; this table repeats it run by run."""
+`mbc.diagnostics.series.plateau`; this table repeats it run by run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from mbc.core.sections import PlateauSensitivity, Summary
-from mbc.diagnostics.summary import plateau, z_usage_onset
+from mbc.diagnostics.series import plateau, z_usage_onset
 
 PLATEAU_SENSITIVITY_COLUMNS = [
     "experiment",

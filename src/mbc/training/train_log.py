@@ -119,7 +119,7 @@ def shuffle_z_across_batch(
     selectors (`derange_selectors`, ours) never gives one back."""
     n = tokens.shape[0]
     perm = rng.permutation(n)
-    for i in range(n):  # as his loop does, in order (a later swap can undo an earlier fix)
+    for i in range(n):  # as his loop does (for n >= 2 no fixed point is left)
         if perm[i] == i:
             j = (i + 1) % n
             perm[i], perm[j] = perm[j], perm[i]
