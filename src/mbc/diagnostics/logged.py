@@ -13,6 +13,22 @@ from mbc.core.crossing import first_crossing
 from mbc.core.sections import Lead, Summary
 from mbc.diagnostics.series import DIP_COLUMNS, dip_duration, transition_window, z_usage_onset
 
+# `logged_statistics` of a log without its series (or a summary written before one existed)
+NOT_MEASURED: dict = {
+    "first_target_tau_log": None,
+    "first_target_log_censored": False,
+    "lag_step": None,
+    "lag_censored": False,
+    "tau_sampled": None,
+    "tau_sampled_censored": False,
+    "transition_start_sampled": None,
+    "transition_end_sampled": None,
+    "transition_duration_sampled": None,
+    "transition_sampled_censored": False,
+    **{f"{c}_sampled": None for c in DIP_COLUMNS},
+    "dip_censored_sampled": False,
+}
+
 
 def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) -> dict:
     """The author's lead (his posthoc script over the training log, spec section 7): on the
@@ -68,21 +84,8 @@ def logged_statistics(
     (diagnostics.transition's marks; no duration where no evaluation before t_end lies above
     the start mark, as his script drops such a run) and E11's dip duration (`dip_duration`,
     suffix _sampled).
-    A log without the series leaves each statistic None and not censored."""
-    out: dict = {
-        "first_target_tau_log": None,
-        "first_target_log_censored": False,
-        "lag_step": None,
-        "lag_censored": False,
-        "tau_sampled": None,
-        "tau_sampled_censored": False,
-        "transition_start_sampled": None,
-        "transition_end_sampled": None,
-        "transition_duration_sampled": None,
-        "transition_sampled_censored": False,
-        **{f"{c}_sampled": None for c in DIP_COLUMNS},
-        "dip_censored_sampled": False,
-    }
+    A log without the series leaves each statistic None and not censored (`NOT_MEASURED`)."""
+    out = dict(NOT_MEASURED)
     if train_log is None or train_log.empty:
         return out
     t = train_log.sort_values("step")
@@ -99,9 +102,10 @@ def logged_statistics(
             lag_censored=lag is None,
         )
     sampled = t.get("candidate_loss_sampled")
-    if sampled is not None and np.isfinite(sampled.to_numpy(float)).any():
-        ok = np.isfinite(sampled.to_numpy(float))
-        s_steps, lc = steps[ok], sampled.to_numpy(float)[ok]
+    sampled = np.full(len(t), np.nan) if sampled is None else sampled.to_numpy(float)
+    ok = np.isfinite(sampled)
+    if ok.any():
+        s_steps, lc = steps[ok], sampled[ok]
         win = diag.transition
         start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
         tau_sampled = first_crossing(s_steps, lc, threshold * log_k)

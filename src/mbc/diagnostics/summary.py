@@ -22,7 +22,7 @@ from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
 from mbc.core.sections import Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
-from mbc.diagnostics.logged import logged_lead, logged_statistics
+from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics
 from mbc.diagnostics.series import (
     DIP_COLUMNS,
     dip_duration,
@@ -274,21 +274,7 @@ def tau_table(runs: list[Run], summaries: dict[str, dict]) -> pd.DataFrame:
     """One row per (experiment, run): results/tau.csv."""
     # a summary written before divergence, or a statistic of the author's, was recorded:
     # not diverged, and that statistic not measured (not censored: a fit leaves it out)
-    old = {
-        "status": None,
-        "diverged": False,
-        "diverged_step": None,
-        **dict.fromkeys(
-            (
-                "first_target_log_censored",
-                "lag_censored",
-                "tau_sampled_censored",
-                "transition_sampled_censored",
-                "dip_censored_sampled",
-            ),
-            False,
-        ),
-    }
+    old = {"status": None, "diverged": False, "diverged_step": None, **NOT_MEASURED}
     rows = [{**run_columns(r), **old, **summaries[r.run_id]} for r in runs]
     df = pd.DataFrame(rows, columns=TAU_COLUMNS)
     df["status"] = df["status"].fillna(df["censored"].map(lambda c: "censored" if c else "crossed"))

@@ -90,23 +90,37 @@ class TrainWindows:
         }
 
 
-def shuffled_first_loss_fn(
-    spec: RunSpec, dataset: Dataset, indices: Callable[[int], torch.Tensor], model
+def _shuffled_first_loss_fn(
+    spec: RunSpec,
+    indices: Callable[[int], torch.Tensor],
+    model,
+    shuffle: Callable[[torch.Tensor, np.random.Generator], torch.Tensor],
+    stream: tuple[int, ...],
 ) -> Callable[[int], float] | None:
-    """step -> L1 of the training batch of `step` (`indices(step)`, its dataset rows) with
-    every z deranged, at `model`'s current weights; None where the task has no selector to
-    derange. The derangement's draw is a pure function of (seed, step)."""
+    """step -> L1 of the training batch of `step` (`indices(step)`, its dataset rows) with its
+    z replaced by `shuffle(rows, rng)`, at `model`'s current weights; None where the task has
+    no selector. The draw is a pure function of (seed, step, *stream)."""
     if spec.task.direction != "bz_to_a":
         return None
     device = next(model.parameters()).device
 
     def loss(step: int) -> float:
-        rng = np.random.default_rng([stream_seed(spec.seed, STREAM_WINDOW), step])
-        examples = indices(step).cpu()
-        seqs = derange_selectors(dataset, examples, rng, tokens=dataset.tokens)
-        return first_target_loss(model, seqs.to(device))
+        rng = np.random.default_rng([stream_seed(spec.seed, STREAM_WINDOW), step, *stream])
+        return first_target_loss(model, shuffle(indices(step).cpu(), rng).to(device))
 
     return loss
+
+
+def shuffled_first_loss_fn(
+    spec: RunSpec, dataset: Dataset, indices: Callable[[int], torch.Tensor], model
+) -> Callable[[int], float] | None:
+    """step -> L1 of the training batch of `step` with every z deranged (ours), at `model`'s
+    current weights; None where the task has no selector to derange."""
+
+    def derange(rows: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        return derange_selectors(dataset, rows, rng, tokens=dataset.tokens)
+
+    return _shuffled_first_loss_fn(spec, indices, model, derange, ())
 
 
 def shuffle_z_across_batch(
@@ -133,18 +147,13 @@ def batch_shuffled_first_loss_fn(
 ) -> Callable[[int], float] | None:
     """step -> L1 of the training batch of `step` with z shuffled across the batch, his
     way (`shuffle_z_across_batch`), at `model`'s current weights; None where the task has no
-    selector to shuffle. Its draw is a pure function of (seed, step), apart from ours."""
-    if spec.task.direction != "bz_to_a":
-        return None
-    device = next(model.parameters()).device
+    selector to shuffle. Its draw is apart from ours (its own stream)."""
     positions = list(spec.task.z_positions)
 
-    def loss(step: int) -> float:
-        rng = np.random.default_rng([stream_seed(spec.seed, STREAM_WINDOW), step, 1])
-        seqs = shuffle_z_across_batch(dataset.tokens[indices(step).cpu()], positions, rng)
-        return first_target_loss(model, seqs.to(device))
+    def across_batch(rows: torch.Tensor, rng: np.random.Generator) -> torch.Tensor:
+        return shuffle_z_across_batch(dataset.tokens[rows], positions, rng)
 
-    return loss
+    return _shuffled_first_loss_fn(spec, indices, model, across_batch, (1,))
 
 
 def sampled_contexts(task: TaskSpec, n_groups: int, step: int) -> torch.Tensor:
