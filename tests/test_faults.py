@@ -915,6 +915,41 @@ def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_hav
     assert scan([files], []) == [], "an outdir from before sidecars"
 
 
+def test_a_trained_run_whose_later_links_are_still_to_come_is_no_finding(tmp_path):
+    """A long run stopped and resumed: a trained run whose summary.json (or a diagnostic)
+    its jobs have not built yet is no damage before the aggregated tables exist (they want
+    it: Snakemake builds it), so the start-up neither says "repair" nor plans again. Once a
+    table exists, the same absence is a finding (the table may be up to date without it)."""
+    from mbc.core.artifacts import write_csv_atomic, write_json_atomic
+    from mbc.core.integrity import RunFiles, scan
+
+    run = tmp_path / "runs" / "r"
+    dataset = tmp_path / "datasets" / "d.pt"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"a dataset")
+    diag = tmp_path / "diagnostics" / "hessian" / "r.csv"
+    files = RunFiles(
+        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json", [diag]
+    )
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    tau = tmp_path / "tau.csv"
+    assert scan([files], [tau]) == [], "trained, not summarised yet"
+    write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
+    assert scan([files], [tau]) == [], "summarised, its diagnostic still to come"
+    write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"]}))
+    (found,) = scan([files], [tau])
+    assert (found.path, found.level, found.corrupt) == (diag, 3, False)
+    files.summary.unlink()
+    (found,) = scan([files], [tau])
+    assert (found.path, found.level, found.corrupt) == (files.summary, 2, False)
+    tau.unlink()
+    diag.parent.mkdir(parents=True)
+    write_csv_atomic(diag, pd.DataFrame({"step": [10]}))
+    (found,) = scan([files], [tau])
+    assert (found.path, found.level) == (files.summary, 2), "a diagnostic without its summary"
+
+
 def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monkeypatch, capsys):
     """flock refused by the file system (ENOLCK on some network mounts): the run trains and
     the start-up goes on, each saying in one line that a second writer is not refused

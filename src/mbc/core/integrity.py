@@ -103,7 +103,10 @@ def scan(
     runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
 ) -> list[Finding]:
     """The first broken link of every run that should be complete: one whose aggregated
-    tables exist, or that has any file of its own."""
+    tables exist, or that has any file of its own. Before the aggregated tables exist, a
+    later link merely absent with nothing built from it (a trained run whose summary or a
+    diagnostic is still to come, as in a long run stopped and resumed) is no finding: the
+    tables' jobs build it, and a repair there would only plan the jobs again."""
     tables_exist = any(p.exists() for p in aggregates)
     checked_datasets: dict[Path, Finding | None] = {}
     out = []
@@ -149,15 +152,16 @@ def scan(
             out.append(snap)
             continue
         if not f.summary.is_file():
-            out.append(Finding(f.run_id, 2, f.summary, "missing", False))
-            continue
+            if tables_exist or any(p.exists() for p in f.diagnostics):
+                out.append(Finding(f.run_id, 2, f.summary, "missing", False))
+            continue  # else trained, not summarised yet: the tables' jobs build it
         if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary]):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
-        if gone is not None:
+        if gone is not None and tables_exist:  # (no tables yet: not built yet, as above)
             out.append(Finding(f.run_id, 3, gone, "missing", False))
-        elif (bad := _altered(f, 3, f.diagnostics)) is not None:
+        elif (bad := _altered(f, 3, [p for p in f.diagnostics if p.is_file()])) is not None:
             out.append(bad)
     return out
 
