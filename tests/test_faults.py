@@ -575,7 +575,7 @@ def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkey
     """latexmk writes paths as bytes (a non-Latin outdir in Latin-1, say): its output was
     decoded as UTF-8 and the paper job died in a UnicodeDecodeError; now its failure is
     reported with the output, undecodable bytes replaced."""
-    from mbc import pipeline
+    from mbc import pipeline_report
 
     fake = tmp_path / "bin" / "latexmk"
     fake.parent.mkdir()
@@ -583,7 +583,7 @@ def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkey
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     with pytest.raises(RuntimeError, match="latexmk failed \\(12\\)") as exc:
-        pipeline.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
+        pipeline_report.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
     assert "cannot open /tmp/r\ufffdsultats/main.tex" in str(exc.value)
 
 
@@ -740,7 +740,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
     removed after (it was a FileNotFoundError traceback from tempfile)."""
     import tempfile
 
-    from mbc import pipeline
+    from mbc import pipeline_report
 
     fake = tmp_path / "bin" / "latexmk"
     fake.parent.mkdir()
@@ -752,7 +752,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setattr(tempfile, "tempdir", "/sys/kernel/mbc-test-tmp")
     pdf = tmp_path / "paper" / "main.pdf"
-    pipeline.compile_paper(tmp_path / "main.tex", [], pdf)
+    pipeline_report.compile_paper(tmp_path / "main.tex", [], pdf)
     assert pdf.read_text() == "pdf\n" and sorted(p.name for p in pdf.parent.iterdir()) == [
         "main.log",
         "main.pdf",
@@ -1124,13 +1124,15 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
 
 
 def test_every_derived_table_records_what_it_was_built_from():
-    """Every table `mbc.pipeline` writes from other files (a run's summary, its diagnostics,
-    every aggregated table) is written inside `built_from` its inputs, so that its sidecar
-    names them; only a pack's manifest (a source: what its training did) is not."""
+    """Every table `mbc.pipeline` and `mbc.pipeline_report` write from other files (a run's
+    summary, its diagnostics, every aggregated table, the fits and verdicts) is written
+    inside `built_from` its inputs, so that its sidecar names them; only a pack's manifest
+    (a source: what its training did) is not."""
     import ast
 
     writes = {"write_csv_atomic", "write_json_atomic"}
-    tree = ast.parse((REPO / "src" / "mbc" / "pipeline.py").read_text())
+    modules = [REPO / "src" / "mbc" / f"{m}.py" for m in ("pipeline", "pipeline_report")]
+    tree = ast.Module([n for m in modules for n in ast.parse(m.read_text()).body], [])
 
     def calls(node, names):
         return [

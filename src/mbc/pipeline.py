@@ -1,4 +1,7 @@
-"""The package functions that rule scripts call: one per rule, typed arguments, paths in/out.
+"""The package functions that rule scripts call up to the aggregated tables (datasets,
+training, a run's summary and diagnostics, the tables stacked): one per rule, typed
+arguments, paths in/out. From the aggregated tables on (fits, verdicts, the paper):
+`mbc.pipeline_report`.
 
 Each function reads its inputs, calls the science modules and writes its outputs
 atomically; a table derived from other files is written inside `built_from` them, so that
@@ -9,18 +12,12 @@ imports Snakemake.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from mbc.analysis.fit_tables import fit_table, threshold_table
-from mbc.analysis.hypotheses import evaluate_hypotheses
-from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
-from mbc.analysis.scorecard import scorecard
-from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import (
     CorruptArtifactError,
     built_from,
@@ -33,33 +30,26 @@ from mbc.core.artifacts import (
     write_csv_atomic,
     write_json_atomic,
     write_sidecar_sha256,
-    write_text_atomic,
 )
 from mbc.core.config import Run
-from mbc.core.frozen import thaw
 from mbc.core.layout import RunPaths
-from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
 from mbc.core.rule_log import console
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.sections import (
-    Bootstrap,
     CollectiveDiagnostic,
-    Fits,
     HessianDiagnostic,
     PlateauSensitivity,
     RoutingDiagnostic,
-    Statistics,
     Summary,
 )
 from mbc.core.spec import RunSpec, TaskSpec, dataset_id, grid_rows
 from mbc.diagnostics.collective import (
-    SUMMARY_COLUMNS,
     collective_tables,
     group_accuracy,
     sample_groups,
 )
 from mbc.diagnostics.hessian import checkpoint_estimates, checkpoint_rows
-from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, read_hessian
+from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, READERS
 from mbc.diagnostics.plateau_sensitivity import plateau_sensitivity
 from mbc.diagnostics.routing import (
     ABLATION_COLUMNS,
@@ -70,21 +60,6 @@ from mbc.diagnostics.routing import (
     top_head,
 )
 from mbc.diagnostics.summary import summarize_run, tau_table
-from mbc.paper import outcome
-from mbc.paper.latexmk import run_latexmk
-from mbc.paper.report import (
-    definitions_table,
-    fits_table,
-    hypotheses_table,
-    init_comparison_tex,
-    init_scale_tex,
-    numbers,
-    numbers_file,
-    robustness_numbers,
-    robustness_tex,
-    scorecard_table,
-    statistic_macros,
-)
 from mbc.training import train as trainer
 from mbc.training import train_log
 from mbc.training.compile_cache import use_outdir_compile_cache
@@ -346,10 +321,6 @@ def diagnose_hessian(
         write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
 
 
-# a table whose files may be in an older layout: read through its converter
-READERS = {"hessian": read_hessian}
-
-
 def concat_tables(paths: list, out_path, table: str = "") -> None:
     """Stack per-run tidy tables (of `table`: `READERS`) into one (empty per-run tables
     contribute nothing)."""
@@ -363,125 +334,6 @@ def concat_tables(paths: list, out_path, table: str = "") -> None:
     with built_from(paths):
         write_csv_atomic(out_path, df)
     print(f"{out_path}: {len(df)} rows from {len(paths)} files")
-
-
-def make_fits(
-    fits: Fits,
-    boot: Bootstrap,
-    diverged: str,
-    tau_path,
-    hessian_path,
-    metrics_path,
-    out_fits,
-    out_threshold,
-    grid: dict[str, int] | None = None,
-) -> None:
-    """fits.csv and E4's threshold_sensitivity.csv (its taus from the grid rows, like tau.csv's:
-    grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`). diverged: config
-    `diverged` (`Config.diverged`)."""
-    tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
-    hess = read_hessian(hessian_path)
-    metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
-    metrics = grid_rows(metrics, grid or {})
-    table = fit_table(fits.declared, tau, hess, boot, fits.differences, diverged)
-    threshold = threshold_table(fits.threshold_sensitivity, tau, metrics, boot, diverged)
-    with built_from([tau_path, hessian_path, metrics_path]):
-        write_csv_atomic(out_fits, table)
-        write_csv_atomic(out_threshold, threshold)
-    print(table.to_string())
-
-
-# ---- verdicts, scorecard and the paper's generated inputs ------------------------------
-
-
-def make_statistics(
-    declared: Statistics, boot: Bootstrap, diverged: str, paths: dict, out_path
-) -> None:
-    """statistics.csv: the fits' rows, then config `statistics` in its order."""
-    t = {k: READERS.get(k, read_csv_checked)(p) for k, p in paths.items()}
-    for name, cols in (
-        ("collective_summary", SUMMARY_COLUMNS),
-        ("routing_ablation", ABLATION_COLUMNS),
-        ("hessian", HESSIAN_COLUMNS),
-    ):
-        if t[name].empty:
-            t[name] = pd.DataFrame(columns=cols)
-    df = compute_statistics(
-        t["tau"],
-        t["fits"],
-        t["collective_summary"],
-        t["routing_ablation"],
-        t["hessian"],
-        boot,
-        declared,
-        diverged,
-    )
-    with built_from(paths.values()):
-        write_csv_atomic(out_path, df)
-    print(df.to_string())
-
-
-def make_hypotheses(hypotheses: Hypotheses, statistics_path, out_path) -> None:
-    table = evaluate_hypotheses(hypotheses, read_csv_checked(statistics_path, required=["name"]))
-    with built_from([statistics_path]):
-        write_csv_atomic(out_path, table)
-    print(table.drop_duplicates("id")[["id", "verdict"]].to_string(index=False))
-
-
-def make_robustness(
-    cfg: Robustness,
-    claims: Sequence[ScorecardRow],
-    boot: Bootstrap,
-    diverged: str,
-    tau_path,
-    statistics_path,
-    out: dict,
-) -> None:
-    """E15 (docs/method.md#e15): the init-scale sweep, the default-vs-alternative init
-    comparison (config `robustness`) and the verdicts of the scorecard's claims of our own
-    (`claims`: the pre-registered statements, `Scorecard.ours`)."""
-    tau = read_csv_checked(tau_path, required=["run_id", "experiment", "init", "init_std"])
-    stats = read_csv_checked(statistics_path, required=["name", "value", "ci_low", "ci_high"])
-    table = robustness_table(claims, stats)
-    with built_from([tau_path, statistics_path]):
-        write_csv_atomic(out["init_scale"], init_scale_table(tau, cfg.sweep, boot, diverged))
-        write_csv_atomic(out["init_comparison"], comparison_table(thaw(cfg.compare), stats))
-        write_csv_atomic(out["robustness"], table)
-    print(table[["id", "statistic", "value", "ci_low", "ci_high", "verdict"]].to_string())
-
-
-def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
-    card = scorecard(card_cfg.rows, read_csv_checked(statistics_path, required=["name"]))
-    with built_from([statistics_path]):
-        write_csv_atomic(out_csv, card)
-    print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
-
-
-def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
-    """The paper's generated inputs: tables, and numbers.tex from config `report.macros`
-    and the report's counts; config `labels` (`report.labels`) names the statistics."""
-    labels = report.label_map()
-    t = {k: read_csv_checked(p) for k, p in paths.items()}
-    write_text_atomic(out["fits"], fits_table(t["fits"], labels))
-    write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
-    write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
-    write_text_atomic(out["definitions"], definitions_table(t["scorecard"]))
-    write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
-    write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
-    write_text_atomic(out["robustness"], robustness_tex(t["robustness"], labels))
-    values = numbers(preset, t["tau"], t["hypotheses"], t["scorecard"])
-    values.update(statistic_macros(report.macros, t["statistics"]))
-    values.update(robustness_numbers(t["robustness"], t["init_scale"], t["tau"]))
-    write_text_atomic(out["numbers"], numbers_file(values))
-    card, hyp = t["scorecard"], t["hypotheses"]
-    write_text_atomic(out["abstract"], outcome.abstract(card, hyp))
-    write_text_atomic(out["explanations"], outcome.explanations(card, hyp))
-    write_text_atomic(out["conclusion"], outcome.conclusion(card, hyp, t["robustness"]))
-
-
-def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
-    """The paper's PDF (`mbc.paper.latexmk`)."""
-    run_latexmk(tex_path, texinputs, out_pdf)
 
 
 def make_routing_heads(attention_path, ablation_path, out_path) -> None:

@@ -1,5 +1,5 @@
 from mbc.core.rule_log import logged
-from mbc.pipeline import make_robustness
+from mbc.pipeline_report import make_robustness
 
 with logged(snakemake.log[0]):
     make_robustness(

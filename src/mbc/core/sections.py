@@ -3,8 +3,8 @@ them once, after the schema check): `bootstrap`; `diagnostics` (the definitions 
 summary reads, and the post-hoc collective, routing and hessian diagnostics); `fits` (with
 `fit_differences` and `threshold_sensitivity`); `statistics`; `plateau_sensitivity`; and,
 from `mbc.core.report_sections`, `scorecard`, `hypotheses`, `robustness`, `report` and
-`figures`. `mbc.pipeline` and `mbc.paper.figures` take these, not the config's dicts.
-Mappings kept as written are `mbc.core.frozen.Frozen`.
+`figures`. `mbc.pipeline`, `mbc.pipeline_report` and `mbc.paper.figures` take these, not
+the config's dicts. Mappings kept as written are `mbc.core.frozen.Frozen`.
 """
 
 from __future__ import annotations

@@ -58,6 +58,11 @@ def read_hessian(path: str | os.PathLike) -> pd.DataFrame:
     return long_table(read_csv_checked(path))
 
 
+# aggregated table -> its reader, for a table whose files may be in an older layout (read
+# through its converter); any other table: read_csv_checked
+READERS = {"hessian": read_hessian}
+
+
 def of_method(df: pd.DataFrame, method: str) -> pd.DataFrame:
     """The rows of one estimator."""
     return df[df["method"] == method]
