@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from mbc.analysis.hypotheses import combine, decide, evaluate_hypotheses, verdicts
-from mbc.analysis.scorecard import agreement, scorecard
+from mbc.analysis.scorecard import agreement, scorecard, tolerance_text
 from mbc.analysis.stats import COLUMNS as STATISTICS_COLUMNS
 from mbc.core.report_sections import Hypotheses, Scorecard
 
@@ -111,6 +111,14 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
     assert agreement(7.0, 6, 8, {"value": 3.6}, {"factor": 2.0}) == "agree"
     assert agreement(8.0, 6, 9, {"value": 3.6}, {"factor": 2.0}) == "disagree"
     assert agreement(800, 700, 900, {"range": [500, 1000]}, {"factor": 1.0}) == "agree"
+    assert agreement(0.96, 0.86, 1.05, {"range": [1.7, 4.4]}, {"factor": 1.0}) == "disagree"
+    assert agreement(300, 200, 400, {"range": [500, 1000]}, {"factor": 2.0}) == "agree"
+    assert agreement(240, 200, 400, {"range": [500, 1000]}, {"factor": 2.0}) == "disagree"
+    # each rule printed as it is applied: a factor on a range widens the range
+    assert tolerance_text({"factor": 1.0}, {"range": [1.7, 4.4]}) == "inside the range"
+    assert tolerance_text({"factor": 2.0}, {"range": [500, 1000]}) == "inside the range widened x2"
+    assert tolerance_text({"factor": 2.0}, {"value": 3.6}) == "within x2"
+    assert tolerance_text({"abs": 0.1}, {"value": 1.0}) == "abs 0.1 or reference in CI"
     assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "not measured"
     # every configured row is computed from statistics: no statistic, no measurement
     card = scorecard(CARD, stats_for({}))

@@ -146,6 +146,7 @@ def test_a_stale_report_says_so_first(measured):
     assert "defaults changed: eval.every 500 -> 250" in _flat(block)
     # test_measured asks the README to name a STALE file by its path
     assert "measured/paper_cpu/STALE" in block
+    assert "the report (of the previous configuration: STALE):" in _flat(block), "its PDF too"
 
 
 def test_check_fails_on_drift_and_the_command_repairs_it(measured, tmp_path, capsys):

@@ -65,7 +65,7 @@ def scorecard_md(cfg: Config) -> str:
         traced = ref["traced"] + (" (note)" if ref.get("note") else "")
         out.append(
             f"| {cell(claim)} | {code(row.statistic)} | {code(row.ours)} | "
-            f"{cell(reference_text(ref))} | {traced} | {cell(tolerance_text(row.rule()))} |"
+            f"{cell(reference_text(ref))} | {traced} | {cell(tolerance_text(row.rule(), ref))} |"
         )
         if ref.get("note"):
             notes.append(f"- {row.claim}: {ref['note']}.")

@@ -171,7 +171,8 @@ def render(measured: Path, config: Path, link: str) -> str:
     out += _prose(
         f"Measured by the `{measured.name}` preset"
         + (f" ({runs} runs)" if runs else "")
-        + f"; the report: [`{link}/main.pdf`]({link}/main.pdf), how and where it was trained: "
+        + f"; the report{' (of the previous configuration: STALE)' if stale.is_file() else ''}: "
+        f"[`{link}/main.pdf`]({link}/main.pdf), how and where it was trained: "
         f"[`{link}/PROVENANCE`]({link}/PROVENANCE)."
     )
     out += _prose(

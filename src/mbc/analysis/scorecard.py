@@ -124,8 +124,12 @@ def reference_text(ref: dict) -> str:
     return s
 
 
-def tolerance_text(rule: dict) -> str:
-    """An agreement rule as the scorecard prints it."""
+def tolerance_text(rule: dict, ref: dict | None = None) -> str:
+    """An agreement rule as the scorecard prints it (`ref`: the reference it is applied to,
+    which says whether a factor widens a range)."""
+    if ref is not None and "range" in ref:
+        f = rule.get("factor", 1.0)
+        return "inside the range" if f == 1 else f"inside the range widened x{f:g}"
     if "within" in rule:
         return f"whole CI within +/- {rule['within']:g}"
     if rule.get("sign"):
@@ -178,7 +182,7 @@ def scorecard(rows_cfg: Sequence[ScorecardRow], statistics: pd.DataFrame) -> pd.
                     "n": cnt,
                     "n_diverged": nd,
                     "paper_reference": reference_text(ref),
-                    "tolerance": tolerance_text(rule),
+                    "tolerance": tolerance_text(rule, ref),
                     "agreement": agree,
                     "ours_statistic": o,
                     "ours_measured": om,
