@@ -366,3 +366,88 @@ def test_a_summary_written_before_the_sampled_tau_is_not_measured_not_censored()
     tau = tau_table([Run("E1", new), Run("E1", older)], summaries)
     assert tau["tau_sampled_censored"].tolist() == [False, False]
     assert tau["tau_sampled"].isna().tolist() == [False, True]
+
+
+def _sampled_curve(tau_at_half: int, k: int, steps: np.ndarray) -> pd.DataFrame:
+    """A sampled series falling linearly in time from log K at step 0, through 0.5 log K at
+    `tau_at_half`: below f log K first at the first step after (1 - f) / 0.5 x tau_at_half."""
+    lk = math.log(k)
+    frac = np.clip(1.0 - 0.5 * steps / tau_at_half, 0.0, 1.0)
+    return pd.DataFrame({"step": steps, "candidate_loss_sampled": frac * lk})
+
+
+def test_e4_reads_the_sampled_tau_at_every_threshold_with_tau_csvs_bound():
+    """E4 on the author's evaluation: each run's sampled series re-read at another
+    threshold; a run that never crosses is bounded only where it ran its budget, one
+    without the series is neither measured nor censored."""
+    from mbc.analysis.fit_tables import retau_sampled
+
+    steps = np.arange(0, 2001, 50)
+    tau = pd.DataFrame(
+        {
+            "run_id": ["a", "never_full", "never_stopped", "no_log"],
+            "k": [20, 20, 20, 20],
+            "steps": [2000, 2000, 900, 2000],
+            "train.max_steps": [2000, 2000, 2000, 2000],
+        }
+    )
+    flat = pd.DataFrame({"step": steps, "candidate_loss_sampled": LOG_K})
+    logs = {
+        "a": _sampled_curve(1000, 20, steps),
+        "never_full": flat,
+        "never_stopped": flat[flat.step <= 900],
+    }
+    at_half = retau_sampled(tau, logs, 0.5)
+    # 0.5 log K reached exactly at 1000: "below" is strict, so the next evaluation
+    assert at_half.tau_sampled.tolist()[0] == 1050
+    assert retau_sampled(tau, logs, 0.3).tau_sampled.tolist()[0] == 1450  # 0.3 at 1400
+    assert retau_sampled(tau, logs, 0.7).tau_sampled.tolist()[0] == 650  # 0.7 at 600
+    assert at_half.tau_sampled_censored.tolist() == [False, True, True, False]
+    bound = at_half.tau_sampled_bound.tolist()
+    assert bound[1] == 2000 and pd.isna(bound[2]) and pd.isna(bound[3])
+    assert pd.isna(at_half.tau_sampled.tolist()[3]), "no series: not measured"
+
+
+def test_e4s_sampled_sweep_recovers_a_planted_d_law_beside_ours():
+    """A planted tau = c D^1.2 law in the sampled series (and D^1.0 in the fixed one): the
+    table's sampled rows recover 1.2 at every threshold, its fixed rows 1.0."""
+    from mbc.analysis.fit_tables import threshold_table
+    from mbc.core.sections import Bootstrap, ThresholdSensitivity
+
+    d = np.array([3000, 5000, 10000, 20000, 36000])
+    steps = np.arange(0, 400_001, 50)
+    tau, metrics, logs = [], [], {}
+    for i, di in enumerate(d):
+        run = f"r{i}"
+        tau.append(
+            {
+                "run_id": run,
+                "experiment": "E1",
+                "model": "transformer",
+                "k": 20,
+                "d": di,
+                "steps": 400_000,
+                "train.max_steps": 400_000,
+                "diverged": False,
+                "batch_size": 128,
+            }
+        )
+        logs[run] = _sampled_curve(int(0.5 * di**1.2), 20, steps)
+        fixed = _sampled_curve(int(2.0 * di), 20, steps)
+        metrics.append(
+            pd.DataFrame(
+                {"run_id": run, "step": steps, "candidate_loss": fixed.candidate_loss_sampled}
+            )
+        )
+    cfg = ThresholdSensitivity(("E1",), "d", (0.3, 0.5, 0.7))
+    table = threshold_table(
+        cfg, pd.DataFrame(tau), pd.concat(metrics), Bootstrap(50, 0.95, 0), sampled=logs
+    )
+    assert table.evaluation.tolist() == ["fixed"] * 3 + ["sampled"] * 3
+    fixed, sampled = table[table.evaluation == "fixed"], table[table.evaluation == "sampled"]
+    assert fixed.exponent.to_numpy() == pytest.approx(1.0, abs=0.02)
+    assert sampled.exponent.to_numpy() == pytest.approx(1.2, abs=0.02)
+    assert sampled.name.tolist()[1] == "tau_sampled_vs_d_thr0.5"
+    # without the logs the sampled rows are there, unmeasured
+    alone = threshold_table(cfg, pd.DataFrame(tau), pd.concat(metrics), Bootstrap(50, 0.95, 0))
+    assert (alone[alone.evaluation == "sampled"].n == 0).all()

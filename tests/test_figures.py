@@ -472,9 +472,12 @@ def _hessian_table() -> pd.DataFrame:
 
 def _threshold_table() -> pd.DataFrame:
     rows = []
-    for thr, e in ((0.3, 1.15), (0.4, 1.19), (0.5, 1.21), (0.6, 1.24), (0.7, np.nan)):
+    fixed = ((0.3, 1.15), (0.4, 1.19), (0.5, 1.21), (0.6, 1.24), (0.7, np.nan))
+    sampled = ((0.3, 1.25), (0.4, 1.22), (0.5, 1.2), (0.6, 1.18), (0.7, np.nan))
+    for ev, thr, e in [("fixed", *f) for f in fixed] + [("sampled", *s) for s in sampled]:
         rows.append(
             dict(
+                evaluation=ev,
                 threshold=thr,
                 name="tau_vs_d",
                 x_name="d",
@@ -944,6 +947,29 @@ def test_direction_draws_ours_and_the_authors_lag_side_by_side(tmp_path):
     assert ours.get_legend() is None and lag.get_legend() is None
     hollow = [c for c in lag.collections if len(c.get_offsets()) and c.get_facecolor().size == 0]
     assert any(5000 in c.get_offsets()[:, 1] for c in hollow), "the censored lag at its budget"
+
+
+def test_threshold_draws_ours_and_the_authors_exponents_side_by_side(tmp_path):
+    """E4: at each threshold the exponent on our fixed evaluation and on the author's
+    sampled one, each with its CI, apart; a threshold where neither fitted is marked."""
+    drawn = {}
+
+    def look(fig):
+        ax = fig.axes[0]
+        drawn["labels"] = ax.get_legend_handles_labels()[1]
+        drawn["bars"] = [c for c in ax.containers]
+        drawn["texts"] = [t.get_text() for t in ax.texts]
+
+    _look_at("appendix_threshold", _all_tables(), tmp_path, look)
+    assert drawn["labels"] == [
+        "ours: 256 fixed contexts, CI",
+        "the author's: 32 groups drawn afresh, CI",
+    ]
+    fixed, sampled = (b.lines[0].get_data() for b in drawn["bars"])
+    assert list(fixed[1]) == [1.15, 1.19, 1.21, 1.24]
+    assert list(sampled[1]) == [1.25, 1.22, 1.2, 1.18]
+    assert all(s > f for f, s in zip(fixed[0], sampled[0], strict=True)), "side by side"
+    assert drawn["texts"].count("fit n/a") == 1  # 0.7: neither fitted
 
 
 def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):

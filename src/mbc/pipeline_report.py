@@ -8,6 +8,7 @@ tables): one function per rule, paths in and out, each table written atomically 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 
@@ -18,6 +19,7 @@ from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import built_from, read_csv_checked, write_csv_atomic, write_text_atomic
 from mbc.core.frozen import thaw
+from mbc.core.layout import RunPaths
 from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
 from mbc.core.sections import Bootstrap, Fits, Statistics
 from mbc.core.spec import grid_rows
@@ -51,17 +53,27 @@ def make_fits(
     out_fits,
     out_threshold,
     grid: dict[str, int] | None = None,
+    run_metrics: Sequence = (),
 ) -> None:
-    """fits.csv and E4's threshold_sensitivity.csv (its taus from the grid rows, like tau.csv's:
-    grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`). diverged: config
+    """fits.csv and E4's threshold_sensitivity.csv (our taus from the grid rows, like
+    tau.csv's: grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`; the
+    author's from the sampled evaluation in the train_log.csv beside each of `run_metrics`,
+    E4's runs' metrics.csv, as `mbc.pipeline.summarize` reads it). diverged: config
     `diverged` (`Config.diverged`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
     hess = read_hessian(hessian_path)
     metrics = read_csv_checked(metrics_path, required=["run_id", "step", "candidate_loss"])
     metrics = grid_rows(metrics, grid or {})
+    logs = {RunPaths(Path(p).parent).train_log: Path(p).parent.name for p in run_metrics}
+    # a run trained before the log existed, or before it had the column: not measured
+    read = [log for log in logs if log.exists()]
+    sampled = {logs[log]: read_csv_checked(log, required=["step"]) for log in read}
+    sampled = {r: t for r, t in sampled.items() if "candidate_loss_sampled" in t}
     table = fit_table(fits.declared, tau, hess, boot, fits.differences, diverged)
-    threshold = threshold_table(fits.threshold_sensitivity, tau, metrics, boot, diverged)
-    with built_from([tau_path, hessian_path, metrics_path]):
+    threshold = threshold_table(
+        fits.threshold_sensitivity, tau, metrics, boot, diverged, sampled=sampled
+    )
+    with built_from([tau_path, hessian_path, metrics_path, *read]):
         write_csv_atomic(out_fits, table)
         write_csv_atomic(out_threshold, threshold)
     print(table.to_string())

@@ -3,6 +3,14 @@ rule fits:
         tau=L.table("tau"),
         hessian=L.table("hessian"),
         metrics=L.table("metrics"),
+        # E4's runs: the author's sampled evaluation is in the train_log.csv beside each
+        run_metrics=sorted(
+            {
+                L.metrics(r)
+                for e in CFG.fits.threshold_sensitivity.experiments
+                for r in CFG.run_ids(e)
+            }
+        ),
     output:
         fits=L.table("fits"),
         threshold=L.table("threshold_sensitivity"),

@@ -12,4 +12,5 @@ with logged(snakemake.log[0]):
         snakemake.output.fits,
         snakemake.output.threshold,
         grid=snakemake.params.grid,
+        run_metrics=snakemake.input.run_metrics,
     )

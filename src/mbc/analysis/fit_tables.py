@@ -156,20 +156,70 @@ def retau(tau: pd.DataFrame, metrics: pd.DataFrame, threshold: float) -> pd.Data
     return out
 
 
+def retau_sampled(
+    tau: pd.DataFrame, sampled: dict[str, pd.DataFrame], threshold: float
+) -> pd.DataFrame:
+    """tau.csv rows with the author's candidate tau (`tau_sampled`) recomputed at another
+    threshold from each run's sampled evaluation (`sampled`: run id -> its train_log.csv's
+    `step`, `candidate_loss_sampled`), bounded as tau.csv's is: a run that did not cross is
+    bounded by its last step only where it ran its budget (`train.max_steps`). A run
+    without the series is neither measured nor censored (left out, counted)."""
+    out = tau.copy()
+    value, censored, bound = [], [], []
+    for _, row in tau.iterrows():
+        log = sampled.get(row.run_id)
+        s = None if log is None else log.sort_values("step")
+        ok = None if s is None else np.isfinite(s["candidate_loss_sampled"].to_numpy(float))
+        if ok is None or not ok.any():
+            value.append(None), censored.append(False), bound.append(None)
+            continue
+        t = first_crossing(
+            s["step"].to_numpy()[ok],
+            s["candidate_loss_sampled"].to_numpy(float)[ok],
+            threshold * math.log(int(row.k)),
+        )
+        ran_budget = int(row.steps) >= int(row["train.max_steps"])
+        value.append(t), censored.append(t is None)
+        bound.append(int(row.steps) if t is None and ran_budget else None)
+    out["tau_sampled"] = pd.array(value, dtype="Float64")
+    out["tau_sampled_censored"] = censored
+    out["tau_sampled_bound"] = pd.array(bound, dtype="Float64")
+    out["threshold"] = threshold
+    return out
+
+
 def threshold_table(
     cfg: ThresholdSensitivity,
     tau: pd.DataFrame,
     metrics: pd.DataFrame,
     boot: Bootstrap,
     diverged: str = "exclude",
+    sampled: dict[str, pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
     """E4: the tau-vs-D (or K) exponent at each threshold in [0.3, 0.7] x log K (diverged
-    runs as config `diverged` says: left out before tau is recomputed, and counted)."""
+    runs as config `diverged` says: left out before tau is recomputed, and counted), on
+    our fixed evaluation (`evaluation` fixed: tau from `metrics`) and on the author's
+    sampled one (`sampled`: tau_sampled from each run's training log, `retau_sampled`; his
+    E4 re-read his E1 runs' candidate tau, the series of his D-law)."""
     rows = tau[tau["experiment"].isin(cfg.experiments)]
     rows, nd = div.drop(rows[rows.model == "transformer"], div.check(tau, diverged, "E4"))
     m = metrics[metrics.run_id.isin(rows.run_id)]
     out = []
-    for thr in cfg.thresholds:
-        fit, _, n_out = _fit(retau(rows, m, thr), f"tau_vs_{cfg.x}_thr{thr:g}", cfg.x, "tau", boot)
-        out.append({"threshold": thr, **fit.to_row(), "n_diverged": nd, "n_left_out": n_out})
-    return pd.DataFrame(out, columns=["threshold", *FIT_COLUMNS])
+    for evaluation in ("fixed", "sampled"):
+        for thr in cfg.thresholds:
+            if evaluation == "fixed":
+                name, y, at = f"tau_vs_{cfg.x}_thr{thr:g}", "tau", retau(rows, m, thr)
+            else:
+                name, y = f"tau_sampled_vs_{cfg.x}_thr{thr:g}", "tau_sampled"
+                at = retau_sampled(rows, sampled or {}, thr)
+            fit, _, n_out = _fit(at, name, cfg.x, y, boot)
+            out.append(
+                {
+                    "evaluation": evaluation,
+                    "threshold": thr,
+                    **fit.to_row(),
+                    "n_diverged": nd,
+                    "n_left_out": n_out,
+                }
+            )
+    return pd.DataFrame(out, columns=["evaluation", "threshold", *FIT_COLUMNS])

@@ -323,52 +323,70 @@ def _sharing_author(
 
 @_register("appendix_threshold", ["threshold_sensitivity"])
 def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """E4: exponent of tau vs D (with CI) as a function of the threshold (fraction of log K)."""
-    fig, ax = plt.subplots(figsize=(ONE_COL, 2.5))
+    """E4: exponent of tau vs D (with CI) as a function of the threshold (fraction of log K),
+    on our fixed evaluation and on the author's sampled one (`evaluation`; a table from
+    before that column is ours alone), side by side at each threshold."""
+    fig, ax = plt.subplots(figsize=(ONE_COL, 2.6))
     t = _numeric(tables["threshold_sensitivity"], ("threshold", *_FIT_NUMERIC))
     t = t[np.isfinite(t["threshold"])].sort_values("threshold")
+    if "evaluation" not in t:
+        t = t.assign(evaluation="fixed")
     if t.empty:
         _no_data(ax, "empty threshold_sensitivity")
         return fig
-    x, e = t["threshold"].to_numpy(float), t["exponent"].to_numpy(float)
-    lo, hi = t["ci_low"].to_numpy(float), t["ci_high"].to_numpy(float)
-    ok = np.isfinite(e)
-    ci = ok & _finite(lo, hi)
-    if ci.any():
-        ax.errorbar(
-            x[ci],
-            e[ci],
-            yerr=[np.maximum(e[ci] - lo[ci], 0), np.maximum(hi[ci] - e[ci], 0)],
-            fmt="o",
-            color="C0",
-            ms=4,
-            label="exponent, CI",
-        )
-    if (ok & ~ci).any():
-        ax.plot(x[ok & ~ci], e[ok & ~ci], "o", mfc="none", color="C0", label="exponent (no CI)")
-    if ok.any():
-        ax.plot(x[ok], e[ok], "-", color="C0", lw=0.6, alpha=0.6)
-    else:
+    series = [
+        ("fixed", "C0", "o", "ours: 256 fixed contexts"),
+        ("sampled", "C1", "s", "the author's: 32 groups drawn afresh"),
+    ]
+    drawn = [(ev, c, m, lab) for ev, c, m, lab in series if (t["evaluation"] == ev).any()]
+    width = 0.012 if len(drawn) > 1 else 0.0  # side by side at each threshold
+    any_fit = False
+    for i, (ev, color, marker, label) in enumerate(drawn):
+        s = t[t["evaluation"] == ev]
+        x = s["threshold"].to_numpy(float) + (i - (len(drawn) - 1) / 2) * width
+        e = s["exponent"].to_numpy(float)
+        lo, hi = s["ci_low"].to_numpy(float), s["ci_high"].to_numpy(float)
+        ok = np.isfinite(e)
+        ci = ok & _finite(lo, hi)
+        if ci.any():
+            ax.errorbar(
+                x[ci],
+                e[ci],
+                yerr=[np.maximum(e[ci] - lo[ci], 0), np.maximum(hi[ci] - e[ci], 0)],
+                fmt=marker,
+                color=color,
+                ms=4,
+                label=f"{label}, CI",
+            )
+        if (ok & ~ci).any():
+            ax.plot(x[ok & ~ci], e[ok & ~ci], marker, mfc="none", color=color, label=label)
+        if not ok.any():
+            continue
+        any_fit = True
+        ax.plot(x[ok], e[ok], "-", color=color, lw=0.6, alpha=0.6)
+        top = np.where(ci, hi, e)
+        for xi, yi, nc in zip(x[ok], top[ok], s["n_censored"].to_numpy(float)[ok], strict=True):
+            if np.isfinite(nc) and nc > 0:
+                ax.annotate(
+                    f"{int(nc)} cens.",
+                    (xi, yi),
+                    textcoords="offset points",
+                    xytext=(0, 3),
+                    ha="center",
+                    va="bottom",
+                    fontsize=6,
+                    color=color,
+                )
+    thresholds = np.unique(t["threshold"].to_numpy(float))
+    if not any_fit:
         _no_data(ax, "no fit succeeded")
         return fig
-    top = np.where(ci, hi, e)
-    for xi, yi, nc in zip(x[ok], top[ok], t["n_censored"].to_numpy(float)[ok], strict=True):
-        if np.isfinite(nc) and nc > 0:
-            ax.annotate(
-                f"{int(nc)} censored",
-                (xi, yi),
-                textcoords="offset points",
-                xytext=(0, 3),
-                ha="center",
-                va="bottom",
-                fontsize=6.5,
-                color="0.35",
-            )
-    for xi in x[~ok]:  # a threshold whose fit failed: shown, not dropped
+    fitted = t[np.isfinite(t["exponent"].to_numpy(float))]["threshold"].to_numpy(float)
+    for xi in np.setdiff1d(thresholds, fitted):  # a threshold no fit succeeded at: shown
         ax.axvline(xi, color="0.8", lw=0.6)
         ax.annotate(
             "fit n/a",
-            (xi, np.nanmean(e[ok])),
+            (xi, np.nanmean(t["exponent"].to_numpy(float))),
             ha="center",
             va="center",
             rotation=90,
@@ -376,11 +394,11 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
             color="0.35",
             backgroundcolor="white",
         )
-    ax.margins(x=0.1, y=0.12)
+    ax.margins(x=0.1, y=0.15)
     ax.set_xlabel("threshold (fraction of log K)")
     ax.set_ylabel("exponent of tau vs D")
-    ax.set_xticks(x, [f"{v:g}" for v in x])
-    _legend(ax, loc="best")
+    ax.set_xticks(thresholds, [f"{v:g}" for v in thresholds])
+    _legend(ax, below=True)
     return fig
 
 
