@@ -335,8 +335,8 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         _no_data(ax, "empty threshold_sensitivity")
         return fig
     series = [
-        ("fixed", "C0", "o", "ours: 256 fixed contexts"),
-        ("sampled", "C1", "s", "the author's: 32 groups drawn afresh"),
+        ("fixed", "C0", "o", "ours: fixed contexts"),
+        ("sampled", "C1", "s", "the author's: groups drawn afresh"),
     ]
     drawn = [(ev, c, m, lab) for ev, c, m, lab in series if (t["evaluation"] == ev).any()]
     width = 0.012 if len(drawn) > 1 else 0.0  # side by side at each threshold
@@ -374,7 +374,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
                     xytext=(0, 3),
                     ha="center",
                     va="bottom",
-                    fontsize=6,
+                    fontsize=6.5,
                     color=color,
                 )
     thresholds = np.unique(t["threshold"].to_numpy(float))
