@@ -934,9 +934,11 @@ def test_a_trained_run_whose_later_links_are_still_to_come_is_no_finding(tmp_pat
     write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
     write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
     tau = tmp_path / "tau.csv"
-    assert scan([files], [tau]) == [], "trained, not summarised yet"
+    stacked_metrics = tmp_path / "metrics.csv"  # built from the train links alone
+    write_csv_atomic(stacked_metrics, pd.DataFrame({"run_id": ["r"]}))
+    assert scan([files], [tau, stacked_metrics]) == [], "trained, not summarised yet"
     write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
-    assert scan([files], [tau]) == [], "summarised, its diagnostic still to come"
+    assert scan([files], [tau, stacked_metrics]) == [], "its diagnostic still to come"
     write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"]}))
     (found,) = scan([files], [tau])
     assert (found.path, found.level, found.corrupt) == (diag, 3, False)

@@ -957,6 +957,7 @@ def test_threshold_draws_ours_and_the_authors_exponents_side_by_side(tmp_path):
     def look(fig):
         ax = fig.axes[0]
         drawn["labels"] = ax.get_legend_handles_labels()[1]
+        drawn["legend"] = [t.get_text() for t in ax.get_legend().get_texts()]
         drawn["bars"] = [c for c in ax.containers]
         drawn["texts"] = [t.get_text() for t in ax.texts]
 
@@ -970,6 +971,20 @@ def test_threshold_draws_ours_and_the_authors_exponents_side_by_side(tmp_path):
     assert list(sampled[1]) == [1.25, 1.22, 1.2, 1.18]
     assert all(s > f for f, s in zip(fixed[0], sampled[0], strict=True)), "side by side"
     assert drawn["texts"].count("fit n/a") == 1  # 0.7: neither fitted
+    # the author's series failing at 0.5 only: marked there, in its colour
+    tables = _all_tables()
+    t = tables["threshold_sensitivity"]
+    t.loc[(t.evaluation == "sampled") & (t.threshold == 0.5), "exponent"] = np.nan
+    _look_at("appendix_threshold", tables, tmp_path / "one", look)
+    assert drawn["texts"].count("n/a") == 1 and drawn["texts"].count("fit n/a") == 1
+    # logs without the sampled evaluation: the author's series is said to be unmeasured, and
+    # ours sits on the ticks
+    t.loc[t.evaluation == "sampled", "exponent"] = np.nan
+    _look_at("appendix_threshold", tables, tmp_path / "none", look)
+    assert drawn["labels"] == ["ours: fixed contexts, CI"]
+    assert drawn["legend"][-1] == "the author's: groups drawn afresh: not measured"
+    (alone,) = (b.lines[0].get_data() for b in drawn["bars"])
+    assert list(alone[0]) == [0.3, 0.4, 0.5, 0.6]
 
 
 def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):

@@ -119,6 +119,7 @@ def test_scorecard_agreement_rules_and_references_are_not_measurements():
     assert tolerance_text({"factor": 2.0}, {"range": [500, 1000]}) == "inside the range widened x2"
     assert tolerance_text({"factor": 2.0}, {"value": 3.6}) == "within x2"
     assert tolerance_text({"abs": 0.1}, {"value": 1.0}) == "abs 0.1 or reference in CI"
+    assert tolerance_text({"within": 0.2}, {"range": [1, 2]}) == "whole CI within +/- 0.2"
     assert agreement(float("nan"), 0, 1, {"value": 1.0}, {"abs": 1}) == "not measured"
     # every configured row is computed from statistics: no statistic, no measurement
     card = scorecard(CARD, stats_for({}))

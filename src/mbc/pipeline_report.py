@@ -73,7 +73,10 @@ def make_fits(
     threshold = threshold_table(
         fits.threshold_sensitivity, tau, metrics, boot, diverged, sampled=sampled
     )
-    with built_from([tau_path, hessian_path, metrics_path, *read]):
+    # the logs are written with their runs' metrics.csv, which the stacked metrics.csv's
+    # sidecar names: not listed here, where a run directory deleted (a repair) would make
+    # these tables look built from files this outdir does not have
+    with built_from([tau_path, hessian_path, metrics_path]):
         write_csv_atomic(out_fits, table)
         write_csv_atomic(out_threshold, threshold)
     print(table.to_string())

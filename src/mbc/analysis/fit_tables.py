@@ -178,7 +178,8 @@ def retau_sampled(
             s["candidate_loss_sampled"].to_numpy(float)[ok],
             threshold * math.log(int(row.k)),
         )
-        ran_budget = int(row.steps) >= int(row["train.max_steps"])
+        budget = row.get("train.max_steps")  # a tau.csv from before the spec columns: unknown
+        ran_budget = pd.notna(budget) and int(row.steps) >= int(budget)
         value.append(t), censored.append(t is None)
         bound.append(int(row.steps) if t is None and ran_budget else None)
     out["tau_sampled"] = pd.array(value, dtype="Float64")

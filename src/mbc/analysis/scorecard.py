@@ -125,17 +125,17 @@ def reference_text(ref: dict) -> str:
 
 
 def tolerance_text(rule: dict, ref: dict | None = None) -> str:
-    """An agreement rule as the scorecard prints it (`ref`: the reference it is applied to,
-    which says whether a factor widens a range)."""
-    if ref is not None and "range" in ref:
-        f = rule.get("factor", 1.0)
-        return "inside the range" if f == 1 else f"inside the range widened x{f:g}"
+    """An agreement rule as the scorecard prints it, in `agreement`'s order (`ref`: the
+    reference it is applied to, which says whether a factor widens a range)."""
     if "within" in rule:
         return f"whole CI within +/- {rule['within']:g}"
     if rule.get("sign"):
         return "whole CI on the sign's side of 0"
     if "abs" in rule:
         return f"abs {rule['abs']:g} or reference in CI"
+    if "range" in rule or (ref is not None and "range" in ref):
+        f = rule.get("factor", 1.0)
+        return "inside the range" if f == 1 else f"inside the range widened x{f:g}"
     if "factor" in rule:
         return f"within x{rule['factor']:g}"
     if rule.get("ci_overlap"):

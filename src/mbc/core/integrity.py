@@ -48,7 +48,7 @@ from mbc.core.artifacts import (
     read_sidecar_sha256,
     sha256_file,
 )
-from mbc.core.layout import RunPaths
+from mbc.core.layout import METRICS, RunPaths
 from mbc.core.outdir_hold import hand_over
 from mbc.core.runlog import damage, finished, read_log
 
@@ -103,11 +103,13 @@ def scan(
     runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
 ) -> list[Finding]:
     """The first broken link of every run that should be complete: one whose aggregated
-    tables exist, or that has any file of its own. Before the aggregated tables exist, a
-    later link merely absent with nothing built from it (a trained run whose summary or a
-    diagnostic is still to come, as in a long run stopped and resumed) is no finding: the
-    tables' jobs build it, and a repair there would only plan the jobs again."""
+    tables exist, or that has any file of its own. A later link merely absent before any
+    table built from it exists (a trained run whose summary or a diagnostic is still to
+    come, as in a long run stopped and resumed) is no finding: the tables' jobs want it, so
+    Snakemake builds it, and a repair there would only plan the jobs again. Built from the
+    summaries and diagnostics: every aggregated table but metrics.csv (the train link's)."""
     tables_exist = any(p.exists() for p in aggregates)
+    later_tables_exist = any(p.exists() for p in aggregates if p.name != METRICS)
     checked_datasets: dict[Path, Finding | None] = {}
     out = []
     for f in runs:
@@ -152,14 +154,14 @@ def scan(
             out.append(snap)
             continue
         if not f.summary.is_file():
-            if tables_exist or any(p.exists() for p in f.diagnostics):
+            if later_tables_exist or any(p.exists() for p in f.diagnostics):
                 out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue  # else trained, not summarised yet: the tables' jobs build it
         if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary]):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
-        if gone is not None and tables_exist:  # (no tables yet: not built yet, as above)
+        if gone is not None and later_tables_exist:  # (else not built yet, as above)
             out.append(Finding(f.run_id, 3, gone, "missing", False))
         elif (bad := _altered(f, 3, [p for p in f.diagnostics if p.is_file()])) is not None:
             out.append(bad)

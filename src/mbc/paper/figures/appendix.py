@@ -338,8 +338,22 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         ("fixed", "C0", "o", "ours: fixed contexts"),
         ("sampled", "C1", "s", "the author's: groups drawn afresh"),
     ]
-    drawn = [(ev, c, m, lab) for ev, c, m, lab in series if (t["evaluation"] == ev).any()]
+    fits = {
+        ev: np.isfinite(t[t["evaluation"] == ev]["exponent"].to_numpy(float)) for ev, *_ in series
+    }
+    drawn = [(ev, c, m, lab) for ev, c, m, lab in series if fits[ev].any()]
+    # a series in the table with no fit at all (logs without the sampled evaluation): said
+    unmeasured = [
+        Line2D([], [], ls="none", label=f"{lab}: not measured")
+        for ev, _, _, lab in series
+        if (t["evaluation"] == ev).any() and not fits[ev].any()
+    ]
     width = 0.012 if len(drawn) > 1 else 0.0  # side by side at each threshold
+    fitted_at = {
+        thr
+        for thr, e in zip(t["threshold"], t["exponent"].to_numpy(float), strict=True)
+        if np.isfinite(e)
+    }
     any_fit = False
     for i, (ev, color, marker, label) in enumerate(drawn):
         s = t[t["evaluation"] == ev]
@@ -360,8 +374,16 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
             )
         if (ok & ~ci).any():
             ax.plot(x[ok & ~ci], e[ok & ~ci], marker, mfc="none", color=color, label=label)
-        if not ok.any():
-            continue
+        for xi, thr in zip(x[~ok], s["threshold"].to_numpy(float)[~ok], strict=True):
+            if thr in fitted_at:  # the other series fitted here, this one did not: marked
+                ax.annotate(
+                    "n/a",
+                    (xi, 0.02),
+                    xycoords=("data", "axes fraction"),
+                    ha="center",
+                    fontsize=6.5,
+                    color=color,
+                )
         any_fit = True
         ax.plot(x[ok], e[ok], "-", color=color, lw=0.6, alpha=0.6)
         top = np.where(ci, hi, e)
@@ -398,7 +420,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
     ax.set_xlabel("threshold (fraction of log K)")
     ax.set_ylabel("exponent of tau vs D")
     ax.set_xticks(thresholds, [f"{v:g}" for v in thresholds])
-    _legend(ax, below=True)
+    _legend(ax, below=True, extra=unmeasured)
     return fig
 
 
