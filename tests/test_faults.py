@@ -952,6 +952,35 @@ def test_a_trained_run_whose_later_links_are_still_to_come_is_no_finding(tmp_pat
     assert (found.path, found.level) == (files.summary, 2), "a diagnostic without its summary"
 
 
+def test_a_damaged_training_log_table_is_rebuilt_with_the_runs_tables(tmp_path):
+    """train_log.csv (the author's logged statistics read it) is no rule's output: a damaged
+    one was moved aside by the job that read it and never rebuilt, so its run's statistics
+    went unmeasured. The start-up check takes it as part of the train link: it is moved
+    aside, and the run's tables go too, so that its job writes them all again from the
+    run's log (which says the run finished: nothing is retrained)."""
+    from mbc.core.artifacts import write_csv_atomic
+    from mbc.core.integrity import RunFiles, repair, scan
+
+    run = tmp_path / "runs" / "r"
+    dataset = tmp_path / "datasets" / "d.pt"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"a dataset")
+    files = RunFiles(
+        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json"
+    )
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    log_table = run / "train_log.csv"
+    write_csv_atomic(log_table, pd.DataFrame({"step": [50], "candidate_loss_sampled": [1.0]}))
+    assert scan([files], []) == [], "intact (its summary still to come)"
+    log_table.write_text("step,candidate_loss_sampled\n50,0.5\n")  # edited
+    (found,) = scan([files], [])
+    assert (found.path, found.level, found.corrupt) == (log_table, 1, True)
+    lines = repair([found], [files], [])
+    assert not log_table.exists() and list(run.glob("train_log.csv.corrupt-*")), lines
+    assert not any(p.exists() for p in files.train), "rebuilt with it, from the log"
+
+
 def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monkeypatch, capsys):
     """flock refused by the file system (ENOLCK on some network mounts): the run trains and
     the start-up goes on, each saying in one line that a second writer is not refused
