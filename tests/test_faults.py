@@ -887,22 +887,36 @@ def test_two_invocations_on_one_outdir_through_a_symlink_one_runs_and_tables_equ
     _nothing_left(link)
 
 
+def _trained_run(root: Path, diagnostics: list[Path] | None = None):
+    """A run of `root` as its training leaves it: its dataset and its train tables (each
+    with its sidecar), no summary yet; `diagnostics`: the paths its diagnostics would have."""
+    from mbc.core.artifacts import write_csv_atomic
+    from mbc.core.integrity import RunFiles
+
+    run = root / "runs" / "r"
+    dataset = root / "datasets" / "d.pt"
+    dataset.parent.mkdir(parents=True)
+    dataset.write_bytes(b"a dataset")
+    files = RunFiles(
+        "r",
+        dataset,
+        [run / "metrics.csv", run / "checkpoints.csv"],
+        run / "summary.json",
+        diagnostics or [],
+    )
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    return files
+
+
 def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_have_one(tmp_path):
     """A run's summary.json edited and its sidecar deleted, while the run's other tables
     have theirs: the start-up check takes it as unverified and rebuilds it (it trusted
     it). A run whose tables all predate sidecars is not checked (nothing to compare)."""
-    from mbc.core.artifacts import write_csv_atomic, write_json_atomic
-    from mbc.core.integrity import RunFiles, scan
+    from mbc.core.artifacts import write_json_atomic
+    from mbc.core.integrity import scan
 
-    run = tmp_path / "runs" / "r"
-    dataset = tmp_path / "datasets" / "d.pt"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_bytes(b"a dataset")
-    files = RunFiles(
-        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json"
-    )
-    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
-    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    files = _trained_run(tmp_path)
     write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
     assert scan([files], []) == []
     files.summary.write_text('{"run_id": "r", "tau": 3000}\n')
@@ -921,18 +935,10 @@ def test_a_trained_run_whose_later_links_are_still_to_come_is_no_finding(tmp_pat
     it: Snakemake builds it), so the start-up neither says "repair" nor plans again. Once a
     table exists, the same absence is a finding (the table may be up to date without it)."""
     from mbc.core.artifacts import write_csv_atomic, write_json_atomic
-    from mbc.core.integrity import RunFiles, scan
+    from mbc.core.integrity import scan
 
-    run = tmp_path / "runs" / "r"
-    dataset = tmp_path / "datasets" / "d.pt"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_bytes(b"a dataset")
     diag = tmp_path / "diagnostics" / "hessian" / "r.csv"
-    files = RunFiles(
-        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json", [diag]
-    )
-    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
-    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    files = _trained_run(tmp_path, [diag])
     tau = tmp_path / "tau.csv"
     stacked_metrics = tmp_path / "metrics.csv"  # built from the train links alone
     write_csv_atomic(stacked_metrics, pd.DataFrame({"run_id": ["r"]}))
@@ -959,17 +965,10 @@ def test_a_damaged_training_log_table_is_rebuilt_with_the_runs_tables(tmp_path):
     aside, and the run's tables go too, so that its job writes them all again from the
     run's log (which says the run finished: nothing is retrained)."""
     from mbc.core.artifacts import write_csv_atomic
-    from mbc.core.integrity import RunFiles, repair, scan
+    from mbc.core.integrity import repair, scan
 
-    run = tmp_path / "runs" / "r"
-    dataset = tmp_path / "datasets" / "d.pt"
-    dataset.parent.mkdir(parents=True)
-    dataset.write_bytes(b"a dataset")
-    files = RunFiles(
-        "r", dataset, [run / "metrics.csv", run / "checkpoints.csv"], run / "summary.json"
-    )
-    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
-    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    files = _trained_run(tmp_path)
+    run = files.run_dir
     log_table = run / "train_log.csv"
     write_csv_atomic(log_table, pd.DataFrame({"step": [50], "candidate_loss_sampled": [1.0]}))
     assert scan([files], []) == [], "intact (its summary still to come)"

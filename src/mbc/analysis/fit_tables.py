@@ -22,6 +22,7 @@ from mbc.analysis import diverged as div
 from mbc.analysis.fits import PowerLawFit, exponent_difference, fit_power_law
 from mbc.core.crossing import first_crossing
 from mbc.core.sections import Bootstrap, Fit, FitDifference, ThresholdSensitivity
+from mbc.diagnostics.logged import sampled_bound, sampled_series
 
 FIT_COLUMNS = [
     "name", "x_name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored",
@@ -167,21 +168,13 @@ def retau_sampled(
     out = tau.copy()
     value, censored, bound = [], [], []
     for _, row in tau.iterrows():
-        log = sampled.get(row.run_id)
-        s = None if log is None else log.sort_values("step")
-        ok = None if s is None else np.isfinite(s["candidate_loss_sampled"].to_numpy(float))
-        if ok is None or not ok.any():
+        if (series := sampled_series(sampled.get(row.run_id))) is None:
             value.append(None), censored.append(False), bound.append(None)
             continue
-        t = first_crossing(
-            s["step"].to_numpy()[ok],
-            s["candidate_loss_sampled"].to_numpy(float)[ok],
-            threshold * math.log(int(row.k)),
-        )
-        budget = row.get("train.max_steps")  # a tau.csv from before the spec columns: unknown
-        ran_budget = pd.notna(budget) and int(row.steps) >= int(budget)
+        t = first_crossing(*series, threshold * math.log(int(row.k)))
         value.append(t), censored.append(t is None)
-        bound.append(int(row.steps) if t is None and ran_budget else None)
+        # a tau.csv from before the spec columns: the budget is unknown, nothing bounded
+        bound.append(sampled_bound(t is None, int(row.steps), row.get("train.max_steps")))
     out["tau_sampled"] = pd.array(value, dtype="Float64")
     out["tau_sampled_censored"] = censored
     out["tau_sampled_bound"] = pd.array(bound, dtype="Float64")

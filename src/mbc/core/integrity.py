@@ -137,7 +137,8 @@ def scan(
             continue
         # train_log.csv is written with them (`finalize_run`) though no rule declares it: a
         # damaged one is rebuilt with them, from the run's log (no retraining)
-        written = [*f.train, *[p for p in [RunPaths(f.run_dir).train_log] if p.is_file()]]
+        log_table = RunPaths(f.run_dir).train_log
+        written = [*f.train, log_table] if log_table.is_file() else f.train
         if (bad := _altered(f, 1, written)) is not None:
             out.append(bad)
             continue

@@ -71,6 +71,25 @@ def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) ->
     }
 
 
+def sampled_series(train_log: pd.DataFrame | None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(steps, L_cand) of the author's sampled evaluation in a training log, in step order,
+    at the windows that scored it; None where the log has none (not measured)."""
+    if train_log is None or "candidate_loss_sampled" not in train_log:
+        return None
+    t = train_log.sort_values("step")
+    values = t["candidate_loss_sampled"].to_numpy(float)
+    ok = np.isfinite(values)
+    return (t["step"].to_numpy()[ok], values[ok]) if ok.any() else None
+
+
+def sampled_bound(censored: bool, last_step: int, max_steps) -> int | None:
+    """The bound of a censored sampled tau: the run's last step, only where the run ran its
+    whole budget (a run stopped at our tau's early stop bounds nothing; an unknown budget,
+    None, neither)."""
+    ran_budget = max_steps is not None and pd.notna(max_steps) and last_step >= int(max_steps)
+    return int(last_step) if censored and ran_budget else None
+
+
 def logged_statistics(
     train_log: pd.DataFrame | None, log_k: float, diag: Summary, threshold: float = 0.5
 ) -> dict:
@@ -101,11 +120,8 @@ def logged_statistics(
             lag_step=lag,
             lag_censored=lag is None,
         )
-    sampled = t.get("candidate_loss_sampled")
-    sampled = np.full(len(t), np.nan) if sampled is None else sampled.to_numpy(float)
-    ok = np.isfinite(sampled)
-    if ok.any():
-        s_steps, lc = steps[ok], sampled[ok]
+    if (sampled := sampled_series(t)) is not None:
+        s_steps, lc = sampled
         win = diag.transition
         start, end = transition_window(s_steps, lc, log_k, win.start_fraction, win.end_fraction)
         tau_sampled = first_crossing(s_steps, lc, threshold * log_k)

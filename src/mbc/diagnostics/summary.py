@@ -22,7 +22,7 @@ from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
 from mbc.core.sections import Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
-from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics
+from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics, sampled_bound
 from mbc.diagnostics.series import (
     DIP_COLUMNS,
     dip_duration,
@@ -187,10 +187,8 @@ def summarize_run(
         **logged_statistics(train_log, log_k, diag, spec.eval.threshold),
         "final_first_target_loss": float(m["first_target_loss"].iloc[-1]),
     }
-    # a censored sampled tau is bounded by the budget only where the run ran it all
-    ran_budget = int(steps[-1]) >= spec.train.max_steps
-    out["tau_sampled_bound"] = (
-        int(steps[-1]) if out["tau_sampled_censored"] and ran_budget else None
+    out["tau_sampled_bound"] = sampled_bound(
+        out["tau_sampled_censored"], int(steps[-1]), spec.train.max_steps
     )
     if dstep is not None:  # not censored: it survived no budget (module docstring)
         out.update(

@@ -348,13 +348,14 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         for ev, _, _, lab in series
         if (t["evaluation"] == ev).any() and not fits[ev].any()
     ]
+    if not drawn:
+        _no_data(ax, "no fit succeeded")
+        return fig
     width = 0.012 if len(drawn) > 1 else 0.0  # side by side at each threshold
-    fitted_at = {
-        thr
-        for thr, e in zip(t["threshold"], t["exponent"].to_numpy(float), strict=True)
-        if np.isfinite(e)
-    }
-    any_fit = False
+    thresholds = np.unique(t["threshold"].to_numpy(float))
+    fitted_at = np.unique(
+        t["threshold"].to_numpy(float)[np.isfinite(t["exponent"].to_numpy(float))]
+    )
     for i, (ev, color, marker, label) in enumerate(drawn):
         s = t[t["evaluation"] == ev]
         x = s["threshold"].to_numpy(float) + (i - (len(drawn) - 1) / 2) * width
@@ -375,7 +376,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         if (ok & ~ci).any():
             ax.plot(x[ok & ~ci], e[ok & ~ci], marker, mfc="none", color=color, label=label)
         for xi, thr in zip(x[~ok], s["threshold"].to_numpy(float)[~ok], strict=True):
-            if thr in fitted_at:  # the other series fitted here, this one did not: marked
+            if thr in fitted_at:  # another series fitted here, this one did not: marked
                 ax.annotate(
                     "n/a",
                     (xi, 0.02),
@@ -384,7 +385,6 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
                     fontsize=6.5,
                     color=color,
                 )
-        any_fit = True
         ax.plot(x[ok], e[ok], "-", color=color, lw=0.6, alpha=0.6)
         top = np.where(ci, hi, e)
         for xi, yi, nc in zip(x[ok], top[ok], s["n_censored"].to_numpy(float)[ok], strict=True):
@@ -399,12 +399,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
                     fontsize=6.5,
                     color=color,
                 )
-    thresholds = np.unique(t["threshold"].to_numpy(float))
-    if not any_fit:
-        _no_data(ax, "no fit succeeded")
-        return fig
-    fitted = t[np.isfinite(t["exponent"].to_numpy(float))]["threshold"].to_numpy(float)
-    for xi in np.setdiff1d(thresholds, fitted):  # a threshold no fit succeeded at: shown
+    for xi in np.setdiff1d(thresholds, fitted_at):  # a threshold no fit succeeded at: shown
         ax.axvline(xi, color="0.8", lw=0.6)
         ax.annotate(
             "fit n/a",
