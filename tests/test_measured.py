@@ -159,3 +159,44 @@ def test_steps_before_a_logs_first_start_count_as_not_logged():
 
     rows = [{"event": "start", "step": 500, "device": "cpu"}, {"event": "done", "step": 800}]
     assert _steps_by_device(rows, 800) == {"not logged": 500, "cpu": 300}
+
+
+def test_training_time_counts_each_job_once_by_its_active_time(tmp_path):
+    """Runs packed into one job share its clock: the pack counts once, as its longest run
+    (one stopped early, the other trained on); a run in no pack is a job of its own, on the
+    device of its last start; the clock a resume carried on counts, nothing else; a log
+    that kept no time is counted apart."""
+    from mbc.measured import training_time
+
+    cpu = {"event": "start", "device": "cpu"}
+    _log(
+        tmp_path / "runs" / "a" / "state" / "log.jsonl",
+        [{**cpu, "step": 0}, {"step": 50, "wall_s": 600.0}, {"event": "done", "step": 50}],
+    )
+    _log(  # a's pack partner, resumed once: its clock went on from the resume point's 900 s
+        tmp_path / "runs" / "b" / "state" / "log.jsonl",
+        [
+            {**cpu, "step": 0},
+            {"step": 100, "wall_s": 900.0},
+            {"event": "resume", "step": 100, "wall_s": 900.0},
+            {**cpu, "step": 100},
+            {"step": 200, "wall_s": 2700.0},
+            {"event": "done", "step": 200},
+        ],
+    )
+    _log(
+        tmp_path / "runs" / "c" / "state" / "log.jsonl",
+        [
+            {**cpu, "step": 0},
+            {"event": "start", "step": 100, "device": "cuda (NVIDIA H200)"},
+            {"step": 200, "wall_s": 1800.0},
+        ],
+    )
+    _log(tmp_path / "runs" / "d" / "state" / "log.jsonl", [{"event": "done", "step": 9}])
+    logs = read_logs(tmp_path, ["a", "b", "c", "d"])
+    (line,) = training_time(logs, {"pack-0": ["a", "b"], "pack-1": ["other"]})
+    assert line.startswith(
+        "training job time: 1.25 h in 2 job(s) (cpu 0.75 h; cuda (NVIDIA H200) 0.50 h)"
+    )
+    assert line.endswith("; 1 job(s) logged no time")
+    assert training_time({"d": logs["d"]}, {}) == []

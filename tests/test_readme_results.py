@@ -302,3 +302,31 @@ def test_every_cause_config_accepts_has_words():
 
     found = list(enums(schema))
     assert found and all(set(e) == set(CAUSES) for e in found)
+
+
+def test_the_training_cost_is_read_from_provenance(measured):
+    """The sentence under the block's title says what the training cost, as PROVENANCE
+    records it; an older PROVENANCE without the line says nothing about it."""
+    prov = measured / "PROVENANCE"
+    lines = [ln for ln in prov.read_text().splitlines() if not ln.startswith("training job")]
+    prov.write_text("\n".join(lines) + "\n")
+    assert " h of training in " not in _flat(rr.render(measured, CONFIG, LINK))
+    lines = [
+        ln for ln in lines if not ln.startswith(("CPU: ", "threads per training job: ", "runs: "))
+    ]
+    lines += [
+        "runs: 137 (run ids: tau.csv; sha256 of the sorted ids 0)",
+        "CPU: AMD EPYC (150)",
+        "threads per training job: 1 (150)",
+        "training job time: 27.34 h in 60 job(s) (cpu 27.34 h); each job's active time",
+    ]
+    prov.write_text("\n".join(lines) + "\n")
+    block = _flat(rr.render(measured, CONFIG, LINK))
+    assert "(137 runs; 27.3 h of training in 60 jobs of 1 thread(s) on AMD EPYC)" in block
+    # two CPUs: none named
+    prov.write_text(
+        prov.read_text().replace("CPU: AMD EPYC (150)", "CPU: AMD EPYC (100), Xeon (50)")
+    )
+    assert "(137 runs; 27.3 h of training in 60 jobs of 1 thread(s))" in _flat(
+        rr.render(measured, CONFIG, LINK)
+    )

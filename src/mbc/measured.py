@@ -5,8 +5,8 @@
 copies the small tables of a finished outdir and its PDF into `measured/<preset>/` and
 writes `PROVENANCE` from what the runs' logs recorded at every start of their training
 (`mbc.core.provenance`): the commits, the start and end times, the wall time, the total
-training steps (and each experiment's, by device), the CPU, the threads, and whether any
-run was resumed. Nothing there is typed by hand, and nothing there is edited afterwards: a
+training steps (and each experiment's, by device), the training jobs' active time, the CPU,
+the threads, and whether any run was resumed. Nothing there is typed by hand, and nothing there is edited afterwards: a
 change of defaults that moves the run ids either re-measures or adds a `STALE` file naming
 the change (`check`).
 """
@@ -30,6 +30,7 @@ from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import read_sidecar, write_text_atomic
 from mbc.core.integrity import differs
 from mbc.core.layout import Layout
+from mbc.core.packing import configured_packs
 from mbc.core.provenance import code_version
 from mbc.core.runlog import finished, read_log
 
@@ -124,6 +125,43 @@ def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     return out
 
 
+def _active_s(rows: list[dict]) -> float | None:
+    """A run's active training time in seconds: the largest `wall_s` its log kept. The
+    clock resumes from the resume point's reading (`mbc.training.record`), so time lost
+    past a resume point to a kill, and the gaps between jobs, count nowhere."""
+    return max((float(x["wall_s"]) for x in rows if x.get("wall_s") is not None), default=None)
+
+
+def training_time(logs: dict[str, list[dict]], packs: dict[str, list[str]]) -> list[str]:
+    """PROVENANCE's line of training job time, from the runs' logs (`read_logs`): each
+    job's active time by the device of its last start. Runs packed into one job share its
+    clock (`mbc.core.packing`), so a pack counts once, as its longest run; a run in no pack
+    is a job of its own. Runs whose logs keep no time are counted apart."""
+    jobs = [[r for r in members if r in logs] for members in packs.values()]
+    packed = {r for members in jobs for r in members}
+    jobs = [m for m in jobs if m] + [[r] for r in logs if r not in packed]
+    by_device: Counter = Counter()
+    untimed = 0
+    for members in jobs:
+        timed = [(t, r) for r in members if (t := _active_s(logs[r])) is not None]
+        if not timed:
+            untimed += 1
+            continue
+        t, r = max(timed)
+        starts = [x for x in logs[r] if x.get("event") == "start"]
+        by_device[_device(starts[-1]) if starts else "not logged"] += t
+    if not by_device:
+        return []
+    total = sum(by_device.values()) / 3600
+    devices = "; ".join(f"{d} {s / 3600:.2f} h" for d, s in by_device.most_common())
+    line = (
+        f"training job time: {total:.2f} h in {len(jobs) - untimed} job(s) ({devices}); each job's"
+        " active time from its runs' logs, a pack of runs one job, time lost to kills and the"
+        " gaps between jobs not counted"
+    )
+    return [line + (f"; {untimed} job(s) logged no time" if untimed else "")]
+
+
 def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[str]:
     """PROVENANCE's lines of training steps per experiment, by device (what the README's
     presets table quotes as each part's cost), from the runs' logs (`read_logs`). A run that
@@ -213,6 +251,7 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
         # whole, timing included: without AMX the probe's timing decides the precision
         lines.append(f"arithmetic resolved: {cfg.arithmetic.to_env()}")
     lines.append(f"total training steps: {steps:,}")
+    lines += training_time(logs, configured_packs(cfg.specs, cfg.raw["pack"]))
     lines += steps_by_experiment(logs, tau)
     lines.append(
         f"collected: {datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ} by python -m mbc.measured at "

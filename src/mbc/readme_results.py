@@ -23,6 +23,7 @@ import argparse
 import csv
 import fnmatch
 import os
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -136,12 +137,26 @@ def _first_per_id(hyp: list[dict[str, str]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _provenance_runs(path: Path) -> str | None:
+def _provenance(path: Path, key: str) -> str | None:
+    """The value of PROVENANCE's first line `key: value`, or None."""
     if path.is_file():
         for line in path.read_text().splitlines():
-            if line.startswith("runs: "):
-                return line.split()[1]
+            if line.startswith(f"{key}: "):
+                return line.removeprefix(f"{key}: ")
     return None
+
+
+def _cost(path: Path) -> str:
+    """What training the report cost, as PROVENANCE records it (`mbc.measured`): its jobs'
+    active hours, their threads and the CPU; empty where it does not say."""
+    hours = re.match(r"([\d.]+) h in (\d+) job", _provenance(path, "training job time") or "")
+    threads = re.fullmatch(r"(\d+) \(\d+\)", _provenance(path, "threads per training job") or "")
+    cpu = re.fullmatch(r"([^,]+) \(\d+\)", _provenance(path, "CPU") or "")  # one CPU only
+    if not hours:
+        return ""
+    on = f" on {cpu.group(1)}" if cpu else ""
+    per = f" of {threads.group(1)} thread(s)" if threads else ""
+    return f"; {float(hours.group(1)):.1f} h of training in {hours.group(2)} jobs{per}{on}"
 
 
 def render(measured: Path, config: Path, link: str) -> str:
@@ -167,10 +182,10 @@ def render(measured: Path, config: Path, link: str) -> str:
             f"[`{link}/STALE`]({link}/STALE) says: {reason}"
         )
         out += [f"> {line}" if line else "" for line in warning]
-    runs = _provenance_runs(measured / "PROVENANCE")
+    runs = (_provenance(measured / "PROVENANCE", "runs") or "").split(" ")[0]
     out += _prose(
         f"Measured by the `{measured.name}` preset"
-        + (f" ({runs} runs)" if runs else "")
+        + (f" ({runs} runs{_cost(measured / 'PROVENANCE')})" if runs else "")
         + f"; the report{' (of the previous configuration: STALE)' if stale.is_file() else ''}: "
         f"[`{link}/main.pdf`]({link}/main.pdf), how and where it was trained: "
         f"[`{link}/PROVENANCE`]({link}/PROVENANCE)."
