@@ -451,3 +451,18 @@ def test_e4s_sampled_sweep_recovers_a_planted_d_law_beside_ours():
     # without the logs the sampled rows are there, unmeasured
     alone = threshold_table(cfg, pd.DataFrame(tau), pd.concat(metrics), Bootstrap(50, 0.95, 0))
     assert (alone[alone.evaluation == "sampled"].n == 0).all()
+
+
+def test_the_authors_lag_runs_train_their_whole_budget_in_every_preset():
+    """His E14 runs trained 5k steps without an early stop; his lag is the first logged
+    window below 0.1 x the first, which a stop on the candidate loss could cut short."""
+    from pathlib import Path
+
+    from mbc import config as mbc_config
+
+    raw = mbc_config.read_yaml(Path(__file__).resolve().parents[1] / "config.yaml")
+    for preset in ("smoke", "quick", "paper_cpu", "paper"):
+        cfg = mbc_config.load(raw, {"preset": preset})
+        lag_runs = cfg.run_ids("E14_author")
+        assert lag_runs, preset
+        assert all(cfg.specs[r].train.early_stop_tau_factor == 0 for r in lag_runs), preset
