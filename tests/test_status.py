@@ -124,3 +124,34 @@ def test_a_tool_ends_with_its_mains_status():
         with pytest.raises(SystemExit) as exc:
             run(lambda r=returned: r)
         assert exc.value.code == code
+
+
+def test_a_killed_jobs_fresh_log_is_interrupted_not_running(tmp_path):
+    """A job killed moments ago leaves a log younger than --stale-s; where its lock names a
+    process of this host that has ended, the run is interrupted at once (it showed
+    "running" until the log went stale). A live holder, or another host's (a cluster
+    node, which cannot be checked from here), leaves the log's age to decide."""
+    import socket
+    import subprocess
+    import sys
+
+    cfg = _config(tmp_path)
+    run = next(iter(cfg.specs))
+    _quiet_log(tmp_path / "runs" / run)
+    state = tmp_path / "runs" / run / "state"
+    os.utime(state / "log.jsonl")  # written just now
+    ended = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    lock = state / "run.lock"
+
+    def state_with(holder: str) -> str:
+        lock.write_text(holder)
+        return status(cfg, stale_s=60).set_index("run_id").loc[run, "state"]
+
+    host = socket.gethostname()
+    assert state_with(f"process {ended.stdout.strip()} on {host}\n") == "interrupted"
+    assert state_with(f"process {os.getpid()} on {host}\n") == "running"
+    assert state_with(f"process {ended.stdout.strip()} on another-node\n") == "running"
+    lock.unlink()
+    assert status(cfg, stale_s=60).set_index("run_id").loc[run, "state"] == "running"

@@ -6,11 +6,12 @@ One row per run, read from what the training jobs leave on disk (nothing is star
   trained      its log says finished (or metrics.csv written), not yet summarised
   incomplete   summarised, but its metrics.csv is missing: the next `snakemake` rebuilds
                its tables from the run's log (nothing retrains)
-  running      the live log (state/log.jsonl) changed within the last --stale-s seconds
+  running      the live log (state/log.jsonl) changed within the last --stale-s seconds,
+               and the process holding the run's lock is not known to have ended
   failed       a job that trained it (alone, or its pack) logged a traceback and the live
-               log has gone quiet
-  interrupted  the live log has gone quiet without an error (killed, pre-empted): the
-               next `snakemake` resumes it from its last checkpoint
+               log has gone quiet (or its process has ended)
+  interrupted  the same without an error (killed, pre-empted): the next `snakemake`
+               resumes it from its last checkpoint
   pending      nothing on disk yet
 with the last evaluated step / budget, L_cand / log K there, and tau once crossed.
 
@@ -24,6 +25,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
+import socket
 import time
 from pathlib import Path
 
@@ -31,6 +35,7 @@ import pandas as pd
 import yaml
 
 from mbc import config as mbc_config
+from mbc.core import run_lock
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_of
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
@@ -100,7 +105,7 @@ def run_state(
         if "state" not in row:
             if paths.metrics.exists() or done:  # a packed run's tables come after its pack
                 row["state"] = "trained"
-            elif now - log.stat().st_mtime < stale_s:
+            elif now - log.stat().st_mtime < stale_s and not _holder_gone(log.parent):
                 row["state"] = "running"
             else:
                 jobs = [layout.log("train", run_id)]
@@ -108,6 +113,27 @@ def run_state(
                 row["state"] = "failed" if any(map(_traceback, jobs)) else "interrupted"
     row.setdefault("state", "pending")
     return row
+
+
+def _holder_gone(state_dir: Path) -> bool:
+    """The process that last held the run's lock (`mbc.core.run_lock`: "process PID on
+    HOST") ran on this host and has ended: a log written moments ago is then a killed
+    job's, not a live one. Another host's process (a cluster node), or no lock file,
+    cannot be checked from here: False, and the log's age decides."""
+    try:
+        text = (state_dir / run_lock.LOCK).read_text()
+    except OSError:
+        return False
+    m = re.fullmatch(r"process (\d+) on (\S+)\s*", text)
+    if not m or m.group(2) != socket.gethostname():
+        return False
+    try:
+        os.kill(int(m.group(1)), 0)  # signal 0: is there such a process
+    except ProcessLookupError:
+        return True
+    except OSError:  # there is one, another user's: alive
+        return False
+    return False
 
 
 def _traceback(job_log: str) -> bool:
