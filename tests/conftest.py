@@ -21,5 +21,8 @@ def smoke(tmp_path_factory):
     """The smoke preset run once, locally (--cores 2), for every test that reads its outputs:
     test_workflow's checks and the Slurm end-to-end test's local reference."""
     out = tmp_path_factory.mktemp("smoke") / "results"
-    snakemake("all", *smoke_args(out))
+    res = snakemake("all", *smoke_args(out))
+    # what a user's terminal showed (test_workflow reads it); beside the outdir, not in it
+    (out.parent / "console.txt").write_text(res.stdout + res.stderr)
+    (out.parent / "console_stderr.txt").write_text(res.stderr)
     return out

@@ -71,6 +71,16 @@ def test_smoke_tau_table(smoke):
         assert m.candidate_loss.iloc[0] > 0.8 * math.log(k)
 
 
+def test_the_console_of_a_smoke_run_is_short_and_ends_with_the_report(smoke):
+    """What a user sees of `snakemake all`: jobs' output goes to their logs, so the whole
+    run fits a screen, and its last line says where the report is."""
+    console = [ln for ln in (smoke.parent / "console.txt").read_text().splitlines() if ln.strip()]
+    assert len(console) < 60, "\n".join(console)
+    stderr = (smoke.parent / "console_stderr.txt").read_text().splitlines()
+    assert [ln for ln in stderr if ln.strip()][-1] == f"report: {smoke}/paper/main.pdf"
+    assert "Traceback" not in "\n".join(console) and "Latexmk" not in "\n".join(console)
+
+
 def test_second_run_has_nothing_to_do(smoke):
     res = snakemake("all", "-n", *smoke_args(smoke))
     assert "Nothing to be done" in res.stdout + res.stderr, res.stdout[-3000:]
