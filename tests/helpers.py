@@ -94,7 +94,8 @@ def snakemake(*args, check=True, full_console=False) -> subprocess.CompletedProc
     full_console: Snakemake's per-job lines on the console too (MBC_CONSOLE=full), for a
     test that reads which rules ran."""
     cmd = [snakemake_exe(), "--cores", "2", *args]
-    env = {**os.environ, "MBC_CONSOLE": "full"} if full_console else None
+    env = {k: v for k, v in os.environ.items() if k != "MBC_CONSOLE"}  # the user's own
+    env |= {"MBC_CONSOLE": "full"} if full_console else {}
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, env=env)
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")

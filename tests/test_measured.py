@@ -162,41 +162,43 @@ def test_steps_before_a_logs_first_start_count_as_not_logged():
 
 
 def test_training_time_counts_each_job_once_by_its_active_time(tmp_path):
-    """Runs packed into one job share its clock: the pack counts once, as its longest run
-    (one stopped early, the other trained on); a run in no pack is a job of its own, on the
-    device of its last start; the clock a resume carried on counts, nothing else; a log
-    that kept no time is counted apart."""
+    """Each training job once, as the longest session of its runs (a pack's runs share one
+    clock), by the device it ran on: a run's sessions split at its starts (the clock goes
+    on from the resume point's reading); a start with a job key groups by it, an older one
+    by host, the config's pack and a start within seconds; a run added to a pack's later
+    job is a job of its own; a log without a clock adds nothing."""
     from mbc.measured import training_time
 
-    cpu = {"event": "start", "device": "cpu"}
-    _log(
-        tmp_path / "runs" / "a" / "state" / "log.jsonl",
-        [{**cpu, "step": 0}, {"step": 50, "wall_s": 600.0}, {"event": "done", "step": 50}],
-    )
-    _log(  # a's pack partner, resumed once: its clock went on from the resume point's 900 s
-        tmp_path / "runs" / "b" / "state" / "log.jsonl",
-        [
-            {**cpu, "step": 0},
+    def start(t, step=0, device="cpu", **more):
+        return {"event": "start", "step": step, "time": t, "host": "vm", "device": device, **more}
+
+    h200 = "cuda (NVIDIA H200)"
+    logs = {
+        # a and b packed, one job at 10:00 (no job key: an older trainer); a stopped early
+        "a": [start("2026-12-04T10:00:00Z"), {"step": 50, "wall_s": 600.0}],
+        "b": [
+            start("2026-12-04T10:00:01Z"),
             {"step": 100, "wall_s": 900.0},
             {"event": "resume", "step": 100, "wall_s": 900.0},
-            {**cpu, "step": 100},
+            # resumed alone in a later job: its clock goes on from 900 s
+            start("2026-12-04T12:00:00Z", 100),
             {"step": 200, "wall_s": 2700.0},
-            {"event": "done", "step": 200},
         ],
-    )
-    _log(
-        tmp_path / "runs" / "c" / "state" / "log.jsonl",
-        [
-            {**cpu, "step": 0},
-            {"event": "start", "step": 100, "device": "cuda (NVIDIA H200)"},
+        # in no pack; resumed on a GPU by a trainer that logs its job
+        "c": [
+            start("2026-12-04T10:00:00Z"),
+            {"step": 100, "wall_s": 1000.0},
+            start("2026-12-05T09:00:00Z", 100, h200, job="gpu:7:1"),
             {"step": 200, "wall_s": 1800.0},
         ],
-    )
-    _log(tmp_path / "runs" / "d" / "state" / "log.jsonl", [{"event": "done", "step": 9}])
-    logs = read_logs(tmp_path, ["a", "b", "c", "d"])
+        # two runs of one GPU pack (one job key), 500 s and 700 s on its clock
+        "d1": [start("2026-12-05T09:00:00Z", 0, h200, job="gpu:8:2"), {"step": 9, "wall_s": 500.0}],
+        "d2": [start("2026-12-05T09:00:00Z", 0, h200, job="gpu:8:2"), {"step": 9, "wall_s": 700.0}],
+        "e": [{"event": "done", "step": 9}],
+    }
     (line,) = training_time(logs, {"pack-0": ["a", "b"], "pack-1": ["other"]})
+    # cpu: 900 (a+b) + 1800 (b alone) + 1000 (c); cuda: 800 (c) + 700 (d1+d2)
     assert line.startswith(
-        "training job time: 1.25 h in 2 job(s) (cpu 0.75 h; cuda (NVIDIA H200) 0.50 h)"
-    )
-    assert line.endswith("; 1 job(s) logged no time")
-    assert training_time({"d": logs["d"]}, {}) == []
+        "training job time: 1.44 h in 5 training job(s) (cpu 1.03 h; cuda (NVIDIA H200) 0.42 h)"
+    ), line
+    assert training_time({"e": logs["e"]}, {}) == []

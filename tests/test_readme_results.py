@@ -306,27 +306,35 @@ def test_every_cause_config_accepts_has_words():
 
 def test_the_training_cost_is_read_from_provenance(measured):
     """The sentence under the block's title says what the training cost, as PROVENANCE
-    records it; an older PROVENANCE without the line says nothing about it."""
+    records it: on the CPU alone with its threads and the CPU, with a GPU by device; an
+    older PROVENANCE without the line says nothing about it."""
     prov = measured / "PROVENANCE"
-    lines = [ln for ln in prov.read_text().splitlines() if not ln.startswith("training job")]
+    keep = ("CPU: ", "threads per training job: ", "runs: ", "device: ", "training job")
+    lines = [ln for ln in prov.read_text().splitlines() if not ln.startswith(keep)]
     prov.write_text("\n".join(lines) + "\n")
     assert " h of training in " not in _flat(rr.render(measured, CONFIG, LINK))
-    lines = [
-        ln for ln in lines if not ln.startswith(("CPU: ", "threads per training job: ", "runs: "))
-    ]
-    lines += [
-        "runs: 137 (run ids: tau.csv; sha256 of the sorted ids 0)",
-        "CPU: AMD EPYC (150)",
-        "threads per training job: 1 (150)",
-        "training job time: 27.34 h in 60 job(s) (cpu 27.34 h); each job's active time",
-    ]
-    prov.write_text("\n".join(lines) + "\n")
-    block = _flat(rr.render(measured, CONFIG, LINK))
-    assert "(137 runs; 27.3 h of training in 60 jobs of 1 thread(s) on AMD EPYC)" in block
-    # two CPUs: none named
-    prov.write_text(
-        prov.read_text().replace("CPU: AMD EPYC (150)", "CPU: AMD EPYC (100), Xeon (50)")
+
+    def cost(*extra: str) -> str:
+        prov.write_text("\n".join([*lines, *extra]) + "\n")
+        block = _flat(rr.render(measured, CONFIG, LINK))
+        said = block.split("Measured by the `paper_cpu` preset (", 1)[1]
+        return said.split("; the report", 1)[0].removesuffix(")")
+
+    common = ["runs: 137 (run ids: tau.csv; sha256 of the sorted ids 0)"]
+    common += ["threads per training job: 1 (150)"]
+    on_cpu = "training job time: 27.34 h in 60 training job(s) (cpu 27.34 h); each job's"
+    assert (
+        cost(*common, "device: cpu (150)", "CPU: AMD EPYC (150)", on_cpu)
+        == "137 runs; 27.3 h of training in 60 jobs of 1 thread(s) on AMD EPYC"
     )
-    assert "(137 runs; 27.3 h of training in 60 jobs of 1 thread(s))" in _flat(
-        rr.render(measured, CONFIG, LINK)
+    # two CPUs: none named
+    assert (
+        cost(*common, "device: cpu (150)", "CPU: AMD EPYC (100), Xeon (50)", on_cpu)
+        == "137 runs; 27.3 h of training in 60 jobs of 1 thread(s)"
+    )
+    # a GPU trained some: by device, no CPU named
+    mixed = "training job time: 12.00 h in 1 training job(s) (cpu 11.50 h; cuda (H200) 0.50 h);"
+    assert (
+        cost(*common, "device: cpu (100), cuda (H200) (50)", "CPU: Xeon (150)", mixed)
+        == "137 runs; 12.0 h of training in 1 job (cpu 11.50 h; cuda (H200) 0.50 h)"
     )

@@ -128,30 +128,37 @@ def test_a_tool_ends_with_its_mains_status():
 
 def test_a_killed_jobs_fresh_log_is_interrupted_not_running(tmp_path):
     """A job killed moments ago leaves a log younger than --stale-s; where its lock names a
-    process of this host that has ended, the run is interrupted at once (it showed
-    "running" until the log went stale). A live holder, or another host's (a cluster
-    node, which cannot be checked from here), leaves the log's age to decide."""
+    process of this machine (host, boot, pid namespace) that has ended, the run is
+    interrupted at once (it showed "running" until the log went stale). A live holder, one
+    of another machine (a cluster node; a container sharing the host name), a lock written
+    without the machine's tag, or a corrupt one leave the log's age to decide."""
     import socket
-    import subprocess
-    import sys
 
+    from mbc.core.run_lock import machine_tag
+
+    if not machine_tag():
+        pytest.skip("/proc does not give the boot id and pid namespace here")
     cfg = _config(tmp_path)
     run = next(iter(cfg.specs))
     _quiet_log(tmp_path / "runs" / run)
     state = tmp_path / "runs" / run / "state"
     os.utime(state / "log.jsonl")  # written just now
-    ended = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
-    )
     lock = state / "run.lock"
+    no_such_pid = Path("/proc/sys/kernel/pid_max").read_text().strip()  # pids stay below it
+    here = f"{socket.gethostname()}{machine_tag()}"
 
     def state_with(holder: str) -> str:
         lock.write_text(holder)
         return status(cfg, stale_s=60).set_index("run_id").loc[run, "state"]
 
-    host = socket.gethostname()
-    assert state_with(f"process {ended.stdout.strip()} on {host}\n") == "interrupted"
-    assert state_with(f"process {os.getpid()} on {host}\n") == "running"
-    assert state_with(f"process {ended.stdout.strip()} on another-node\n") == "running"
+    assert state_with(f"process {no_such_pid} on {here}\n") == "interrupted"
+    assert state_with(f"process {os.getpid()} on {here}\n") == "running"
+    assert state_with(f"process {no_such_pid} on another-node{machine_tag()}\n") == "running"
+    other_boot = machine_tag().replace("(boot ", "(boot x")
+    assert state_with(f"process {no_such_pid} on {socket.gethostname()}{other_boot}\n") == "running"
+    assert state_with(f"process {no_such_pid} on {socket.gethostname()}\n") == "running"
+    assert state_with("process 99999999999999999999 on x") == "running"  # no such pid
+    lock.write_bytes(b"process 1 on \xff\xfe")  # not text
+    assert status(cfg, stale_s=60).set_index("run_id").loc[run, "state"] == "running"
     lock.unlink()
     assert status(cfg, stale_s=60).set_index("run_id").loc[run, "state"] == "running"

@@ -76,8 +76,9 @@ def test_the_console_of_a_smoke_run_is_short_and_ends_with_the_report(smoke):
     run fits a screen, and its last line says where the report is."""
     console = [ln for ln in (smoke.parent / "console.txt").read_text().splitlines() if ln.strip()]
     assert len(console) < 60, "\n".join(console)
-    stderr = (smoke.parent / "console_stderr.txt").read_text().splitlines()
-    assert [ln for ln in stderr if ln.strip()][-1] == f"report: {smoke}/paper/main.pdf"
+    if shutil.which("latexmk") or os.environ.get("CI"):  # without it no PDF, no such line
+        stderr = (smoke.parent / "console_stderr.txt").read_text().splitlines()
+        assert [ln for ln in stderr if ln.strip()][-1] == f"report: {smoke}/paper/main.pdf"
     assert "Traceback" not in "\n".join(console) and "Latexmk" not in "\n".join(console)
 
 

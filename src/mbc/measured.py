@@ -5,10 +5,10 @@
 copies the small tables of a finished outdir and its PDF into `measured/<preset>/` and
 writes `PROVENANCE` from what the runs' logs recorded at every start of their training
 (`mbc.core.provenance`): the commits, the start and end times, the wall time, the total
-training steps (and each experiment's, by device), the training jobs' active time, the CPU,
-the threads, and whether any run was resumed. Nothing there is typed by hand, and nothing there is edited afterwards: a
-change of defaults that moves the run ids either re-measures or adds a `STALE` file naming
-the change (`check`).
+training steps (and each experiment's, by device), the training jobs' active time, the
+CPU, the threads, and whether any run was resumed. Nothing there is typed by hand, and
+nothing there is edited afterwards: a change of defaults that moves the run ids either
+re-measures or adds a `STALE` file naming the change (`check`).
 """
 
 from __future__ import annotations
@@ -125,41 +125,87 @@ def _steps_by_device(rows: list[dict], final_step: int) -> Counter:
     return out
 
 
-def _active_s(rows: list[dict]) -> float | None:
-    """A run's active training time in seconds: the largest `wall_s` its log kept. The
-    clock resumes from the resume point's reading (`mbc.training.record`), so time lost
-    past a resume point to a kill, and the gaps between jobs, count nowhere."""
-    return max((float(x["wall_s"]) for x in rows if x.get("wall_s") is not None), default=None)
+def _sessions(rows: list[dict]) -> list[tuple[dict, float]]:
+    """(start event, active seconds) of each training session in a run's log, a session
+    running from one start to the next. The trainer's clock (`wall_s`) goes on from the
+    resume point's reading and the log keeps only what that point kept
+    (`mbc.training.record`), so the sessions' times add up to the run's clock: time lost
+    to a kill past a resume point, and the gaps between jobs, count nowhere. Time before a
+    log's first start (a log begun before starts were logged) is a session of its own."""
+    out, start, begin, clock = [], {}, 0.0, 0.0
+    for x in rows:
+        if x.get("event") == "start":
+            if start or clock > begin:
+                out.append((start, clock - begin))
+            start, begin = x, clock
+        elif x.get("wall_s") is not None:
+            clock = max(clock, float(x["wall_s"]))  # kept rows may come out of order
+    if start or clock > begin:
+        out.append((start, clock - begin))
+    return out
+
+
+# the runs of a pack log their starts within seconds of each other
+SAME_JOB_S = 120
+
+
+def _jobs(logs: dict[str, list[dict]], pack_of: dict[str, str]) -> list[tuple[float, str]]:
+    """(active seconds, device) of every training job, from the runs' sessions: a job's
+    time is the longest of its runs' (the runs of a pack share one clock). The job a
+    session ran in is the one its start logged (`job`); for a start logged before that key
+    was, its host and its run's pack under the config at hand (two packs are never one
+    job), starts within SAME_JOB_S of the job's first."""
+    keyed: dict[str, tuple[float, str]] = {}
+    loose: dict[tuple, list[tuple[float, float, str]]] = {}
+    for r, rows in logs.items():
+        for start, seconds in _sessions(rows):
+            device = _device(start) if start else "not logged"
+            if "job" in start:
+                keyed[start["job"]] = max(keyed.get(start["job"], (0.0, device)), (seconds, device))
+                continue
+            base = (start.get("host"), pack_of.get(r, r))
+            t = _epoch(start.get("time"))
+            loose.setdefault(base, []).append((t, seconds, device))
+    jobs = list(keyed.values())
+    for sessions in loose.values():
+        first, best = None, None
+        for t, seconds, device in sorted(sessions, key=lambda x: x[0]):
+            if first is None or t - first > SAME_JOB_S:
+                if best is not None:
+                    jobs.append(best)
+                first, best = t, (seconds, device)
+            else:
+                best = max(best, (seconds, device))
+        if best is not None:
+            jobs.append(best)
+    return jobs
+
+
+def _epoch(time_text: str | None) -> float:
+    """A start's UTC time in seconds (0 where it logged none: such starts are one job)."""
+    if not time_text:
+        return 0.0
+    return datetime.strptime(time_text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def training_time(logs: dict[str, list[dict]], packs: dict[str, list[str]]) -> list[str]:
-    """PROVENANCE's line of training job time, from the runs' logs (`read_logs`): each
-    job's active time by the device of its last start. Runs packed into one job share its
-    clock (`mbc.core.packing`), so a pack counts once, as its longest run; a run in no pack
-    is a job of its own. Runs whose logs keep no time are counted apart."""
-    jobs = [[r for r in members if r in logs] for members in packs.values()]
-    packed = {r for members in jobs for r in members}
-    jobs = [m for m in jobs if m] + [[r] for r in logs if r not in packed]
+    """PROVENANCE's line of training job time, from the runs' logs (`read_logs`): every
+    training job once (`_jobs`), by the device it ran on. `packs`: the config's packs, for
+    logs from before the job key was logged."""
+    pack_of = {r: p for p, members in packs.items() for r in members}
+    jobs = _jobs(logs, pack_of)
     by_device: Counter = Counter()
-    untimed = 0
-    for members in jobs:
-        timed = [(t, r) for r in members if (t := _active_s(logs[r])) is not None]
-        if not timed:
-            untimed += 1
-            continue
-        t, r = max(timed)
-        starts = [x for x in logs[r] if x.get("event") == "start"]
-        by_device[_device(starts[-1]) if starts else "not logged"] += t
-    if not by_device:
+    for seconds, device in jobs:
+        by_device[device] += seconds
+    if not sum(by_device.values()):
         return []
     total = sum(by_device.values()) / 3600
     devices = "; ".join(f"{d} {s / 3600:.2f} h" for d, s in by_device.most_common())
-    line = (
-        f"training job time: {total:.2f} h in {len(jobs) - untimed} job(s) ({devices}); each job's"
-        " active time from its runs' logs, a pack of runs one job, time lost to kills and the"
-        " gaps between jobs not counted"
-    )
-    return [line + (f"; {untimed} job(s) logged no time" if untimed else "")]
+    return [
+        f"training job time: {total:.2f} h in {len(jobs)} training job(s) ({devices}); each"
+        " job's active time from its runs' logs (a pack of runs is one job), time lost to kills"
+        " and the gaps between jobs not counted"
+    ]
 
 
 def steps_by_experiment(logs: dict[str, list[dict]], tau: pd.DataFrame) -> list[str]:

@@ -148,15 +148,20 @@ def _provenance(path: Path, key: str) -> str | None:
 
 def _cost(path: Path) -> str:
     """What training the report cost, as PROVENANCE records it (`mbc.measured`): its jobs'
-    active hours, their threads and the CPU; empty where it does not say."""
-    hours = re.match(r"([\d.]+) h in (\d+) job", _provenance(path, "training job time") or "")
+    active hours; where every start was on the CPU, with the threads and the CPU, else by
+    device. Empty where it does not say."""
+    line = _provenance(path, "training job time") or ""
+    m = re.match(r"([\d.]+) h in (\d+) training job\(s\) \((.*?)\);", line)
+    if not m:
+        return ""
+    hours, n, split = float(m.group(1)), int(m.group(2)), m.group(3)
+    jobs = f"{hours:.1f} h of training in {n} job{'s' if n != 1 else ''}"
+    if not re.fullmatch(r"cpu \(\d+\)", _provenance(path, "device") or ""):
+        return f"; {jobs} ({split})"
     threads = re.fullmatch(r"(\d+) \(\d+\)", _provenance(path, "threads per training job") or "")
     cpu = re.fullmatch(r"([^,]+) \(\d+\)", _provenance(path, "CPU") or "")  # one CPU only
-    if not hours:
-        return ""
-    on = f" on {cpu.group(1)}" if cpu else ""
     per = f" of {threads.group(1)} thread(s)" if threads else ""
-    return f"; {float(hours.group(1)):.1f} h of training in {hours.group(2)} jobs{per}{on}"
+    return f"; {jobs}{per}" + (f" on {cpu.group(1)}" if cpu else "")
 
 
 def render(measured: Path, config: Path, link: str) -> str:

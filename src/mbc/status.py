@@ -117,15 +117,17 @@ def run_state(
 
 def _holder_gone(state_dir: Path) -> bool:
     """The process that last held the run's lock (`mbc.core.run_lock`: "process PID on
-    HOST") ran on this host and has ended: a log written moments ago is then a killed
-    job's, not a live one. Another host's process (a cluster node), or no lock file,
+    HOST (boot B, pid namespace N)") ran here (this host, boot and pid namespace) and has
+    ended: a log written moments ago is then a killed job's, not a live one. A holder
+    elsewhere (a cluster node), or one written without the machine's tag, or no lock file,
     cannot be checked from here: False, and the log's age decides."""
     try:
-        text = (state_dir / run_lock.LOCK).read_text()
+        text = (state_dir / run_lock.LOCK).read_text(errors="replace")
     except OSError:
         return False
-    m = re.fullmatch(r"process (\d+) on (\S+)\s*", text)
-    if not m or m.group(2) != socket.gethostname():
+    here = f"{socket.gethostname()}{run_lock.machine_tag()}"
+    m = re.fullmatch(r"process (\d{1,9}) on (.+?)\s*", text)
+    if not m or m.group(2) != here or not run_lock.machine_tag():
         return False
     try:
         os.kill(int(m.group(1)), 0)  # signal 0: is there such a process

@@ -16,6 +16,8 @@ import torch
 import mbc
 
 REPO = Path(mbc.__file__).resolve().parents[2]
+# this process, among every training job's: the runs of one pack log the same key
+_JOB = f"{platform.node()}:{os.getpid()}:{time.time():.0f}"
 
 
 @functools.cache
@@ -76,6 +78,7 @@ def start_event(step: int, device: torch.device | None = None) -> dict:
         "time": now(),
         **code_version(),
         "host": platform.node(),
+        "job": _JOB,  # mbc.measured counts a pack's runs, which share this clock, as one job
         "cpu": cpu_model(),
         "device": device_name(device),
         "threads": torch.get_num_threads(),

@@ -63,9 +63,22 @@ def hold(state_dir: str | os.PathLike) -> IO:
             "(two snakemake invocations on one outdir, by two paths?): wait for it to end"
         )
     fh.truncate(0)
-    fh.write(f"process {os.getpid()} on {socket.gethostname()}\n")
+    fh.write(f"process {os.getpid()} on {socket.gethostname()}{machine_tag()}\n")
     fh.flush()
     return fh
+
+
+def machine_tag() -> str:
+    """ " (boot B, pid namespace N)": which kernel boot and pid namespace the pid belongs
+    to, so that `mbc.status` checks a holder's pid only where it means the same process
+    (two machines, or a container and its host, can share a host name). Empty where
+    /proc does not say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        ns = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return f" (boot {boot}, pid namespace {ns})"
 
 
 def release(fh: IO | None) -> None:
