@@ -36,11 +36,14 @@ def test_estimate_smoke_with_given_rate_and_law(tmp_path):
     first = [x.early_stop_first_target or x.early_stop_first_target_log for x in t]
     assert any(first)  # E7 waits for its first-target crossings
     # tau = D^1.2, early stop at 3 tau (or the budget); one that waits for a first-target
-    # crossing (E7; E12's training-log series) at 3 x FIRST_TARGET_RATIO tau, noise or not
+    # crossing (E7; E12's training-log series) at 3 x FIRST_TARGET_RATIO tau, noise or not;
+    # one without an early stop (E14_author) at its budget
     waits = [log or f for log, f in zip(on_log, first, strict=True)]
-    rows = zip(transformer.d, transformer.max_steps, waits, strict=True)
+    stops = [x.early_stop_tau_factor > 0 for x in t]
+    assert not all(stops)
+    rows = zip(transformer.d, transformer.max_steps, waits, stops, strict=True)
     ratio = {True: FIRST_TARGET_RATIO, False: 1.0}
-    want = [min(m, math.ceil(3 * ratio[log] * d**1.2)) for d, m, log in rows]
+    want = [min(m, math.ceil(3 * ratio[w] * d**1.2)) if s else m for d, m, w, s in rows]
     assert transformer.expected_steps.tolist() == want
     assert out["wall_seconds"] >= out["cpu_seconds"] / out["jobs"] - 1e-9
     assert out["cpu_seconds"] > out["expected_steps"] / 100.0  # evaluation adds time
