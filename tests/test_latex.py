@@ -58,6 +58,8 @@ PAPER_MACROS = [
     "NRunsCensored",
     "NRunsDiverged",
     "NExperiments",
+    "RunsNoun",
+    "ExperimentsNoun",
     "PlateauHeightOverLogKMean",
     "FitTauVsDExponent",
     "FitTauVsDCILow",
@@ -432,6 +434,7 @@ def _latexmk_or_skip() -> str:
 def _dummy_values(missing: bool) -> dict:
     values: dict = {name: (None if missing else 0.5) for name in PAPER_MACROS}
     values.update({"NRuns": 42, "NRunsCensored": 3, "NRunsDiverged": 1, "NExperiments": 14})
+    values.update({"RunsNoun": "runs", "ExperimentsNoun": "experiments"})
     values.update({"NScorecardAgree": 5, "NScorecardRows": 9, "Preset": "smoke_test"})
     values["FitTauVsDExponent"] = -1.2e-5  # exercises the scientific notation path
     for i, v in enumerate(VERDICTS):

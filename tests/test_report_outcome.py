@@ -130,7 +130,7 @@ def test_a_row_that_agrees_by_one_definition_only_is_counted_and_explained():
         },
     ]
     card = _card(rows)
-    assert "1 of those that agree do so only by the author's statistic" in outcome.abstract(
+    assert "1 of those that agree does so only by the author's statistic" in outcome.abstract(
         card, _hyp(HYP)
     )
     text = outcome.explanations(card, _hyp(HYP))
@@ -271,7 +271,11 @@ def test_many_differences_are_counted_not_listed_and_glob_rows_say_their_match()
     ]
     card = _card(rows)
     text = outcome.scorecard_sentence(card)
-    assert "of the other 5 disagree and 2 not measured" in text and "claim 0" not in text
+    assert "of the others, 5 disagree and 2 are not measured" in text and "claim 0" not in text
+    # the words follow the counts where a count is 1 (a report of one experiment)
+    singular = outcome.scorecard_sentence(_card([CARD[0], rows[0], *rows[-2:], *rows[-2:]]))
+    assert "headline claims, 1 agrees with" in singular
+    assert "of the others, 4 are not measured and 1 disagrees" in singular
     explained = outcome.explanations(card, _hyp(HYP[:1]))
     assert r"at fixed $D$ the $K$-exponent is 0 (at $D$ = 60).}" in explained
     assert r"(at $D$ = 120).}" in explained

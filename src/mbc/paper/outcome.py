@@ -48,6 +48,13 @@ def _list(items: list[str]) -> str:
     return ", ".join(items[:-1]) + " and " + items[-1]
 
 
+def _how_many(n: int, agreement: str) -> str:
+    """ "5 disagree", "1 disagrees", "2 are not measured", "1 is inconclusive"."""
+    if agreement == "disagree":
+        return f"{n} disagree{'s' if n == 1 else ''}"
+    return f"{n} {'is' if n == 1 else 'are'} {escape_latex(agreement)}"
+
+
 def _claim(row) -> str:
     return r"\emph{" + tex_text(row.claim) + "}"
 
@@ -56,9 +63,11 @@ def scorecard_sentence(card: pd.DataFrame) -> str:
     """How many of the paper's claims agree, and which do not."""
     rows = paper_rows(card)
     agree = rows.agreement == "agree"
+    n_agree = int(agree.sum())
     text = (
-        f"Of the paper's {len(rows)} headline claims, {int(agree.sum())} agree with our "
-        "measurement within their stated tolerances"
+        f"Of the paper's {len(rows)} headline claims, {n_agree} "
+        f"{'agrees' if n_agree == 1 else 'agree'} with our measurement within their stated "
+        "tolerances"
     )
     off = rows[~agree]
     if 0 < len(off) <= MAX_NAMED:
@@ -66,11 +75,12 @@ def scorecard_sentence(card: pd.DataFrame) -> str:
         text += "; these do not: " + _list(parts)
     elif len(off):
         counts = off.agreement.value_counts()
-        text += "; of the other " + _list([f"{n} {escape_latex(a)}" for a, n in counts.items()])
+        text += "; of the others, " + _list([_how_many(n, a) for a, n in counts.items()])
     one = rows[agree & one_definition(rows)]
     if len(one):
         text += (
-            f". {len(one)} of those that agree do so only by the author's statistic, not by "
+            f". {len(one)} of those that agree {'does' if len(one) == 1 else 'do'} so only by the"
+            " author's statistic, not by "
             "our uniform candidate-loss one"
         )
     return text + "."

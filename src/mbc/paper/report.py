@@ -70,6 +70,9 @@ def numbers(preset: str, tau: pd.DataFrame, hyp: pd.DataFrame, card: pd.DataFram
         "NRunsCensored": int(runs.censored.astype(bool).sum()),
         "NRunsDiverged": len(diverged_ids(runs)),  # left out as config `diverged` says
         "NExperiments": tau.experiment.nunique(),
+        # the abstract's nouns, singular where a count is 1 (`only` one experiment)
+        "RunsNoun": "run" if len(runs) == 1 else "runs",
+        "ExperimentsNoun": "experiment" if tau.experiment.nunique() == 1 else "experiments",
         "NScorecardAgree": int((paper.agreement == "agree").sum()),
         "NScorecardAgreeOurs": int((paper.ours_agreement == "agree").sum()),
         "NScorecardDual": int(dual.sum()),
