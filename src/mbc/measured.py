@@ -73,11 +73,11 @@ def provenance(logs: dict[str, list[dict]]) -> list[str]:
     ]
     lines += [f"commit: {c} ({n} training start(s))" for c, n in commits.most_common()]
     if times and ends:
-        t0, t1 = (datetime.strptime(t, "%Y-%m-%dT%H:%M:%SZ") for t in (times[0], max(ends)))
+        hours = (_epoch(max(ends)) - _epoch(times[0])) / 3600
         lines += [
             f"started: {times[0]}",
             f"ended: {max(ends)}",
-            f"wall time: {(t1 - t0).total_seconds() / 3600:.2f} h from the first start to the last end",
+            f"wall time: {hours:.2f} h from the first start to the last end",
         ]
     for key, what in (
         ("device", "device"),

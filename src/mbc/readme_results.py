@@ -137,29 +137,32 @@ def _first_per_id(hyp: list[dict[str, str]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def _provenance(path: Path, key: str) -> str | None:
-    """The value of PROVENANCE's first line `key: value`, or None."""
+def _provenance(path: Path) -> dict[str, str]:
+    """PROVENANCE's `key: value` lines, the first of each key (`commit:` repeats)."""
+    out: dict[str, str] = {}
     if path.is_file():
         for line in path.read_text().splitlines():
-            if line.startswith(f"{key}: "):
-                return line.removeprefix(f"{key}: ")
-    return None
+            key, sep, value = line.partition(": ")
+            if sep:
+                out.setdefault(key, value)
+    return out
 
 
-def _cost(path: Path) -> str:
+def _cost(prov: dict[str, str]) -> str:
     """What training the report cost, as PROVENANCE records it (`mbc.measured`): its jobs'
     active hours; where every start was on the CPU, with the threads and the CPU, else by
     device. Empty where it does not say."""
-    line = _provenance(path, "training job time") or ""
-    m = re.match(r"([\d.]+) h in (\d+) training job\(s\) \((.*?)\);", line)
+    m = re.match(
+        r"([\d.]+) h in (\d+) training job\(s\) \((.*?)\);", prov.get("training job time", "")
+    )
     if not m:
         return ""
     hours, n, split = float(m.group(1)), int(m.group(2)), m.group(3)
     jobs = f"{hours:.1f} h of training in {n} job{'s' if n != 1 else ''}"
-    if not re.fullmatch(r"cpu \(\d+\)", _provenance(path, "device") or ""):
+    if not re.fullmatch(r"cpu \(\d+\)", prov.get("device", "")):
         return f"; {jobs} ({split})"
-    threads = re.fullmatch(r"(\d+) \(\d+\)", _provenance(path, "threads per training job") or "")
-    cpu = re.fullmatch(r"([^,]+) \(\d+\)", _provenance(path, "CPU") or "")  # one CPU only
+    threads = re.fullmatch(r"(\d+) \(\d+\)", prov.get("threads per training job", ""))
+    cpu = re.fullmatch(r"([^,]+) \(\d+\)", prov.get("CPU", ""))  # one CPU only
     per = f" of {threads.group(1)} thread(s)" if threads else ""
     return f"; {jobs}{per}" + (f" on {cpu.group(1)}" if cpu else "")
 
@@ -187,10 +190,11 @@ def render(measured: Path, config: Path, link: str) -> str:
             f"[`{link}/STALE`]({link}/STALE) says: {reason}"
         )
         out += [f"> {line}" if line else "" for line in warning]
-    runs = (_provenance(measured / "PROVENANCE", "runs") or "").split(" ")[0]
+    prov = _provenance(measured / "PROVENANCE")
+    runs = prov.get("runs", "").split(" ")[0]
     out += _prose(
         f"Measured by the `{measured.name}` preset"
-        + (f" ({runs} runs{_cost(measured / 'PROVENANCE')})" if runs else "")
+        + (f" ({runs} runs{_cost(prov)})" if runs else "")
         + f"; the report{' (of the previous configuration: STALE)' if stale.is_file() else ''}: "
         f"[`{link}/main.pdf`]({link}/main.pdf), how and where it was trained: "
         f"[`{link}/PROVENANCE`]({link}/PROVENANCE)."

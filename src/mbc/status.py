@@ -26,8 +26,6 @@ import argparse
 import json
 import math
 import os
-import re
-import socket
 import time
 from pathlib import Path
 
@@ -116,21 +114,14 @@ def run_state(
 
 
 def _holder_gone(state_dir: Path) -> bool:
-    """The process that last held the run's lock (`mbc.core.run_lock`: "process PID on
-    HOST (boot B, pid namespace N)") ran here (this host, boot and pid namespace) and has
-    ended: a log written moments ago is then a killed job's, not a live one. A holder
-    elsewhere (a cluster node), or one written without the machine's tag, or no lock file,
-    cannot be checked from here: False, and the log's age decides."""
-    try:
-        text = (state_dir / run_lock.LOCK).read_text(errors="replace")
-    except OSError:
-        return False
-    here = f"{socket.gethostname()}{run_lock.machine_tag()}"
-    m = re.fullmatch(r"process (\d{1,9}) on (.+?)\s*", text)
-    if not m or m.group(2) != here or not run_lock.machine_tag():
+    """The process that last held the run's lock ran on this machine and has ended
+    (`mbc.core.run_lock.local_holder`): a log written moments ago is then a killed job's,
+    not a live one. A holder that cannot be checked from here (a cluster node, an older
+    lock line, none) leaves the log's age to decide: False."""
+    if (pid := run_lock.local_holder(state_dir)) is None:
         return False
     try:
-        os.kill(int(m.group(1)), 0)  # signal 0: is there such a process
+        os.kill(pid, 0)  # signal 0: is there such a process
     except ProcessLookupError:
         return True
     except OSError:  # there is one, another user's: alive

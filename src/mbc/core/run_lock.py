@@ -14,6 +14,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import re
 import socket
 import sys
 from pathlib import Path
@@ -79,6 +80,22 @@ def machine_tag() -> str:
     except OSError:
         return ""
     return f" (boot {boot}, pid namespace {ns})"
+
+
+def local_holder(state_dir: str | os.PathLike) -> int | None:
+    """The pid of the process that last held the run's lock (`hold`'s line), where it ran on
+    this machine (host, boot and pid namespace: there the pid means that process); None for
+    a holder elsewhere, a line written without the machine's tag, no lock file, or a
+    corrupt one."""
+    tag = machine_tag()
+    try:
+        text = (Path(state_dir) / LOCK).read_text(errors="replace")
+    except OSError:
+        return None
+    m = re.fullmatch(r"process (\d{1,9}) on (.+?)\s*", text)
+    if not tag or not m or m.group(2) != f"{socket.gethostname()}{tag}":
+        return None
+    return int(m.group(1))
 
 
 def release(fh: IO | None) -> None:

@@ -64,15 +64,16 @@ def numbers(preset: str, tau: pd.DataFrame, hyp: pd.DataFrame, card: pd.DataFram
     runs = tau.drop_duplicates("run_id")
     paper = card[card.reference_traced != "ours"]
     dual = paper.ours_statistic != paper.statistic
+    n_exp = tau.experiment.nunique()
     out = {
         "Preset": preset,
         "NRuns": len(runs),
         "NRunsCensored": int(runs.censored.astype(bool).sum()),
         "NRunsDiverged": len(diverged_ids(runs)),  # left out as config `diverged` says
-        "NExperiments": tau.experiment.nunique(),
+        "NExperiments": n_exp,
         # the abstract's nouns, singular where a count is 1 (`only` one experiment)
         "RunsNoun": "run" if len(runs) == 1 else "runs",
-        "ExperimentsNoun": "experiment" if tau.experiment.nunique() == 1 else "experiments",
+        "ExperimentsNoun": "experiment" if n_exp == 1 else "experiments",
         "NScorecardAgree": int((paper.agreement == "agree").sum()),
         "NScorecardAgreeOurs": int((paper.ours_agreement == "agree").sum()),
         "NScorecardDual": int(dual.sum()),
