@@ -85,6 +85,9 @@ BAD = [
     ),  # unknown grid key
     (("experiments", "E1", "grid", "task.k"), [], "experiments.E1.grid.task.k"),  # empty grid
     (("defaults", "model", "d_model"), 33, "'presets.smoke.defaults.model.d_model'"),
+    # e_B's encoding is the linear baseline's: on a transformer it would only move run ids
+    (("defaults", "model", "linear_input"), "identity", "defaults.model.linear_input"),
+    (("defaults", "model", "linear_input"), "bytes", "defaults.model.linear_input"),
     (("device",), "tpu", "device"),  # unknown device
     (("defaults", "train", "max_steps"), 0, "defaults.train.max_steps"),
     (

@@ -127,6 +127,10 @@ def test_one_formatter_for_durations_and_sizes():
         {"model": ModelSpec()},  # the paper's model
         {"model": ModelSpec(n_layers=3, d_model=48, d_mlp=96, n_positions=40)},
         {"model": ModelSpec(kind="linear", linear_hidden=64), "task": TaskSpec(k=5, z_length=3)},
+        {
+            "model": ModelSpec(kind="linear", linear_hidden=64, linear_input="identity"),
+            "task": TaskSpec(k=5, n_groups=30),
+        },
     ],
 )
 def test_the_parameter_count_from_the_shape_is_the_built_models(change):

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from mbc.core.spec import VOCAB, ModelSpec, TaskSpec
@@ -110,6 +111,55 @@ def test_linear_baseline_is_w2_w1_of_one_hot_b_and_z():
     y = x.clone()
     y[:, 11:] = x[0, 11:]  # the targets play no part
     assert torch.equal(m(y), out)
+
+
+def _identity_baseline(k=4, n_groups=10, hidden=16):
+    from mbc.core.spec import RunSpec
+    from mbc.training.setup import initial_model
+
+    task = TaskSpec(k=k, n_groups=n_groups)
+    spec = RunSpec(
+        task=task, model=ModelSpec(kind="linear", linear_hidden=hidden, linear_input="identity")
+    )
+    return initial_model(spec), build_dataset(task, spec.seed)
+
+
+def test_identity_linear_baseline_reads_b_as_one_symbol():
+    """linear_input identity: e_B is one-hot over the dataset's B strings, in the dataset's
+    group order (its run's `initial_model` fills them), then e_z per character."""
+    m, ds = _identity_baseline()
+    x = ds.tokens[::7]
+    e_b = torch.nn.functional.one_hot(ds.group[::7], 10)
+    e_z = torch.nn.functional.one_hot(x[:, [8, 9]], VOCAB).flatten(1)
+    with torch.no_grad():
+        want = m.w2(m.w1(torch.cat([e_b, e_z], 1).float())).view(-1, 5, VOCAB)
+    torch.testing.assert_close(m(x), want)
+    assert m.w1.in_features == 10 + 2 * VOCAB
+    assert "bases" in m.state_dict()  # saved with the weights: a snapshot rebuilds it
+
+
+def test_a_z_blind_identity_baseline_storing_each_marginal_sits_at_log_k():
+    """The known answer E13's row tests: weights that map B to its group's K first
+    characters (uniformly) and ignore z give a first-target loss of exactly log K, as the
+    package's evaluation reads it, and z changes nothing."""
+    import math
+
+    import numpy as np
+
+    from mbc.training.metrics import evaluate, fixed_contexts, make_eval_batch
+
+    m, ds = _identity_baseline(k=4, n_groups=10, hidden=16)
+    first = ds.candidates[:, :, 0]  # (groups, K) distinct first characters
+    with torch.no_grad():
+        m.w1.weight.zero_()
+        m.w1.weight[:10, :10] = torch.eye(10)  # hidden unit g <- e_B of group g
+        m.w2.weight.zero_()
+        for g in range(10):
+            m.w2.weight[first[g], g] = 60.0  # target 0's logits: its K first characters
+    rng = np.random.default_rng(0)
+    out = evaluate(m, make_eval_batch(ds, fixed_contexts(ds, 40, rng), rng))
+    assert out["first_target_loss"] == pytest.approx(math.log(4), abs=1e-6)  # float32 logits
+    assert out["delta_z_first"] == pytest.approx(0.0, abs=1e-6)
 
 
 def _weights_and_biases(model):

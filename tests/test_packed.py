@@ -121,15 +121,18 @@ def test_a_pack_of_r_takes_the_step_of_each_run_alone(variant):
     assert got[:, 0].unique().numel() == 3, "each run has its own init and data"
 
 
+@pytest.mark.parametrize("linear_input", ["characters", "identity"])
 @pytest.mark.parametrize("variant", ["seeds", "mixed"])
-def test_packed_linear_baseline_matches_independent_runs(variant):
-    """E13's linear baseline packs too (`PackedLinear`): each run's losses are its own
-    unpacked run's to float32 rounding, its exported model the same function, and a pack's
-    batched evaluation the run's own."""
+def test_packed_linear_baseline_matches_independent_runs(variant, linear_input):
+    """E13's linear baseline packs too (`PackedLinear`), on B's characters or B's identity
+    (each run its own dataset's base strings): each run's losses are its own unpacked run's
+    to float32 rounding, its exported model the same function, and a pack's batched
+    evaluation the run's own."""
     from mbc.training.metrics import evaluate
 
     base = tiny_spec()
-    base = dataclasses.replace(base, model=dataclasses.replace(base.model, kind="linear"))
+    model = dataclasses.replace(base.model, kind="linear", linear_input=linear_input)
+    base = dataclasses.replace(base, model=model)
     if variant == "seeds":
         specs = [_with(base, seed=s) for s in (0, 1, 2)]
     else:

@@ -118,15 +118,21 @@ def test_packed_runs_write_what_unpacked_runs_write(tmp_path):
         pd.testing.assert_frame_equal(tables(d)[0], m)
 
 
-def test_packed_linear_runs_write_what_unpacked_ones_write(tmp_path):
-    """E13's linear baseline trains in a pack (`PackedLinear`) and writes what it writes
-    trained alone, to float32 rounding; its pack has its own id."""
+@pytest.mark.parametrize(
+    ("linear_input", "pack"),
+    [
+        ("characters", "linear512z2-T16t5p10-B16-fp32-0"),
+        ("identity", "linear_identity512z2G12-T16t5p10-B16-fp32-0"),
+    ],
+)
+def test_packed_linear_runs_write_what_unpacked_ones_write(tmp_path, linear_input, pack):
+    """E13's linear baselines train in a pack (`PackedLinear`) and write what they write
+    trained alone, to float32 rounding; each kind's pack has its own id."""
     b = tiny_spec()
-    b = dataclasses.replace(b, model=dataclasses.replace(b.model, kind="linear"))
+    model = dataclasses.replace(b.model, kind="linear", linear_input=linear_input)
+    b = dataclasses.replace(b, model=model)
     specs = [b, dataclasses.replace(b, seed=1), _train(b, lr=1e-3, max_steps=80)]
-    assert list(make_packs({str(i): s for i, s in enumerate(specs)}, 8)) == [
-        "linear512z2-T16t5p10-B16-fp32-0"
-    ]
+    assert list(make_packs({str(i): s for i, s in enumerate(specs)}, 8)) == [pack]
     datasets = [build_dataset(s.task, s.seed) for s in specs]
     for i, (s, ds) in enumerate(zip(specs, datasets, strict=True)):
         train_run(s, ds, tmp_path / f"alone{i}", CPU, **QUIET)

@@ -19,7 +19,9 @@ def pack_key(spec: RunSpec) -> tuple | None:
     The linear baseline of E13 packs with linear runs of its hidden width and z length
     (`mbc.training.packed_models.PackedLinear`). None: a model kind that cannot be packed."""
     m, t = spec.model, spec.task
-    if m.kind == "linear":
+    if m.kind == "linear" and m.linear_input == "identity":  # e_B's width is n_groups
+        shape = ("linear_identity", m.linear_hidden, t.z_length, t.n_groups)
+    elif m.kind == "linear":
         shape = ("linear", m.linear_hidden, t.z_length)
     elif m.kind == "transformer":
         shape = (m.n_layers, m.n_heads, m.d_model, m.d_mlp, m.n_positions)
@@ -73,6 +75,8 @@ def _name(key: tuple) -> str:
     shape, (seq_len, n_t, p), batch, precision, compiled = key
     if shape[0] == "linear":  # `linear512z4-T16t5p10-B128-fp32-0`
         arch = f"linear{shape[1]}z{shape[2]}"
+    elif shape[0] == "linear_identity":  # `linear_identity512z2G1000-T16t5p10-B128-fp32-0`
+        arch = f"linear_identity{shape[1]}z{shape[2]}G{shape[3]}"
     else:
         layers, heads, d, d_mlp, _ = shape
         arch = f"L{layers}h{heads}d{d}m{d_mlp}"

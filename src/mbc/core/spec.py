@@ -134,6 +134,12 @@ class ModelSpec:
     d_mlp: int = run_field(512, minimum=1)
     n_positions: int = run_field(32, minimum=1)
     linear_hidden: int = run_field(512, minimum=1)
+    # The linear baseline's e_B (the paper's W2 W1 [e_B; e_z] does not say which):
+    # `characters`, one one-hot per character of B (a sum of one term per position, which
+    # cannot store a group's own K first characters); `identity`, one one-hot over the
+    # dataset's B strings (which can). e_z is per character either way. In the run id only
+    # when not `characters` (NEW_FIELDS).
+    linear_input: str = run_field("characters", enum=["characters", "identity"])
     # Every weight matrix (embeddings and unembedding included) ~ N(0, std), biases 0,
     # LayerNorm 1/0. `transformer_lens`: the author's model (HookedTransformer,
     # init_mode="gpt2", default initializer_range), std = 0.8 / sqrt(width); `normal`:
@@ -151,6 +157,20 @@ class ModelSpec:
         """The residual width the init rule scales with: d_model, or the linear baseline's
         hidden width (its analogue of the residual stream)."""
         return self.linear_hidden if self.kind == "linear" else self.d_model
+
+    @property
+    def label(self) -> str:
+        """The kind as run ids name it: `linear_identity` for the baseline on B's identity."""
+        return (
+            "linear_identity"
+            if self.kind == "linear" and self.linear_input == "identity"
+            else self.kind
+        )
+
+    def linear_n_in(self, task: TaskSpec) -> int:
+        """Width of the linear baseline's one-hot input [e_B; e_z] (`linear_input`)."""
+        n_b = task.n_groups if self.linear_input == "identity" else B_LEN * VOCAB
+        return n_b + task.z_length * VOCAB
 
     @property
     def weight_std(self) -> float:
@@ -247,6 +267,7 @@ NEW_FIELDS = {
         "early_stop_series": "candidate",
     },
     "eval": {"sampled_groups": 0},
+    "model": {"linear_input": "characters"},
 }
 
 
@@ -354,7 +375,7 @@ class RunSpec:
         t, m, o = self.task, self.model, self.train
         sharing = t.sharing if t.sharing != "supergroup" else f"G{t.n_supergroups}"
         return (
-            f"{t.direction}-{m.kind}-K{t.k}-G{t.n_groups}-z{t.z_length}-{sharing}"
+            f"{t.direction}-{m.label}-K{t.k}-G{t.n_groups}-z{t.z_length}-{sharing}"
             f"-p{t.label_noise:g}-lr{o.lr:g}-B{o.batch_size}-s{self.seed}"
             f"{'' if o.precision == 'fp32' else '-' + o.precision}-{self.content_hash}"
         )

@@ -53,6 +53,13 @@ def first_problem(spec: RunSpec, where: Callable[[str], str]) -> tuple[str, Any,
             )
         if m.kind == "linear":
             return ("model.kind", m.kind, "the linear baseline is defined for bz_to_a only")
+    if m.linear_input != "characters" and m.kind != "linear":
+        # it would change the run id of a network that does not read it
+        return (
+            "model.linear_input",
+            m.linear_input,
+            "is the linear baseline's (model.kind: linear)",
+        )
     if m.d_model % m.n_heads:
         return ("model.d_model", m.d_model, f"not divisible by n_heads={m.n_heads}")
     if t.seq_len - 1 > m.n_positions:

@@ -55,7 +55,7 @@ FIGURE_ROLES: dict[str, dict[str, tuple[str, ...]]] = {
     # one anisotropy-vs-K fit per estimator: its roles are open (`OPEN_ROLES`)
     "hessian": {"fits": ()},
     # the linear runs, and the transformer runs preferred as their match (same K and D)
-    "appendix_linear": {"experiments": ("linear", "transformer")},
+    "appendix_linear": {"experiments": ("linear", "identity", "transformer")},
     # (a) ours: candidate tau of `runs`; (b) the author's lag of `author` (his regime)
     "appendix_direction": {"experiments": ("runs", "author")},
     "appendix_label_noise": {"experiments": ("runs",)},

@@ -27,7 +27,7 @@ import pandas as pd
 
 from mbc.core.layout import Layout
 from mbc.core.runlog import logged_tau, read_log
-from mbc.core.spec import B_LEN, VOCAB, RunSpec
+from mbc.core.spec import VOCAB, RunSpec
 from mbc.training.schedule import eval_schedule
 
 D_EXPONENT = 1.2  # the paper's tau ~ D^1.2, independent of K
@@ -73,7 +73,7 @@ def n_parameters(spec: RunSpec) -> int:
     sizes the snapshots with it). tests/test_cost.py pins it to the built model's count."""
     m, t = spec.model, spec.task
     if m.kind == "linear":  # w1: one-hot [B; z] -> hidden, w2: hidden -> every target
-        n_in, n_out = (B_LEN + t.z_length) * VOCAB, t.n_targets * VOCAB
+        n_in, n_out = m.linear_n_in(t), t.n_targets * VOCAB
         return n_in * m.linear_hidden + m.linear_hidden + m.linear_hidden * n_out + n_out
     d, h = m.d_model, m.d_mlp
     attention = 3 * d * d + 3 * d + d * d + d  # qkv and out projections, with biases
@@ -100,7 +100,7 @@ def run_memory_gb(spec: RunSpec) -> float:
     state = (4 + kept) * n
     logits = 3 * b * t.n_targets * VOCAB
     if m.kind == "linear":
-        acts = b * ((B_LEN + t.z_length) * VOCAB + m.linear_hidden) + logits
+        acts = b * (m.linear_n_in(t) + m.linear_hidden) + logits
     else:
         per_token = 8 * m.d_model + 2 * m.d_mlp + 2 * m.n_heads * t.seq_len
         acts = b * t.seq_len * m.n_layers * per_token + logits

@@ -47,7 +47,7 @@ import torch
 
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.packing import make_packs, pack_key, pack_priority
-from mbc.core.spec import B_LEN, VOCAB, RunSpec
+from mbc.core.spec import VOCAB, RunSpec
 from mbc.planning.cost import pack_memory_gb
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate_shared_prefix
@@ -241,7 +241,7 @@ def _step_work(spec: RunSpec) -> float:
     m, t = spec.model, spec.task
     if m.kind != "linear":
         return _work(shape_of(spec))
-    n_in, n_out = (B_LEN + t.z_length) * VOCAB, t.n_targets * VOCAB
+    n_in, n_out = m.linear_n_in(t), t.n_targets * VOCAB
     return (n_in + n_out) * m.linear_hidden * spec.train.batch_size
 
 

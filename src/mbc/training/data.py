@@ -105,11 +105,24 @@ class Dataset:
         )
 
 
+def _bases(rng: np.random.Generator, task: TaskSpec) -> np.ndarray:
+    """(n_groups, B_LEN) token ids of the groups' distinct base strings: the data stream's
+    first draw."""
+    return _digits(_unique_codes(rng, task.n_groups, N_CHARS**B_LEN), B_LEN)
+
+
+def base_strings(task: TaskSpec, seed: int) -> torch.Tensor:
+    """(n_groups, B_LEN) the base strings of `build_dataset(task, seed)`, group by group,
+    without the rest of the dataset (the identity linear baseline's e_B vocabulary)."""
+    rng = np.random.default_rng(stream_seed(seed, STREAM_DATA))
+    return torch.as_tensor(_bases(rng, task), dtype=torch.int64)
+
+
 def build_dataset(task: TaskSpec, seed: int) -> Dataset:
     """Generate the dataset of `task` from the data stream of run seed `seed`."""
     rng = np.random.default_rng(stream_seed(seed, STREAM_DATA))
     g, k = task.n_groups, task.k
-    bases = _digits(_unique_codes(rng, g, N_CHARS**B_LEN), B_LEN)  # (g, 6)
+    bases = _bases(rng, task)  # (g, 6)
     answers = _digits(_targets(rng, task), A_LEN)  # (g, k, 4)
     n_sets = task.n_selector_sets
     selector_set = rng.permutation(g) % n_sets  # balanced random supergroups

@@ -107,11 +107,14 @@ class Transformer(nn.Module):
 
 
 class LinearBaseline(nn.Module):
-    """E13: two stacked linear maps on one-hot [B; z] (no nonlinearity), one softmax per target.
+    """E13: two stacked linear maps on one-hot [e_B; e_z] (no nonlinearity), one softmax per
+    target.
 
     It predicts all target tokens at once from the input, so it can represent only
     what a linear function of (B, z) can: E13's test (docs/method.md#e13) of whether depth and
-    nonlinearity are needed for the conditional.
+    nonlinearity are needed for the conditional. e_B (`ModelSpec.linear_input`): B's
+    characters, or B's identity among the dataset's strings (the buffer `bases`, filled by
+    `mbc.training.setup.initial_model` and saved with the weights).
     """
 
     def __init__(self, spec: ModelSpec, task: TaskSpec):
@@ -119,25 +122,42 @@ class LinearBaseline(nn.Module):
         if task.direction != "bz_to_a":
             raise ValueError("the linear baseline is defined for the bz_to_a task only")
         self.spec, self.task = spec, task
-        self.n_in = B_LEN + task.z_length
-        self.w1 = nn.Linear(self.n_in * VOCAB, spec.linear_hidden)
+        self.w1 = nn.Linear(spec.linear_n_in(task), spec.linear_hidden)
         self.w2 = nn.Linear(spec.linear_hidden, task.n_targets * VOCAB)
         assert task.n_targets == A_LEN + 1
+        if spec.linear_input == "identity":
+            self.register_buffer("bases", torch.zeros(task.n_groups, B_LEN, dtype=torch.long))
         # the transformer's rule with the hidden width as the residual width:
         # N(0, 0.8 / sqrt(linear_hidden)) under transformer_lens, biases 0
         init_weights(self, spec.weight_std)
 
     def forward(self, tokens: torch.Tensor, **_: object) -> torch.Tensor:
-        x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(1).to(self.w1.weight.dtype)
-        return self.w2(self.w1(x)).view(-1, self.task.n_targets, VOCAB)
+        x = linear_features(tokens, self.task, getattr(self, "bases", None))
+        return self.w2(self.w1(x.to(self.w1.weight.dtype))).view(-1, self.task.n_targets, VOCAB)
 
 
 def linear_inputs(tokens: torch.Tensor, task: TaskSpec) -> torch.Tensor:
-    """The linear baseline's input tokens [B; z] of sequences (..., T): (..., B_LEN + z_length)
-    (`LinearBaseline` and its pack, `mbc.training.packed_models.PackedLinear`)."""
+    """The linear baseline's input tokens [B; z] of sequences (..., T): (..., B_LEN + z_length)."""
     b = tokens[..., 1 : 1 + B_LEN]
     z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
     return torch.cat([b, z], dim=-1)
+
+
+def linear_features(
+    tokens: torch.Tensor, task: TaskSpec, bases: torch.Tensor | None = None
+) -> torch.Tensor:
+    """The linear baseline's one-hot input [e_B; e_z] of sequences (..., n, T): (..., n, n_in),
+    int64 (`LinearBaseline` and its pack, `mbc.training.packed_models.PackedLinear`).
+
+    bases None: every character of B and z its own one-hot. bases (..., n_groups, B_LEN):
+    e_B is one-hot over those strings (each B matches exactly one; B's are distinct).
+    """
+    if bases is None:
+        return F.one_hot(linear_inputs(tokens, task), VOCAB).flatten(-2)
+    b = tokens[..., 1 : 1 + B_LEN]
+    z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
+    e_b = (b.unsqueeze(-2) == bases.unsqueeze(-3)).all(-1).long()
+    return torch.cat([e_b, F.one_hot(z, VOCAB).flatten(-2)], dim=-1)
 
 
 def build_model(spec: ModelSpec, task: TaskSpec, generator: torch.Generator) -> nn.Module:

@@ -20,7 +20,7 @@ from torch import nn
 from mbc.core.spec import VOCAB
 from mbc.training.forward import forward, linear
 from mbc.training.metrics import metrics_from_logprobs, token_logprobs
-from mbc.training.model import LinearBaseline, Transformer, linear_inputs
+from mbc.training.model import LinearBaseline, Transformer, linear_features
 
 
 def _key(name: str) -> str:
@@ -53,19 +53,31 @@ class _PackedModel(nn.Module):
             if isinstance(m, nn.Linear)
             for pn, _ in m.named_parameters(recurse=False)
         ]
+        # buffers (the identity baseline's `bases`): per run, saved with it, never trained
+        buffers = [dict(m.named_buffers()) for m in models]
         self._register(
             first.spec,
             first.task,
             {n: torch.stack([s[n].detach() for s in states]) for n in names},
             lin,
+            {n: torch.stack([b[n] for b in buffers]) for n, _ in first.named_buffers()},
         )
 
-    def _register(self, spec, task, stacked: dict[str, torch.Tensor], lin: list[str]) -> None:
+    def _register(
+        self,
+        spec,
+        task,
+        stacked: dict[str, torch.Tensor],
+        lin: list[str],
+        buffers: dict[str, torch.Tensor],
+    ) -> None:
         self.spec, self.task, self.linear_names = spec, task, lin
-        self.names = list(stacked)
+        self.names, self.buffer_names = list(stacked), list(buffers)
         self.r = stacked[self.names[0]].shape[0]
         for n, t in stacked.items():
             self.register_parameter(_key(n), nn.Parameter(t.clone()))
+        for n, t in buffers.items():
+            self.register_buffer(_key(n), t.clone())
 
     def subset(self, rows: torch.Tensor) -> _PackedModel:
         """A pack of these runs only (their rows of every parameter, copied)."""
@@ -76,6 +88,7 @@ class _PackedModel(nn.Module):
             self.task,
             {n: self.p(n).detach()[rows] for n in self.names},
             self.linear_names,
+            {n: self.p(n)[rows] for n in self.buffer_names},
         )
         new.ordinary = self.ordinary
         return new.train(self.training)
@@ -84,12 +97,14 @@ class _PackedModel(nn.Module):
         return getattr(self, _key(name))
 
     def state_dict_of(self, r: int) -> dict[str, torch.Tensor]:
-        """Run r's weights as an ordinary model's state dict (detached copies)."""
-        return {n: self.p(n)[r].detach().clone() for n in self.names}
+        """Run r's weights (and buffers) as an ordinary model's state dict (detached copies)."""
+        return {n: self.p(n)[r].detach().clone() for n in self.names + self.buffer_names}
 
     def weights(self, runs: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
-        """Every stacked parameter by its model's name, or its rows of the runs `runs`."""
-        return {n: self.p(n) if runs is None else self.p(n)[runs] for n in self.names}
+        """Every stacked parameter (and buffer) by its model's name, or its rows of the runs
+        `runs`."""
+        names = self.names + self.buffer_names
+        return {n: self.p(n) if runs is None else self.p(n)[runs] for n in names}
 
     def _check(self, tokens: torch.Tensor, runs: torch.Tensor | None) -> None:
         r = tokens.shape[0]
@@ -204,7 +219,7 @@ class PackedLinear(_PackedModel):
         self._check(tokens, runs)
         w = self.weights(runs) | (low or {})
         r, n, _ = tokens.shape
-        x = F.one_hot(linear_inputs(tokens, self.task), VOCAB).flatten(2)  # (R, n, n_in V)
+        x = linear_features(tokens, self.task, w.get("bases"))  # (R, n, n_in)
         if self.ordinary:  # one run alone: the ordinary model's arithmetic
             w, x = _alone(w), x[0]
             y = linear(linear(x, w["w1.weight"], w["w1.bias"]), w["w2.weight"], w["w2.bias"])
@@ -254,5 +269,5 @@ def _alone(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _shape(m: nn.Module) -> tuple:
     s, t = m.spec, m.task
     if isinstance(m, LinearBaseline):
-        return ("linear", s.linear_hidden, t.z_length, t.seq_len, t.n_targets)
+        return ("linear", s.linear_input, s.linear_n_in(t), s.linear_hidden, t.seq_len, t.n_targets)
     return (s.n_layers, s.n_heads, s.d_model, s.d_mlp, s.n_positions, t.seq_len, t.n_targets)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from mbc.core.spec import RunSpec, TrainSpec
-from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, stream_seed
+from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, base_strings, stream_seed
 from mbc.training.metrics import ENGINES, EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
 
@@ -38,9 +38,13 @@ def pick_device(requested: str | torch.device = "auto") -> torch.device:
 
 def initial_model(spec: RunSpec) -> torch.nn.Module:
     """The run's model at its initial weights, drawn from its own STREAM_INIT (on the CPU:
-    the same draw on every device)."""
+    the same draw on every device); the identity linear baseline's e_B vocabulary is its
+    dataset's base strings."""
     gen = torch.Generator().manual_seed(stream_seed(spec.seed, STREAM_INIT))
-    return build_model(spec.model, spec.task, gen)
+    model = build_model(spec.model, spec.task, gen)
+    if hasattr(model, "bases"):
+        model.bases.copy_(base_strings(spec.task, spec.seed))
+    return model
 
 
 def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.AdamW:

@@ -49,51 +49,60 @@ from mbc.paper.figures.registry import _register
 
 @_register("appendix_linear", ["metrics", "tau"])
 def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
-    """L_cand / log K of the linear network (the `linear` experiments, E13) vs the matching
-    transformer runs (same K, D; one of the `transformer` experiments, E1, first)."""
+    """L_cand / log K of the linear network on B's characters (the `linear` experiments, E13,
+    dashed) and on B's identity (`identity`, E13_identity, dash-dotted) vs the matching transformer
+    runs (same K, D; one of the `transformer` experiments, E1, first; solid)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 3.3))
-    linear = _names(entry.experiments_of("linear"))
     all_tau = _tau_rows(tables["tau"])
     m = _metrics_rows(tables["metrics"])
-    lin = all_tau[all_tau["experiment"].isin(entry.experiments_of("linear"))]
-    if (lin["model"] != "").any():
-        lin = lin[lin["model"] == "linear"]
-    lin = _one_seed_per(lin[lin["run_id"].isin(set(m["run_id"]))], "k")
-    if lin.empty:
-        _no_data(ax, f"no {linear} runs with metrics")
+    styles = {"linear": "--", "identity": "-."}  # ":" is the log K line
+
+    def runs_of(role: str) -> pd.DataFrame:
+        rows = all_tau[all_tau["experiment"].isin(entry.experiments_of(role))]
+        if (rows["model"] != "").any():
+            rows = rows[rows["model"] == "linear"]
+        return _one_seed_per(rows[rows["run_id"].isin(set(m["run_id"]))], "k")
+
+    lin = {role: runs_of(role) for role in styles}
+    if all(v.empty for v in lin.values()):
+        _no_data(ax, f"no {_names(entry.experiments_of('linear'))} runs with metrics")
         return fig
     trans = all_tau[(all_tau["model"] == "transformer") & all_tau["run_id"].isin(set(m["run_id"]))]
     # Prefer a `transformer` run with the same K and D, else any transformer run with them.
     preferred = trans["experiment"].isin(entry.experiments_of("transformer"))
     trans = trans.assign(_pref=(~preferred).astype(int))
-    kcol = _colors(lin["k"])
-    any_cens, n_matched = False, 0
-    for _, row in lin.iterrows():
-        col = kcol.get(float(row["k"]), "0.5")
-        any_cens |= _run_curves(ax, None, m[m["run_id"] == row["run_id"]], row, color=col, ls="--")
-        same = trans[(trans["k"] == row["k"]) & ((trans["d"] == row["d"]) | trans["d"].isna())]
-        same = same.sort_values(["_pref", "seed", "run_id"])
-        if same.empty:
-            continue
-        t = same.iloc[0]
-        n_matched += 1
-        any_cens |= _run_curves(ax, None, m[m["run_id"] == t["run_id"]], t, color=col)
-        ax.plot([], [], color=col, label=f"K={_fmt(row['k'])}")
-    if n_matched == 0:
-        for k, col in kcol.items():
-            ax.plot([], [], color=col, label=f"K={_fmt(k)}")
+    every = pd.concat(list(lin.values()))
+    kcol = _colors(every["k"])
+    any_cens, matched = False, set()
+    for role, rows in lin.items():
+        for _, row in rows.iterrows():
+            col = kcol.get(float(row["k"]), "0.5")
+            run = m[m["run_id"] == row["run_id"]]
+            any_cens |= _run_curves(ax, None, run, row, color=col, ls=styles[role])
+            same = trans[(trans["k"] == row["k"]) & ((trans["d"] == row["d"]) | trans["d"].isna())]
+            same = same.sort_values(["_pref", "seed", "run_id"])
+            if same.empty or (row["k"], row["d"]) in matched:
+                continue
+            t = same.iloc[0]
+            matched.add((row["k"], row["d"]))
+            any_cens |= _run_curves(ax, None, m[m["run_id"] == t["run_id"]], t, color=col)
+    for k, col in kcol.items():
+        ax.plot([], [], color=col, label=f"K={_fmt(k)}")
+    if not matched:
         _note(ax, "no matching transformer runs", "lower left")
-    _threshold_lines(ax, lin["threshold"])
+    _threshold_lines(ax, every["threshold"])
     ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(r"$L_\mathrm{cand}$ / log K")
+    names = {role: _names(entry.experiments_of(role)) for role in styles}
     extra = [
-        Line2D([], [], color="0.3", ls="--", label=f"linear ({linear})"),
+        Line2D([], [], color="0.3", ls="--", label=f"linear, B's characters ({names['linear']})"),
+        Line2D([], [], color="0.3", ls="-.", label=f"linear, B's identity ({names['identity']})"),
         Line2D([], [], color="0.3", ls="-", label="transformer"),
         _tau_marker_handle(),
     ]
     # under the axes: the curves fill the plot from log K down to 0 at every step
-    _legend(ax, censored=any_cens, extra=extra, below=True, fontsize=6.5, ncol=3)
+    _legend(ax, censored=any_cens, extra=extra, below=True, fontsize=6.5, ncol=2)
     return fig
 
 
