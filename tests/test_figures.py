@@ -207,18 +207,19 @@ def _tau_table() -> pd.DataFrame:
     )
     for p, t in ((0.0, 1500), (0.05, 1700), (0.1, 2100), (0.2, None)):
         rows.append(_run("E12", f"e12_p{p}", label_noise=p, tau=t))
-    for k in (10, 20):
-        rows.append(
-            _run(
-                "E13",
-                f"e13_k{k}",
-                k=k,
-                model="linear",
-                tau=None,
-                budget=100000,
-                final_candidate_accuracy=1 / k,
+    for exp, name in (("E13", "e13"), ("E13_identity", "e13id")):
+        for k in (10, 20):
+            rows.append(
+                _run(
+                    exp,
+                    f"{name}_k{k}",
+                    k=k,
+                    model="linear",
+                    tau=None,
+                    budget=100000,
+                    final_candidate_accuracy=1 / k,
+                )
             )
-        )
     for k in (5, 10):
         for seed in (0, 1):
             rows.append(_run("E14", f"e14_bz_k{k}_s{seed}", k=k, seed=seed, tau=300 * k + seed))
@@ -294,7 +295,8 @@ def _tau_table() -> pd.DataFrame:
 
 def _metrics_table(tau: pd.DataFrame) -> pd.DataFrame:
     out = []
-    for _, r in tau[tau["experiment"].isin(["E1", "E13"])].drop_duplicates("run_id").iterrows():
+    linear = ["E1", "E13", "E13_identity"]
+    for _, r in tau[tau["experiment"].isin(linear)].drop_duplicates("run_id").iterrows():
         steps = np.unique(np.geomspace(1, r["steps"], 40).astype(int))
         log_k = math.log(r["k"])
         t = r["tau"] if not pd.isna(r["tau"]) else 10 * r["steps"]
@@ -668,6 +670,19 @@ def test_fit_lines_come_from_the_fits_table(full):
         assert "95% CI" in legend
     assert "inset, D=20000: unavailable" in " | ".join(texts["tau_vs_d"])  # NaN fit: no line
     assert "author's tau (his sampled evaluation)" in texts["tau_vs_d"]  # the scorecard's tau
+
+
+def test_the_linear_figure_draws_both_readings_of_e_b(full, tmp_path):
+    """appendix_linear: E13 (B's characters) dashed, E13_identity (B's identity) dash-dotted,
+    each named in the legend; a reading without runs has no legend line."""
+    legend = " | ".join(full[1]["appendix_linear"])
+    assert "linear, B's characters (E13)" in legend
+    assert "linear, B's identity (E13_identity)" in legend
+    tables = _all_tables()
+    tables["tau"] = tables["tau"][tables["tau"]["experiment"] != "E13_identity"]
+    texts = _render_all(_write(tables, tmp_path / "tables"), tmp_path / "out", ["appendix_linear"])
+    legend = " | ".join(texts["appendix_linear"])
+    assert "B's characters (E13)" in legend and "B's identity" not in legend
 
 
 def test_censored_runs_are_shown(full):

@@ -17,6 +17,7 @@ from mbc.core.integrity import RunFiles, repair, scan
 from mbc.core.packing import make_packs, pack_key, pack_priority
 from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset
+from mbc.training.packed import PackedRuns
 from mbc.training.train import train_pack, train_run
 
 CPU = torch.device("cpu")
@@ -156,6 +157,37 @@ def test_interrupted_pack_resumes_bitwise(tmp_path, precision):
     assert any("from step 40" in line for line in said), said  # resume_every = 20
     for a, b in zip(whole, cut, strict=True):
         assert_same_run(a, b, exact=True)
+
+
+def _identity(spec):
+    return dataclasses.replace(
+        spec, model=dataclasses.replace(spec.model, kind="linear", linear_input="identity")
+    )
+
+
+def test_interrupted_identity_linear_pack_resumes_bitwise(tmp_path):
+    """E13_identity's B strings are a buffer, not a parameter: they travel through the resume
+    point, and the resumed runs end bitwise where uninterrupted ones do."""
+    specs = [_identity(tiny_spec()), dataclasses.replace(_identity(tiny_spec()), seed=1)]
+    datasets = [build_dataset(s.task, s.seed) for s in specs]
+    whole = [tmp_path / f"whole{i}" for i in range(2)]
+    cut = [tmp_path / f"cut{i}" for i in range(2)]
+    train_pack(specs, datasets, whole, CPU, **QUIET)
+    assert train_pack(specs, datasets, cut, CPU, stop_after=50, **QUIET) == [True] * 2
+    said = []
+    train_pack(specs, datasets, cut, CPU, say=said.append)
+    assert any("from step 40" in line for line in said), said
+    for a, b in zip(whole, cut, strict=True):
+        assert_same_run(a, b, exact=True)
+
+
+def test_an_identity_run_refuses_a_dataset_with_other_b_strings():
+    """A dataset whose B strings are not the ones its model reads (another seed's here; a
+    file from another generator under the same id in life) would give every B a zero e_B:
+    refused, naming the run."""
+    spec = _identity(tiny_spec())
+    with pytest.raises(ValueError, match=f"run {spec.run_id}: its dataset's B strings"):
+        PackedRuns([spec], [build_dataset(spec.task, 1)], CPU)
 
 
 def test_runs_at_different_steps_catch_up_then_train_together(tmp_path):

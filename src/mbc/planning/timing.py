@@ -64,10 +64,13 @@ def _sync(device: torch.device) -> None:
 
 def _pack_of(spec: RunSpec, width: int, device: torch.device, **variant):
     """(a pack of `width` runs of `spec`'s shape, seeds 0..width-1, their shared dataset:
-    the data do not change the work)."""
+    the data do not change the work; the identity linear baseline reads its own seed's B
+    strings, so each of its runs gets its own), and the first run's dataset."""
     specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
     ds = build_dataset(spec.task, spec.seed)
-    return PackedRuns(specs, [ds] * width, device, **variant), ds
+    own = spec.model.kind == "linear" and spec.model.linear_input == "identity"
+    datasets = [build_dataset(s.task, s.seed) for s in specs] if own else [ds] * width
+    return PackedRuns(specs, datasets, device, **variant), datasets[0]
 
 
 def time_pack_step(

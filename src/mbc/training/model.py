@@ -150,14 +150,26 @@ def linear_features(
     int64 (`LinearBaseline` and its pack, `mbc.training.packed_models.PackedLinear`).
 
     bases None: every character of B and z its own one-hot. bases (..., n_groups, B_LEN):
-    e_B is one-hot over those strings (each B matches exactly one; B's are distinct).
+    e_B is one-hot over those strings (B's are distinct; a B that is none of them: zeros).
+    A B is found by its number in base VOCAB among the sorted numbers of `bases` (not by
+    comparing it with every string: n x n_groups x B_LEN at each evaluation).
     """
     if bases is None:
         return F.one_hot(linear_inputs(tokens, task), VOCAB).flatten(-2)
-    b = tokens[..., 1 : 1 + B_LEN]
     z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
-    e_b = (b.unsqueeze(-2) == bases.unsqueeze(-3)).all(-1).long()
+    code, codes = _string_code(tokens[..., 1 : 1 + B_LEN]), _string_code(bases)
+    sorted_codes, order = codes.sort(dim=-1)
+    at = torch.searchsorted(sorted_codes, code).clamp(max=codes.shape[-1] - 1)
+    group = order.gather(-1, at)
+    found = sorted_codes.gather(-1, at) == code
+    e_b = F.one_hot(group, codes.shape[-1]) * found.unsqueeze(-1)
     return torch.cat([e_b, F.one_hot(z, VOCAB).flatten(-2)], dim=-1)
+
+
+def _string_code(chars: torch.Tensor) -> torch.Tensor:
+    """(..., L) token ids -> (...,) one int64 per string, distinct for distinct strings."""
+    weights = VOCAB ** torch.arange(chars.shape[-1] - 1, -1, -1, device=chars.device)
+    return (chars * weights).sum(-1)
 
 
 def build_model(spec: ModelSpec, task: TaskSpec, generator: torch.Generator) -> nn.Module:

@@ -49,7 +49,7 @@ from mbc.training.model import build_model
 from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
-from mbc.training.setup import check_train, initial_model, make_optimizer
+from mbc.training.setup import check_bases, check_train, initial_model, make_optimizer
 
 
 @functools.cache
@@ -122,10 +122,11 @@ class PackedRuns:
             raise ValueError("a pack starts all its runs fresh (step 0) or all from states")
         self.specs, self.device = list(specs), device
         models = []
-        for s, st in zip(specs, states, strict=True):
+        for s, ds, st in zip(specs, datasets, states, strict=True):
             m = initial_model(s)
             if st is not None:
                 m.load_state_dict(st["model"])
+            check_bases(m, ds, s.run_id)
             models.append(m)
         if ordinary and len(specs) != 1:
             raise ValueError("the ordinary model's arithmetic is one run's")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mbc.core.spec import RunSpec, TrainSpec
+from mbc.core.spec import B_LEN, RunSpec, TrainSpec
 from mbc.training.data import STREAM_EVAL, STREAM_INIT, Dataset, base_strings, stream_seed
 from mbc.training.metrics import ENGINES, EvalBatch, fixed_contexts, make_eval_batch
 from mbc.training.model import build_model
@@ -45,6 +45,18 @@ def initial_model(spec: RunSpec) -> torch.nn.Module:
     if hasattr(model, "bases"):
         model.bases.copy_(base_strings(spec.task, spec.seed))
     return model
+
+
+def check_bases(model: torch.nn.Module, dataset: Dataset, run_id: str) -> None:
+    """The identity linear baseline's B strings are its dataset's, group by group: a
+    dataset file from another generator under the same id would otherwise give every
+    unknown B a zero e_B, silently. A ValueError naming the run otherwise."""
+    if not hasattr(model, "bases"):
+        return
+    own = torch.zeros_like(model.bases)
+    own[dataset.group] = dataset.clean_tokens[:, 1 : 1 + B_LEN].to(own.device)
+    if not torch.equal(own, model.bases):
+        raise ValueError(f"run {run_id}: its dataset's B strings are not its model's (e_B)")
 
 
 def make_optimizer(model: torch.nn.Module, spec: RunSpec) -> torch.optim.AdamW:

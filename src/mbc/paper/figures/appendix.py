@@ -94,13 +94,19 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
     ax.set_xscale("log")
     ax.set_xlabel("step")
     ax.set_ylabel(r"$L_\mathrm{cand}$ / log K")
-    names = {role: _names(entry.experiments_of(role)) for role in styles}
-    extra = [
-        Line2D([], [], color="0.3", ls="--", label=f"linear, B's characters ({names['linear']})"),
-        Line2D([], [], color="0.3", ls="-.", label=f"linear, B's identity ({names['identity']})"),
-        Line2D([], [], color="0.3", ls="-", label="transformer"),
-        _tau_marker_handle(),
+    what = {"linear": "B's characters", "identity": "B's identity"}
+    extra = [  # a reading's line only where it has runs
+        Line2D(
+            [],
+            [],
+            color="0.3",
+            ls=styles[role],
+            label=f"linear, {what[role]} ({_names(entry.experiments_of(role))})",
+        )
+        for role in styles
+        if not lin[role].empty
     ]
+    extra += [Line2D([], [], color="0.3", ls="-", label="transformer"), _tau_marker_handle()]
     # under the axes: the curves fill the plot from log K down to 0 at every step
     _legend(ax, censored=any_cens, extra=extra, below=True, fontsize=6.5, ncol=2)
     return fig
