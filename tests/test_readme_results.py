@@ -69,6 +69,10 @@ def test_the_readme_block_is_what_the_committed_report_gives():
     ), (
         "docs/results.md's departures drifted from measured/paper_cpu: run python -m mbc.readme_results"
     )
+    running = (ROOT / "docs" / "running.md").read_text()
+    assert _block(running, rr.COST_BEGIN, rr.COST_END) == rr.render_cost(MEASURED, DOCS_LINK), (
+        "docs/running.md's cost drifted from measured/paper_cpu: run python -m mbc.readme_results"
+    )
     assert (
         rr.main(
             [
@@ -338,3 +342,42 @@ def test_the_training_cost_is_read_from_provenance(measured):
         cost(*common, "device: cpu (100), cuda (H200) (50)", "CPU: Xeon (150)", mixed)
         == "137 runs; 12.0 h of training in 1 job (cpu 11.50 h; cuda (H200) 0.50 h)"
     )
+
+
+def test_the_running_pages_cost_is_provenances(measured, tmp_path, capsys):
+    """docs/running.md's cost item is PROVENANCE's runs, steps by device, job time and span,
+    and says STALE when the report is; the command writes it where the page exists, and an
+    older PROVENANCE without a runs line fails in one line."""
+    prov = measured / "PROVENANCE"
+    prov.write_text(
+        "runs: 140 (run ids: tau.csv; sha256 of the sorted ids 0)\n"
+        "started: 2026-12-05T10:00:00Z\nended: 2026-12-06T22:30:00Z\n"
+        "wall time: 36.50 h from the first start to the last end\n"
+        "device: cpu (150)\nCPU: AMD EPYC (150)\nthreads per training job: 1 (150)\n"
+        "total training steps: 1,200,000\nsteps by device: cpu 1,200,000\n"
+        "training job time: 27.34 h in 60 training job(s) (cpu 27.34 h); each job's\n"
+    )
+    text = " ".join(rr.render_cost(measured, "../m").split())
+    assert text == (
+        "- Measured ([`../m/PROVENANCE`](../m/PROVENANCE)): 140 runs, 1,200,000 training steps"
+        " (cpu 1,200,000); 27.3 h of training in 60 jobs of 1 thread(s) on AMD EPYC. From its"
+        " first start to its last end 36.5 h (2026-12-05T10:00:00Z to 2026-12-06T22:30:00Z),"
+        " the gaps between sessions included."
+    )
+    (measured / "STALE").write_text("moved on\n")
+    assert rr.render_cost(measured, "../m").rstrip().endswith("measurement (`STALE`).")
+    readme = tmp_path / "README.md"
+    readme.write_text(f"{rr.BEGIN}\n{rr.END}\n")
+    _docs(tmp_path)
+    running = tmp_path / "docs" / "running.md"
+    running.write_text(f"# running\n\n{rr.COST_BEGIN}\n{rr.COST_END}\n- an estimate\n")
+    args = ["--readme", str(readme), "--measured", str(measured), "--config", str(CONFIG)]
+    assert rr.main(args) == 0
+    page = running.read_text()
+    assert "140 runs" in page and page.endswith(f"{rr.COST_END}\n- an estimate\n")
+    assert "(../../paper_cpu/PROVENANCE)" in page or "paper_cpu/PROVENANCE" in page
+    prov.write_text("total training steps: 1\n")
+    capsys.readouterr()
+    assert rr.main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "PROVENANCE: no 'runs:' line" in err

@@ -1,5 +1,5 @@
-"""The README's results block and docs/results.md's departures, generated from a committed
-measured report.
+"""The README's results block, docs/results.md's departures and docs/running.md's cost,
+generated from a committed measured report.
 
     python -m mbc.readme_results [--check] [--readme README.md] [--docs DOCS]
                                  [--measured measured/paper_cpu]
@@ -10,7 +10,9 @@ the scorecard rows with their rule and result, the seven verdicts beside the pap
 warning when the report carries a `STALE` file. Between `<!-- departures:begin -->` and
 `<!-- departures:end -->` in DOCS (default: docs/results.md beside the README) it writes every
 row and verdict that departs from the paper, each with the cause config.yaml records for it.
-`--check` changes nothing and fails when either block differs, so neither page can drift from
+Between `<!-- cost:begin -->` and `<!-- cost:end -->` in docs/running.md beside the README
+(where that page exists) it writes what the measurement cost, from its PROVENANCE.
+`--check` changes nothing and fails when any block differs, so no page can drift from
 `measured/` (tests/test_readme_results.py). The paper's verdicts are labelled references:
 hypotheses.csv's `paper_verdict` column, or for a report collected before it had one, config's
 `hypotheses.<id>.paper_verdict.verdict`; the same holds for a row's `cause` and `explanation`,
@@ -37,6 +39,8 @@ BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
 DEPARTURES_BEGIN = "<!-- departures:begin -->"
 DEPARTURES_END = "<!-- departures:end -->"
+COST_BEGIN = "<!-- cost:begin -->"
+COST_END = "<!-- cost:end -->"
 # the scorecard.csv columns both blocks read
 SCORECARD_COLUMNS = (
     "claim",
@@ -165,6 +169,35 @@ def _cost(prov: dict[str, str]) -> str:
     cpu = re.fullmatch(r"([^,]+) \(\d+\)", prov.get("CPU", ""))  # one CPU only
     per = f" of {threads.group(1)} thread(s)" if threads else ""
     return f"; {jobs}{per}" + (f" on {cpu.group(1)}" if cpu else "")
+
+
+def render_cost(measured: Path, link: str) -> str:
+    """docs/running.md's cost of the committed measurement, as its PROVENANCE records it:
+    runs, training steps by device, the training jobs' time, and the span from the first
+    start to the last end (which counts the gaps between sessions). `link`: the report's
+    folder as that page links it."""
+    prov = _provenance(measured / "PROVENANCE")
+    runs = prov.get("runs", "").split(" ")[0]
+    if not runs:
+        raise ResultsError(f"{measured / 'PROVENANCE'}: no 'runs:' line")
+    steps = prov.get("total training steps", "?")
+    by_device = prov.get("steps by device")
+    text = (
+        f"- Measured ([`{link}/PROVENANCE`]({link}/PROVENANCE)): {runs} runs, {steps} training"
+        f" steps{f' ({by_device})' if by_device else ''}{_cost(prov)}."
+    )
+    wall = re.match(r"([\d.]+) h", prov.get("wall time", ""))
+    if wall and "started" in prov and "ended" in prov:
+        text += (
+            f" From its first start to its last end {float(wall.group(1)):.1f} h"
+            f" ({prov['started']} to {prov['ended']}), the gaps between sessions included."
+        )
+    if (measured / "STALE").is_file():
+        text += " It is the previous configuration's measurement (`STALE`)."
+    wrapped = textwrap.wrap(
+        text, 100, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+    )
+    return "\n".join(wrapped) + "\n"
 
 
 def render(measured: Path, config: Path, link: str) -> str:
@@ -427,6 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     except ResultsError as exc:
         print(f"mbc.readme_results: {exc}", file=sys.stderr)
         return 2
+    running = args.readme.parent / "docs" / "running.md"  # where it exists (not in tests' trees)
+    if running.is_file():
+        try:
+            block = render_cost(args.measured, link(running))
+            targets.append(_target(running, block, COST_BEGIN, COST_END))
+        except ResultsError as exc:
+            print(f"mbc.readme_results: {exc}", file=sys.stderr)
+            return 2
     drifted = [path for path, old, new in targets if new != old]
     if args.check:
         for path in drifted:
@@ -437,7 +478,8 @@ def main(argv: list[str] | None = None) -> int:
             )
         if drifted:
             return 1
-        print(f"mbc.readme_results: {args.readme} and {docs} match {args.measured}")
+        pages = ", ".join(str(path) for path, _, _ in targets)
+        print(f"mbc.readme_results: {pages} match {args.measured}")
         return 0
     for path, old, new in targets:
         if new != old:
