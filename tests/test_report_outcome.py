@@ -252,6 +252,10 @@ def test_a_tobit_fits_r2_is_left_empty_and_matched_ids_read_as_words():
         ("whole CI within +/- 0.15", r"whole CI within $\pm$ 0.15"),
         ("by ~half", "by about half"),
         ("a_b & c", r"a\_b \& c"),
+        (
+            "stays at log K (e_B over the B strings)",
+            r"stays at $\log K$ ($e_B$ over the B strings)",
+        ),
     ],
 )
 def test_config_prose_is_typeset(text, latex):

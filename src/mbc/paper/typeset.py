@@ -37,6 +37,7 @@ _RULES: tuple[tuple[str, object], ...] = (
     (r"\bdelta_z\b", r"$\Delta z$"),
     (r"\bbeta\b", r"$\beta$"),
     (r"\bn_groups\b", r"$n_\mathrm{groups}$"),
+    (r"\be_([Bz])\b", lambda v: f"$e_{v}$"),  # the linear baseline's one-hot inputs
     (r"\b([DKz])\b", lambda v: f"${v}$"),  # a symbol of the paper: D, K, z
     (r"(?<![^ ])> (?=[0-9])", "$>$ "),
     (r"(?<![^ ])< (?=[0-9])", "$<$ "),
