@@ -19,7 +19,7 @@ def pack_key(spec: RunSpec) -> tuple | None:
     The linear baseline of E13 packs with linear runs of its hidden width and z length
     (`mbc.training.packed_models.PackedLinear`). None: a model kind that cannot be packed."""
     m, t = spec.model, spec.task
-    if m.kind == "linear" and m.linear_input == "identity":  # e_B's width is n_groups
+    if m.label == "linear_identity":  # e_B's width is n_groups
         shape = ("linear_identity", m.linear_hidden, t.z_length, t.n_groups)
     elif m.kind == "linear":
         shape = ("linear", m.linear_hidden, t.z_length)

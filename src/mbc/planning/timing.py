@@ -67,9 +67,10 @@ def _pack_of(spec: RunSpec, width: int, device: torch.device, **variant):
     the data do not change the work; the identity linear baseline reads its own seed's B
     strings, so each of its runs gets its own), and the first run's dataset."""
     specs = [dataclasses.replace(spec, seed=s) for s in range(width)]
-    ds = build_dataset(spec.task, spec.seed)
-    own = spec.model.kind == "linear" and spec.model.linear_input == "identity"
-    datasets = [build_dataset(s.task, s.seed) for s in specs] if own else [ds] * width
+    if spec.model.label == "linear_identity":
+        datasets = [build_dataset(s.task, s.seed) for s in specs]
+    else:
+        datasets = [build_dataset(spec.task, spec.seed)] * width
     return PackedRuns(specs, datasets, device, **variant), datasets[0]
 
 

@@ -136,11 +136,14 @@ class LinearBaseline(nn.Module):
         return self.w2(self.w1(x.to(self.w1.weight.dtype))).view(-1, self.task.n_targets, VOCAB)
 
 
+def _b_and_z(tokens: torch.Tensor, task: TaskSpec) -> tuple[torch.Tensor, torch.Tensor]:
+    """B's and z's tokens of sequences (..., T): (..., B_LEN), (..., z_length)."""
+    return tokens[..., 1 : 1 + B_LEN], tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
+
+
 def linear_inputs(tokens: torch.Tensor, task: TaskSpec) -> torch.Tensor:
     """The linear baseline's input tokens [B; z] of sequences (..., T): (..., B_LEN + z_length)."""
-    b = tokens[..., 1 : 1 + B_LEN]
-    z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
-    return torch.cat([b, z], dim=-1)
+    return torch.cat(_b_and_z(tokens, task), dim=-1)
 
 
 def linear_features(
@@ -156,8 +159,8 @@ def linear_features(
     """
     if bases is None:
         return F.one_hot(linear_inputs(tokens, task), VOCAB).flatten(-2)
-    z = tokens[..., 2 + B_LEN : 2 + B_LEN + task.z_length]
-    code, codes = _string_code(tokens[..., 1 : 1 + B_LEN]), _string_code(bases)
+    b, z = _b_and_z(tokens, task)
+    code, codes = _string_code(b), _string_code(bases)
     sorted_codes, order = codes.sort(dim=-1)
     at = torch.searchsorted(sorted_codes, code).clamp(max=codes.shape[-1] - 1)
     group = order.gather(-1, at)
