@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import mbc.planning.cost
+import mbc.planning.deadline
 import mbc.core.arithmetic
 import mbc.core.artifacts
 import mbc.config
@@ -46,6 +47,8 @@ try:
             raise mbc.config.ConfigError(
                 "device", CFG.raw["device"], "CUDA is not available on this machine"
             )
+    # --config deadline=2h30m: start only the runs that end in time (startup.smk)
+    DEADLINE_S = mbc.planning.deadline.parse_deadline(CFG.raw.get("deadline"))
 except mbc.config.ConfigError as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
@@ -101,14 +104,21 @@ DIAG = CFG.diagnostics
 
 # Per-run diagnostic tables: aggregated name -> (diagnostic, file suffix)
 DIAG_TABLES = {
-    "collective": ("collective", ""),
-    "collective_summary": ("collective", "_summary"),
-    "routing_attention": ("routing", "_attention"),
-    "routing_ablation": ("routing", "_ablation"),
-    "hessian": ("hessian", ""),
+    f"{kind}{sfx}": (kind, sfx)
+    for kind, suffixes in mbc.core.layout.DIAGNOSTIC_FILES.items()
+    for sfx in suffixes
 }
 DIAGNOSED = {
     kind: CFG.diagnosed_runs(kind) for kind in {k for k, _ in DIAG_TABLES.values()}
+}
+# run id -> its diagnostic tables
+RUN_DIAGNOSTICS = {
+    r: [
+        L.diagnostic(kind, r, sfx)
+        for kind, sfx in DIAG_TABLES.values()
+        if r in DIAGNOSED[kind]
+    ]
+    for r in SPECS
 }
 # Aggregated tidy tables: name -> the per-run files stacked into {OUT}/<name>.csv
 TABLES = {

@@ -16,6 +16,8 @@
 import mbc.core.integrity
 import mbc.core.outdir_hold
 import mbc.planning.banner
+import mbc.core.runlog
+import mbc.run_store
 
 if MAIN_PROCESS:
     # another invocation holds the outdir: stop before planning from files it is changing
@@ -29,6 +31,12 @@ if MAIN_PROCESS:
             "be changing",
             file=sys.stderr,
         )
+    # the run store (mbc.run_store): the stored runs that the outdir lacks come back before
+    # anything is checked or planned, so that none of them trains and none of their
+    # diagnostics reruns; a dry run only counts them
+    _STORE = mbc.run_store.restore(CFG, dry_run=workflow.output_settings.dryrun)
+    for line in _STORE.lines(dry_run=workflow.output_settings.dryrun):
+        print(line, file=sys.stderr)
     _RUNS = [
         mbc.core.integrity.RunFiles(
             run_id=r,
@@ -36,11 +44,7 @@ if MAIN_PROCESS:
             train=[Path(L.metrics(r)), Path(L.checkpoints(r))],
             summary=Path(L.summary(r)),
             pack=Path(L.pack(PACK_OF[r])) if r in PACK_OF else None,
-            diagnostics=[
-                Path(L.diagnostic(kind, r, sfx))
-                for kind, sfx in DIAG_TABLES.values()
-                if r in DIAGNOSED[kind]
-            ],
+            diagnostics=[Path(p) for p in RUN_DIAGNOSTICS[r]],
         )
         for r, s in SPECS.items()
     ]
@@ -89,8 +93,27 @@ if MAIN_PROCESS:
         measure=False,
         dry_run=workflow.output_settings.dryrun,
         retrain={f.run_id for f in _FINDINGS if f.retrain},
+        from_store=set(_STORE.restored),
     ):
         print(line, file=sys.stderr)
+    # under a deadline, `all` is the chains of the runs that end in time and of those
+    # already trained (summaries, diagnostics): the period ends on runs the store can take
+    if DEADLINE_S is not None:
+        _CHOSEN, _LINES = mbc.planning.deadline.within(
+            CFG,
+            DEADLINE_S,
+            workflow.resource_settings.cores,
+            dry_run=workflow.output_settings.dryrun,
+        )
+        for line in _LINES:
+            print(line, file=sys.stderr)
+        ALL_TARGETS[:] = [
+            p
+            for r in SPECS
+            if r in _CHOSEN
+            or mbc.core.runlog.finished(mbc.core.runlog.read_log(L.run(r).log))
+            for p in (L.summary(r), *RUN_DIAGNOSTICS[r])
+        ]
     if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():
         print(mbc.training.tensorboard_log.missing_line(), file=sys.stderr)
 

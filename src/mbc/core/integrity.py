@@ -153,7 +153,16 @@ def scan(
             continue
         # snapshots are a link only toward the diagnostics: a run no diagnostic reads is
         # complete without them (its snapshots may have stayed where it trained)
-        snap = _snapshot_finding(f, verify_snapshots) if f.diagnostics else None
+        # ... and a run restored from the run store (mbc.run_store) has its diagnostics
+        # from the store, not its snapshots, which stayed where it trained
+        from_store = RunPaths(f.run_dir).stored.is_file() and all(
+            p.is_file() for p in f.diagnostics
+        )
+        snap = (
+            _snapshot_finding(f, verify_snapshots)
+            if f.diagnostics and not from_store
+            else None
+        )
         if snap is not None:
             out.append(snap)
             continue

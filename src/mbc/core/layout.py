@@ -23,6 +23,15 @@ METRICS = "metrics.csv"
 CHECKPOINTS = "checkpoints.csv"  # the snapshots, by paths relative to the run directory
 TRAIN_LOG = "train_log.csv"
 SUMMARY = "summary.json"
+STORED = f"{STATE}/stored.json"  # the run store's entry, where the run came from the store
+
+# A run's diagnostic tables: diagnostic -> the suffixes of its files
+# (`diagnostics/<diagnostic>/<run_id><suffix>.csv`)
+DIAGNOSTIC_FILES = {
+    "collective": ("", "_summary"),
+    "routing": ("_attention", "_ablation"),
+    "hessian": ("",),
+}
 
 
 class RunPaths:
@@ -38,6 +47,7 @@ class RunPaths:
         self.checkpoints = self.dir / CHECKPOINTS
         self.train_log = self.dir / TRAIN_LOG
         self.summary = self.dir / SUMMARY
+        self.stored = self.dir / STORED
 
 
 @dataclass(frozen=True)

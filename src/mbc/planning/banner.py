@@ -265,6 +265,50 @@ def timing_lines(
     return [line for line in timed if line not in untimed]
 
 
+def expected_runs(cfg: Config, todo: dict[str, RunSpec], logs: dict[str, list[dict]]):
+    """(run id -> `Expected`, the tau law's c, its words, run id -> resume point) for the
+    runs left to train: measured taus first, else c D^1.2 with c from the measured taus or
+    this machine's calibration (`python -m mbc.estimate`)."""
+    from mbc.planning.cost import expected, measured_taus, tau_law
+
+    specs = cfg.specs
+    measured = measured_taus(cfg.outdir, specs, logs)
+    coef, n_law = tau_law(specs, measured)
+    law = f"c from {n_law} measured taus"
+    if coef is None and (cal := calibrated_coef(specs)) is not None:
+        coef, law = cal  # the same law `python -m mbc.estimate` calibrated on this machine
+    # a resume point counts only with its file: without it the run starts again from 0
+    layout = Layout(cfg.outdir)
+    starts = {r: resume_point(logs[r]) if layout.run(r).resume.exists() else 0 for r in todo}
+    return expected(todo, measured, coef, starts), coef, law, starts
+
+
+def seconds_per_run(
+    cfg: Config, todo: dict[str, RunSpec], exp: dict, device: str, write: bool, say=None
+) -> tuple[dict[str, float], float]:
+    """(run id -> expected seconds of training and evaluation here, the steps/s measured on
+    the most common shape): that shape timed (`cached_rate`), the others at its rate scaled
+    by their work per step (`_cost`)."""
+    from mbc.planning.cost import n_parameters, run_seconds
+
+    common = Counter((s.model, s.train.batch_size, s.task.seq_len) for s in todo.values())
+    ref_id, ref = next(
+        (r, s)
+        for r, s in todo.items()
+        if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0]
+    )
+    widths = pack_widths(cfg.specs, cfg.raw["pack"])
+    width = widths.get(ref_id, 0) if device == "cpu" else 0
+    threads = int(cfg.raw.get("threads", 1))
+    rate = cached_rate(ref, device, threads, Layout(cfg.outdir).steps_per_s, write, width, say=say)
+    ref_cost = _cost(ref, n_parameters(ref))
+    seconds = {
+        r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, n_parameters(spec)))
+        for r, spec in todo.items()
+    }
+    return seconds, rate
+
+
 def banner_lines(
     cfg: Config,
     *,
@@ -273,10 +317,12 @@ def banner_lines(
     measure: bool = True,
     dry_run: bool = False,
     retrain: AbstractSet[str] = frozenset(),
+    from_store: AbstractSet[str] = frozenset(),
 ) -> list[str]:
     """The banner's lines. `measure=False` skips the steps/s measurement (no time shown);
     `dry_run` writes nothing (the measurement is not cached); `retrain`: runs whose resume
-    state the start-up repair moves aside (they train again, whatever their logs say)."""
+    state the start-up repair moves aside (they train again, whatever their logs say);
+    `from_store`: runs the run store restores (in a dry run, before they are in the outdir)."""
     specs = cfg.specs
     layout = Layout(cfg.outdir)
     out = Path(cfg.outdir)
@@ -285,7 +331,8 @@ def banner_lines(
     # trained: its log says finished (a missing or moved-aside summary is rebuilt from it);
     # the logs are read once, here, and give the taus of runs in progress below too
     logs = {r: read_log(layout.run(r).log) for r in specs}
-    done = {r for r in specs if finished(logs[r]) and r not in retrain}
+    stored = {r for r in specs if layout.run(r).stored.is_file()} | set(from_store)
+    done = {r for r in specs if (finished(logs[r]) or r in stored) and r not in retrain}
     todo = {r: s for r, s in specs.items() if r not in done}
     if device == "auto" and todo:  # torch, slow to import, only where a GPU driver is
         device = "cuda" if cuda_available() else "cpu"
@@ -293,7 +340,9 @@ def banner_lines(
     lines = [
         f"mbc: preset {cfg.preset} -> {cfg.outdir}/ {where} ({threads} thread(s) per "
         f"training job, --cores {cores if cores else 'n/a'})",
-        f"mbc: {len(specs)} distinct runs: {len(done)} trained, {len(todo)} to train",
+        f"mbc: {len(specs)} distinct runs: {len(done)} trained"
+        + (f" ({len(stored & done)} from the run store)" if stored & done else "")
+        + f", {len(todo)} to train",
         *arithmetic_lines(cfg),
     ]
     coarse = sorted({s.eval.every for s in specs.values() if not s.eval.dense_every})
@@ -307,7 +356,6 @@ def banner_lines(
         lines.append("mbc: nothing to train; analysis, figures and the paper rebuild as needed")
         return lines
     pack = cfg.raw["pack"]
-    widths = pack_widths(specs, pack)
     if pack.get("enabled"):
         packs = [m for m in configured_packs(specs, pack).values() if set(m) & set(todo)]
         alone = len(todo) - sum(len(set(m) & set(todo)) for m in packs)
@@ -324,25 +372,10 @@ def banner_lines(
 
     # torch comes with these: only paid when something is left to train (every Snakemake
     # start-up, a figure rebuilt alone included, passes through here)
-    from mbc.planning.cost import (
-        D_EXPONENT,
-        expected,
-        measured_taus,
-        n_parameters,
-        run_seconds,
-        tau_law,
-        wall_seconds,
-    )
+    from mbc.planning.cost import D_EXPONENT, n_parameters, wall_seconds
     from mbc.training.schedule import eval_schedule
 
-    measured = measured_taus(cfg.outdir, specs, logs)
-    coef, n_law = tau_law(specs, measured)
-    law = f"c from {n_law} measured taus"
-    if coef is None and (cal := calibrated_coef(specs)) is not None:
-        coef, law = cal  # the same law `python -m mbc.estimate` calibrated on this machine
-    # a resume point counts only with its file: without it the run starts again from 0
-    starts = {r: resume_point(logs[r]) if layout.run(r).resume.exists() else 0 for r in todo}
-    exp = expected(todo, measured, coef, starts)
+    exp, coef, law, starts = expected_runs(cfg, todo, logs)
     steps = {r: e.steps for r, e in exp.items()}
     upper = any(e.upper for e in exp.values())
     budget = sum(s.train.max_steps for s in todo.values())
@@ -384,26 +417,9 @@ def banner_lines(
         )
 
     if measure:
-        common = Counter((s.model, s.train.batch_size, s.task.seq_len) for s in todo.values())
-        ref = next(
-            s
-            for s in todo.values()
-            if (s.model, s.train.batch_size, s.task.seq_len) == common.most_common(1)[0][0]
-        )
         t0 = time.perf_counter()
-        width = (
-            widths.get(next(r for r, s in todo.items() if s is ref), 0) if device == "cpu" else 0
-        )
         timed: list[str] = []  # cached_rate says what it times, only when it times it
-        rate = cached_rate(
-            ref, device, threads, layout.steps_per_s, not dry_run, width, say=timed.append
-        )
-        ref_cost = _cost(ref, n_parameters(ref))
-        # other shapes at the measured rate scaled by their work per step (`_cost`)
-        seconds = {
-            r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, params[r]))
-            for r, spec in todo.items()
-        }
+        seconds, rate = seconds_per_run(cfg, todo, exp, device, not dry_run, say=timed.append)
         total = sum(seconds.values())
         bound = "at most " if upper else ""
         if executor == "local":

@@ -1,0 +1,92 @@
+"""A working period that ends on finished runs: `--config deadline=2h30m`.
+
+Under a deadline, `snakemake all` starts only the runs expected to finish training within
+it on this machine's parallel jobs (the banner's model: expected steps from the tau law,
+this machine's measured steps/s), shortest first, and builds their summaries and
+diagnostics, not the aggregated tables: the period ends on runs that `python -m
+mbc.run_store add` can store, instead of on runs cut mid-way. A run that the model
+misjudges still trains to its end (the deadline chooses what starts, it stops nothing);
+one cut by the machine's end resumes from its last resume point next time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from mbc.core.config import Config, ConfigError
+from mbc.core.layout import Layout
+from mbc.core.runlog import finished, read_log
+from mbc.core.units import duration
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
+_UNIT = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+
+
+def parse_deadline(text) -> float | None:
+    """Seconds of a duration written `2h`, `2h30m`, `90m`, `1.5h` or `5400` (seconds);
+    None for an empty value (no deadline). A value that is none of these raises ConfigError
+    naming the key."""
+    if text is None or str(text).strip() == "":
+        return None
+    s = str(text).strip().lower().replace(" ", "")
+    if re.fullmatch(r"\d+(\.\d+)?", s):
+        seconds = float(s)
+    elif re.fullmatch(f"(?:{_PART.pattern})+", s):
+        seconds = sum(float(n) * _UNIT[u] for n, u in _PART.findall(s))
+    else:
+        raise ConfigError("deadline", text, "not a duration such as 2h, 2h30m, 90m or 5400 (s)")
+    if seconds <= 0:
+        raise ConfigError("deadline", text, "must be a positive duration")
+    return seconds
+
+
+def choose(seconds: dict[str, float], jobs: int, budget_s: float) -> list[str]:
+    """The runs to start so that each is expected to end within `budget_s` on `jobs`
+    parallel jobs: shortest first (most runs finished), each on the job that frees first,
+    a run taken only while it ends in time there."""
+    lanes = [0.0] * max(1, jobs)
+    chosen = []
+    for run_id, s in sorted(seconds.items(), key=lambda kv: (kv[1], kv[0])):
+        i = min(range(len(lanes)), key=lanes.__getitem__)
+        if lanes[i] + s <= budget_s:
+            lanes[i] += s
+            chosen.append(run_id)
+    return chosen
+
+
+def within(
+    cfg: Config, budget_s: float, cores: int | None, dry_run: bool
+) -> tuple[list[str], list[str]]:
+    """(runs left to train that start under the deadline, lines for the banner)."""
+    from mbc.planning.banner import expected_runs, seconds_per_run
+
+    specs = cfg.specs
+    layout = Layout(cfg.outdir)
+    logs = {r: read_log(layout.run(r).log) for r in specs}
+    todo = {r: s for r, s in specs.items() if not finished(logs[r])}
+    if not todo:
+        return [], []
+    device = str(cfg.raw.get("device", "auto"))
+    if device == "auto":
+        from mbc.core.arithmetic import cuda_available
+
+        device = "cuda" if cuda_available() else "cpu"
+    exp, *_ = expected_runs(cfg, todo, logs)
+    seconds, _ = seconds_per_run(cfg, todo, exp, device, write=not dry_run)
+    threads = int(cfg.raw.get("threads", 1))
+    jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
+    chosen = choose(seconds, jobs, budget_s)
+    busy = sum(seconds[r] for r in chosen) / jobs
+    lines = [
+        f"mbc: deadline {duration(budget_s)}: {len(chosen)} of the {len(todo)} runs left start "
+        f"now (about {duration(busy)} of training on {jobs} job(s), shortest first); their "
+        "summaries and diagnostics are built, the tables wait for the rest"
+    ]
+    if not chosen:
+        shortest = min(seconds.values())
+        lines.append(
+            f"mbc: deadline: no run is expected to finish in time (the shortest takes about "
+            f"{duration(shortest)} here): nothing trains"
+        )
+    return chosen, lines
