@@ -37,8 +37,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gzip
-import io
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -53,8 +53,8 @@ import pandas as pd
 
 from mbc import config as mbc_config
 from mbc.core.artifacts import read_sidecar, sha256_file, write_text_atomic
-from mbc.core.integrity import differs
 from mbc.core.frozen import content_id
+from mbc.core.integrity import differs
 from mbc.core.layout import DIAGNOSTIC_FILES, Layout, RunPaths
 from mbc.core.runlog import damage, finished, read_log
 

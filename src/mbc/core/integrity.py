@@ -158,11 +158,7 @@ def scan(
         from_store = RunPaths(f.run_dir).stored.is_file() and all(
             p.is_file() for p in f.diagnostics
         )
-        snap = (
-            _snapshot_finding(f, verify_snapshots)
-            if f.diagnostics and not from_store
-            else None
-        )
+        snap = _snapshot_finding(f, verify_snapshots) if f.diagnostics and not from_store else None
         if snap is not None:
             out.append(snap)
             continue
