@@ -200,6 +200,27 @@ def render_cost(measured: Path, link: str) -> str:
     return "\n".join(wrapped) + "\n"
 
 
+def store_sentence(measured: Path, config: Path, link: str) -> list[str]:
+    """Where the report's run store (`<measured>/runs/`, mbc.run_store) holds fewer runs than
+    the preset has: one sentence saying how many, so that a partial measurement never reads
+    as whole (none without a store, or with every run stored)."""
+    runs = measured / "runs"
+    if not runs.is_dir():
+        return []
+    from mbc import config as mbc_config  # the config only where a store is
+
+    cfg = mbc_config.load(mbc_config.read_yaml(config), {"preset": measured.name})
+    stored = {p.name for p in runs.iterdir() if (p / "entry.json").is_file()} & set(cfg.specs)
+    if len(stored) == len(cfg.specs):
+        return []
+    return _prose(
+        f"**The re-measure is partial: {len(stored)} of {len(cfg.specs)} runs** are stored in "
+        f"[`{link}/runs/`]({link}/runs/) (`python -m mbc.run_store list --preset "
+        f"{measured.name}` counts them by experiment); a clone restores them instead of "
+        "training them, and the tables below are rebuilt from the store once it is whole."
+    ) + [""]
+
+
 def render(measured: Path, config: Path, link: str) -> str:
     """The block between the markers, from the report in `measured`; `link` is that folder
     as the README links it (relative to the README)."""
@@ -214,7 +235,7 @@ def render(measured: Path, config: Path, link: str) -> str:
     differ = [h for h, r in verdicts.items() if r["verdict"] != paper[h]]
     n_match = len(verdicts) - len(differ)
 
-    out: list[str] = []
+    out: list[str] = store_sentence(measured, config, link)
     stale = measured / "STALE"
     if stale.is_file():
         reason = " ".join(stale.read_text().split()) or "no reason given"
@@ -443,6 +464,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; fail if it drifted")
     args = ap.parse_args(argv)
     docs = args.docs or args.readme.parent / "docs" / "results.md"
+    from mbc.core.config import ConfigFileError, read_yaml
+
+    try:
+        read_yaml(args.config)  # a missing or broken config: one line, before any page
+    except ConfigFileError as exc:
+        print(f"mbc.readme_results: --config {exc}", file=sys.stderr)
+        return 2
+    for page in (args.readme, args.measured):
+        if not page.exists():
+            print(f"mbc.readme_results: {page}: no such file or directory", file=sys.stderr)
+            return 2
 
     def link(page: Path) -> str:
         return Path(os.path.relpath(args.measured, page.resolve().parent)).as_posix()
