@@ -386,23 +386,38 @@ def report(out: dict, say=print) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from mbc.core.cli import json_file, positive_float, positive_int
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
     ap.add_argument("--config", default="config.yaml")
     ap.add_argument("--outdir", default=None, help="override the preset's outdir")
-    ap.add_argument("--steps-per-s", type=float, default=None, help="skip the measurement")
-    ap.add_argument("--tau-coef", type=float, default=None, help="c of tau = c D^1.2")
-    ap.add_argument("--calibrate-s", type=float, default=60.0, help="calibration run time cap")
-    ap.add_argument("--jobs", type=int, default=None, help="parallel jobs (cores / threads)")
+    ap.add_argument("--steps-per-s", type=positive_float, default=None, help="skip the measurement")
+    ap.add_argument("--tau-coef", type=positive_float, default=None, help="c of tau = c D^1.2")
+    ap.add_argument(
+        "--calibrate-s", type=positive_float, default=60.0, help="calibration run time cap"
+    )
+    ap.add_argument(
+        "--jobs", type=positive_int, default=None, help="parallel jobs (cores / threads)"
+    )
     ap.add_argument("--device", default=None, help="auto, cpu or cuda (default: the config's)")
     ap.add_argument(
-        "--rates", default=None, help="pack rates (benchmarks/gpu_check.sh): a packed estimate"
+        "--rates",
+        type=json_file,
+        default=None,
+        help="pack rates (benchmarks/gpu_check.sh): a packed estimate",
     )
     ap.add_argument(
-        "--pack-jobs", type=int, default=None, help=f"packs side by side (default {PACK_JOBS})"
+        "--pack-jobs",
+        type=positive_int,
+        default=None,
+        help=f"packs side by side (default {PACK_JOBS})",
     )
     ap.add_argument(
-        "--gpu-mem-gb", type=float, default=None, help="device memory (default: the rates')"
+        "--gpu-mem-gb",
+        type=positive_float,
+        default=None,
+        help="device memory (default: the rates')",
     )
     a = ap.parse_args(argv)
     try:

@@ -280,6 +280,17 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
         )
     tau = pd.read_csv(layout.table("tau"))
     target = Path(dest) / preset
+    if blocked := next(
+        (p for p in [target, *target.parents] if p.exists() and not p.is_dir()), None
+    ):
+        raise SystemExit(
+            f"mbc.measured: --dest {dest}: {blocked} is not a directory, nothing written"
+        )
+    if target.resolve() == out.resolve() or out.resolve() in target.resolve().parents:
+        raise SystemExit(
+            f"mbc.measured: --dest {dest}: {target} is the outdir's own tree ({out}), nothing "
+            "written; collect into measured/ or another folder"
+        )
     target.mkdir(parents=True, exist_ok=True)
     for t in TABLES:
         src = Path(layout.table(t))

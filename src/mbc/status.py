@@ -162,6 +162,8 @@ def report(table: pd.DataFrame, preset: str, say=print) -> None:
 
 
 def main(argv: list[str] | None = None) -> pd.DataFrame:
+    from mbc.core.cli import figure_file, positive_float
+
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--preset", default="paper", help="paper or a preset of config.yaml")
     ap.add_argument(
@@ -175,12 +177,13 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     ap.add_argument("--outdir", default=None, help="override the preset's outdir")
     ap.add_argument(
         "--stale-s",
-        type=float,
+        type=positive_float,
         default=300.0,
         help="a live log quiet this long means the job is not running",
     )
     ap.add_argument(
         "--plot",
+        type=figure_file,
         default=None,
         metavar="FILE",
         help="draw every run's loss curve so far into FILE (.png or .pdf)",

@@ -33,6 +33,10 @@ if _preset := mbc.config.preset_of_targets(
             file=sys.stderr,
         )
 try:
+    # Snakemake's YAML keeps the last of a key given twice without a word: read each
+    # configfile again, strictly, so that a duplicate key stops here in one line
+    for _file in ("config.yaml", *workflow.config_settings.configfiles):
+        mbc.config.read_yaml(_file)
     CFG = mbc.config.load(config, overrides=_OVERRIDES)
     # CUDA asked for where this process runs the jobs itself (a cluster's login node may
     # have no GPU: there the job on the GPU node decides)
@@ -49,7 +53,7 @@ try:
             )
     # --config deadline=2h30m: start only the runs that end in time (startup.smk)
     DEADLINE_S = mbc.planning.deadline.parse_deadline(CFG.raw.get("deadline"))
-except mbc.config.ConfigError as exc:
+except (mbc.config.ConfigError, mbc.config.ConfigFileError) as exc:
     sys.exit(f"mbc: {exc}")
 OUT = CFG.outdir
 # what `auto` resolved to here goes to every job (a cluster node of another make included),

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import functools
 import itertools
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -229,15 +230,54 @@ def resolve(raw: dict, overrides: dict | None = None, schema_fn: Schema = schema
         raise ConfigError("preset", preset, f"unknown preset; known: {sorted(['paper', *presets])}")
     merged = deep_merge(raw, presets.get(preset, {}))
     merged = deep_merge(merged, overrides)
-    if "outdir" in overrides and "paper_pdf" not in overrides:
-        # a second outdir must not overwrite the preset's PDF
-        merged["paper_pdf"] = Layout(str(merged["outdir"]).rstrip("/")).paper_pdf
     merged["preset"] = preset
     merged.pop("presets", None)
     _schema_check(merged, f"after applying preset {preset!r}", schema_fn)
-    if Path(merged["outdir"]).exists() and not Path(merged["outdir"]).is_dir():
-        raise ConfigError("outdir", merged["outdir"], "exists and is not a directory")
+    written = merged["outdir"]
+    merged["outdir"] = canonical_outdir(written)
+    if "outdir" in overrides and "paper_pdf" not in overrides:
+        # a second outdir must not overwrite the preset's PDF
+        merged["paper_pdf"] = Layout(merged["outdir"]).paper_pdf
+    _check_paper_pdf(merged)
     return merged
+
+
+def canonical_outdir(written: str) -> str:
+    """One outdir, one name, whatever spelling reached it (`./results/`, `$PWD/results`, a
+    symlink to it): its real path, relative to the working directory where it lies inside
+    it (Snakemake matches a target as written, and the README's targets are relative), else
+    absolute. Locks, Snakemake's records and messages all see this name. A path that cannot
+    be an outdir is refused in one line naming the key and the value as written."""
+    path = Path(written)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError("outdir", written, "is a symlink to nothing (dangling, or a loop)")
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = (
+                "exists and is not a directory"
+                if parent == path
+                else (f"lies below {parent}, which is not a directory")
+            )
+            raise ConfigError("outdir", written, what)
+    try:
+        real = os.path.realpath(written, strict=False)
+    except (OSError, RuntimeError) as exc:
+        raise ConfigError("outdir", written, f"cannot be resolved ({exc})") from None
+    rel = os.path.relpath(real)
+    return real if rel == ".." or rel.startswith(f"..{os.sep}") else rel
+
+
+def _check_paper_pdf(merged: dict) -> None:
+    """The report's PDF may lie anywhere but among the outdir's other outputs (a figure's
+    PDF named as the paper would never be built as the paper)."""
+    pdf = os.path.relpath(os.path.realpath(merged["paper_pdf"]), os.path.realpath(merged["outdir"]))
+    if not pdf.startswith("..") and Path(pdf).parts[0] != "paper":
+        raise ConfigError(
+            "paper_pdf",
+            merged["paper_pdf"],
+            f"is among the outdir's other outputs; use {Layout(merged['outdir']).paper_pdf} "
+            "or a path outside the outdir",
+        )
 
 
 def _origin(key: str, origins: dict[str, str], written=dotted) -> str:
@@ -449,6 +489,27 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
             )
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML whose mappings refuse a key given twice: plain YAML keeps the last one without a
+    word, so `bootstrap:` written twice in a configfile would silently drop the first."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    f"while reading the mapping started at line {seen[key] + 1}",
+                    None,
+                    f"duplicate key '{key}'",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
 def read_yaml(path: str | Path) -> dict:
     """A YAML mapping from `path`; a missing file or a syntax error is one ConfigFileError
     line naming the file (and the line and column, as the user's editor counts them)."""
@@ -457,7 +518,7 @@ def read_yaml(path: str | Path) -> dict:
     except OSError as exc:
         raise ConfigFileError(f"{path}: cannot read ({exc.strerror})") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
     except yaml.MarkedYAMLError as exc:
 
         def at(mark) -> str:
