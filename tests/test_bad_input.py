@@ -1,0 +1,109 @@
+"""Bad input is refused in one line naming the key, file or argument as the user wrote it,
+with nothing written: duplicate YAML keys, outdirs that cannot be one, a paper_pdf among
+the outdir's outputs, and every `mbc.*` command's arguments (no traceback)."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+from helpers import REPO
+
+from mbc.core.config import ConfigError, ConfigFileError, canonical_outdir, load, read_yaml
+
+
+@pytest.fixture(scope="module")
+def raw():
+    return read_yaml(REPO / "config.yaml")
+
+
+def test_a_key_given_twice_is_refused_with_its_line(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("preset: smoke\nbootstrap: {n_boot: 10}\nseeds: [0]\nbootstrap: {n_boot: 20}\n")
+    with pytest.raises(
+        ConfigFileError, match=r"mine.yaml, line 4, column 1: .*duplicate key 'bootstrap'"
+    ):
+        read_yaml(f)
+
+
+def test_a_key_given_twice_in_a_nested_mapping_is_refused(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("defaults:\n  train: {lr: 0.1}\n  train: {lr: 0.2}\n")
+    with pytest.raises(ConfigFileError, match="duplicate key 'train'"):
+        read_yaml(f)
+
+
+def test_every_spelling_of_one_outdir_is_one_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "smoke").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(tmp_path / "results")
+    spellings = ["results/smoke", "./results/smoke/", f"{tmp_path}/results/smoke", "link/smoke"]
+    assert {canonical_outdir(s) for s in spellings} == {"results/smoke"}
+    assert canonical_outdir("/elsewhere/out/") == "/elsewhere/out"
+
+
+@pytest.mark.parametrize(
+    "make, said",
+    [
+        (lambda t: (t / "f").write_text("x") and t / "f" / "out", "lies below .*f, which is not a directory"),
+        (lambda t: (t / "f").write_text("x") and t / "f", "exists and is not a directory"),
+        (lambda t: (t / "d").symlink_to(t / "nothing") or t / "d", "is a symlink to nothing"),
+        (lambda t: (t / "a").symlink_to(t / "b") or (t / "b").symlink_to(t / "a") or t / "a", "is a symlink to nothing"),
+    ],
+)  # fmt: skip
+def test_a_path_that_cannot_be_an_outdir_names_the_key(raw, tmp_path, make, said):
+    out = make(tmp_path)
+    with pytest.raises(ConfigError, match=f"'outdir' = '{out}': {said}"):
+        load(raw, {"preset": "smoke", "outdir": str(out)})
+
+
+def test_a_paper_pdf_among_the_outdirs_outputs_is_refused(raw):
+    with pytest.raises(ConfigError, match="'paper_pdf'.*among the outdir's other outputs"):
+        load(raw, {"preset": "smoke", "paper_pdf": "results/smoke/figures/noise.pdf"})
+    assert (
+        load(raw, {"preset": "smoke", "paper_pdf": "/tmp/mine.pdf"}).raw["paper_pdf"]
+        == "/tmp/mine.pdf"
+    )
+
+
+def _tool(*args):
+    env = {k: v for k, v in os.environ.items() if k != "MBC_CONSOLE"}
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, env=env
+    )
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["mbc.estimate", "--preset", "smoke", "--steps-per-s", "0"], "--steps-per-s: '0': must be a finite number above 0"),
+        (["mbc.estimate", "--preset", "smoke", "--steps-per-s", "-3"], "must be a finite number above 0"),
+        (["mbc.estimate", "--preset", "smoke", "--rates", "/nonexistent.json"], "--rates: /nonexistent.json: cannot read"),
+        (["mbc.estimate", "--preset", "smoke", "--rates", "config.yaml"], "--rates: config.yaml: not valid JSON"),
+        (["mbc.status", "--preset", "smoke", "--plot", "out.txt"], "--plot: out.txt: must end in .png or .pdf"),
+        (["mbc.readme_results", "--check", "--config", "nonexist.yaml"], "--config nonexist.yaml: cannot read"),
+        (["mbc.run_store", "list", "--preset", "nope"], "unknown preset"),
+    ],
+)  # fmt: skip
+def test_a_bad_argument_is_one_line_and_no_traceback(args, said):
+    res = _tool(*args)
+    assert res.returncode != 0
+    assert "Traceback" not in res.stderr
+    # one line says what is wrong (argparse prints its usage above it)
+    assert re.search(said, res.stderr.strip().splitlines()[-1]), res.stderr
+
+
+@pytest.mark.parametrize(
+    "dest, said",
+    [
+        (lambda smoke: "config.yaml", "config.yaml is not a directory"),
+        (str, "is the outdir's own tree"),
+    ],
+)
+def test_measured_refuses_a_dest_it_cannot_write_into(smoke, dest, said):
+    before = sorted(p.name for p in smoke.iterdir())
+    res = _tool("mbc.measured", "--preset", "smoke", "--outdir", str(smoke), "--dest", dest(smoke))
+    assert res.returncode != 0 and "Traceback" not in res.stderr
+    assert said in res.stderr and "nothing written" in res.stderr
+    assert sorted(p.name for p in smoke.iterdir()) == before
