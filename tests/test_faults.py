@@ -1183,3 +1183,36 @@ def test_every_derived_table_records_what_it_was_built_from():
         if len(bound) < len(calls(fn, writes)):
             bare.add(fn.name)
     assert bare == {"train_pack"}
+
+
+def _a_finished_run(out) -> str:
+    return next(p.name for p in sorted((out / "runs").iterdir()) if (p / "metrics.csv").exists())
+
+
+def test_a_missing_train_log_is_rebuilt_from_the_runs_log_and_the_tables_equal(smoke, tmp_path):
+    """Reliability round 3: a deleted train_log.csv was taken as "trained before the file
+    existed" (tau_sampled NaN, a fit's n from 5 to 4). It is rebuilt from the log."""
+    out = _copy(smoke, tmp_path)
+    run = _a_finished_run(out)
+    (out / "runs" / run / "train_log.csv").unlink()
+    res = _tables(out)
+    assert "train_log.csv: missing: rebuilt from the run's log" in res.stderr
+    assert (out / "runs" / run / "train_log.csv").read_bytes() == (
+        smoke / "runs" / run / "train_log.csv"
+    ).read_bytes()
+    _equal_tables(out, smoke)
+    assert "to train" in res.stderr and f"{N_SMOKE} trained, 0 to train" in res.stderr
+
+
+def test_a_missing_log_of_a_finished_run_retrains_it_and_the_banner_counts_it(smoke, tmp_path):
+    """A finished run whose log.jsonl was deleted: the banner said "1 to train" and nothing
+    trained. Its tables have no history left: it is trained again (bitwise the same)."""
+    out = _copy(smoke, tmp_path)
+    run = _a_finished_run(out)
+    (out / "runs" / run / "state" / "log.jsonl").unlink()
+    res = _tables(out, "--allowed-rules", "train", "summarize_run", "tau_table", "aggregate",
+                  "statistics", "hypotheses", "scorecard", "routing_heads", "fits")  # fmt: skip
+    assert f"{N_SMOKE - 1} trained, 1 to train" in res.stderr
+    assert "log.jsonl: missing beside the run's tables: the run is trained again" in res.stderr
+    assert (out / "runs" / run / "state" / "log.jsonl").is_file()
+    _equal_tables(out, smoke)

@@ -135,9 +135,20 @@ def scan(
         if missing is not None:
             out.append(Finding(f.run_id, 1, missing, "missing", False))
             continue
+        paths = RunPaths(f.run_dir)
+        if not paths.log.is_file():
+            # the run's tables without the log they were written from: its history is gone,
+            # so it is trained again (a stored run is restored whole before this check)
+            why = "missing beside the run's tables: the run is trained again"
+            out.append(Finding(f.run_id, 1, paths.log, why, False, retrain=True))
+            continue
         # train_log.csv is written with them (`finalize_run`) though no rule declares it: a
-        # damaged one is rebuilt with them, from the run's log (no retraining)
-        log_table = RunPaths(f.run_dir).train_log
+        # damaged or missing one is rebuilt with them, from the run's log (no retraining)
+        log_table = paths.train_log
+        if not log_table.is_file() and _logs_windows(paths.log):
+            why = "missing: rebuilt from the run's log with its tables (nothing retrained)"
+            out.append(Finding(f.run_id, 1, log_table, why, False))
+            continue
         written = [*f.train, log_table] if log_table.is_file() else f.train
         if (bad := _altered(f, 1, written)) is not None:
             out.append(bad)
@@ -175,6 +186,13 @@ def scan(
         elif (bad := _altered(f, 3, [p for p in f.diagnostics if p.is_file()])) is not None:
             out.append(bad)
     return out
+
+
+def _logs_windows(log: Path) -> bool:
+    """Whether a run's log holds the author's training-log windows (train_log.csv's rows):
+    a log from before they were logged has none, and its run no train_log.csv."""
+    with open(log, "rb") as fh:
+        return any(b'"event": "train_window"' in line for line in fh)
 
 
 def _dataset_mismatch(path: Path) -> str | None:
