@@ -8,6 +8,9 @@ rule collective:
     output:
         groups=L.diagnostic("collective", "{run_id}"),
         summary=L.diagnostic("collective", "{run_id}", "_summary"),
+    # a finished run's chain before the next run trains: the run store takes a run
+    # once its summary and diagnostics exist, so a period that ends stores what it trained
+    priority: 1
     log:
         L.log("collective", "{run_id}"),
     conda:
@@ -27,6 +30,9 @@ rule routing:
     output:
         attention=L.diagnostic("routing", "{run_id}", "_attention"),
         ablation=L.diagnostic("routing", "{run_id}", "_ablation"),
+    # a finished run's chain before the next run trains: the run store takes a run
+    # once its summary and diagnostics exist, so a period that ends stores what it trained
+    priority: 1
     log:
         L.log("routing", "{run_id}"),
     conda:
@@ -45,6 +51,9 @@ rule hessian:
         unpack(run_inputs),
     output:
         L.diagnostic("hessian", "{run_id}"),
+    # a finished run's chain before the next run trains: the run store takes a run
+    # once its summary and diagnostics exist, so a period that ends stores what it trained
+    priority: 1
     log:
         L.log("hessian", "{run_id}"),
     conda:

@@ -3,6 +3,9 @@ rule summarize_run:
         metrics=L.metrics("{run_id}"),
     output:
         L.summary("{run_id}"),
+    # a finished run's chain before the next run trains: the run store takes a run
+    # once its summary and diagnostics exist, so a period that ends stores what it trained
+    priority: 1
     log:
         L.log("summary", "{run_id}"),
     conda:
