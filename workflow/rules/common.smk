@@ -115,6 +115,8 @@ DIAG_TABLES = {
 DIAGNOSED = {
     kind: CFG.diagnosed_runs(kind) for kind in {k for k, _ in DIAG_TABLES.values()}
 }
+# run id -> the train job's priority: under a deadline the shortest run first (startup.smk)
+TRAIN_PRIORITY = {}
 # run id -> its diagnostic tables
 RUN_DIAGNOSTICS = {
     r: [

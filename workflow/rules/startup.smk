@@ -107,6 +107,7 @@ if MAIN_PROCESS:
         )
         for line in _LINES:
             print(line, file=sys.stderr)
+        TRAIN_PRIORITY.update({r: -rank for rank, r in enumerate(_CHOSEN)})
         ALL_TARGETS[:] = [
             p
             for r in SPECS
