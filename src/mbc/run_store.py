@@ -442,6 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.action == "add":
         added, left = add(cfg, store)
         print(f"mbc.run_store: {len(added)} run(s) stored now in {store}/")
+        if added:
+            print("  then: python -m mbc.readme_results (the README's count), git add, commit")
         if n := sum(why == "not finished" for why in left.values()):
             print(f"  {n} not finished yet")
         for run_id, why in left.items():
