@@ -181,8 +181,22 @@ def _load(preset: str, arithmetic: ar.Arithmetic, **over) -> mbc_config.Config:
     return mbc_config.load(RAW, {"preset": preset, **over}, arithmetic=arithmetic)
 
 
-def test_paper_cpu_resolves_before_its_run_ids_exist():
+def test_paper_cpu_trains_the_same_fp32_run_ids_on_every_machine():
+    """The committed measurement is fp32 (the author's arithmetic): an AMX and an AVX2
+    machine train the same run ids, and add to the same run store."""
     amx, avx2 = _load("paper_cpu", AMX), _load("paper_cpu", AVX2)
+    assert set(amx.specs) == set(avx2.specs)
+    assert {s.train.precision for s in amx.specs.values()} == {"fp32"}
+    assert not any("bf16" in r for r in amx.specs)
+    assert amx.raw["pack"]["enabled"] is False and avx2.raw["pack"]["enabled"] is False
+
+
+# the fast path on one machine: paper_cpu with its arithmetic chosen by the hardware
+AUTO = {"defaults": {"train": {"precision": "auto", "compile": "auto"}}}
+
+
+def test_precision_auto_resolves_before_its_run_ids_exist():
+    amx, avx2 = _load("paper_cpu", AMX, **AUTO), _load("paper_cpu", AVX2, **AUTO)
     assert {s.train.precision for s in amx.specs.values()} == {"bf16"}
     assert {s.train.compile for s in amx.specs.values()} == {True}
     assert all("-bf16-" in r for r in amx.specs)
@@ -214,21 +228,21 @@ def test_an_explicit_slow_precision_is_obeyed_with_one_warning():
 
 
 def test_the_banner_says_what_auto_chose_and_why():
-    (line,) = arithmetic_lines(_load("paper_cpu", AVX2))
+    (line,) = arithmetic_lines(_load("paper_cpu", AVX2, **AUTO))
     assert line.startswith("mbc: arithmetic (auto): fp32: no native bf16 matmul on this CPU")
     assert line.endswith("unpacked, eager")
-    (line,) = arithmetic_lines(_load("paper_cpu", AMX))
+    (line,) = arithmetic_lines(_load("paper_cpu", AMX, **AUTO))
     assert "bf16: this CPU has amx_bf16" in line and line.endswith("packed, compiled")
 
 
 def test_without_a_cxx_compiler_auto_does_not_compile_and_says_why(monkeypatch):
     """inductor builds CPU kernels with a C++ compiler: without one, `auto` stays eager
     (compile is not in run ids: the same runs) and the banner says why."""
-    with_cxx = set(_load("paper_cpu", AMX).specs)
+    with_cxx = set(_load("paper_cpu", AMX, **AUTO).specs)
     monkeypatch.setattr(ar, "cxx_compiler", lambda: None)
     assert (AMX.precision, AMX.pack, AMX.compile) == ("bf16", True, False)
     assert CUDA.compile is False and AVX2.compile_words() == ""
-    cfg = _load("paper_cpu", AMX)
+    cfg = _load("paper_cpu", AMX, **AUTO)
     assert {s.train.compile for s in cfg.specs.values()} == {False}
     assert set(cfg.specs) == with_cxx
     (line,) = arithmetic_lines(cfg)

@@ -109,6 +109,8 @@ def write_csv_atomic(path: str | os.PathLike, df: pd.DataFrame) -> None:
 
 
 _BUILT_FROM: list[list[Path]] = []  # the inputs of the `built_from` block in force (innermost last)
+_BUILT_UNDER: list[str] = []  # the config id of the `built_under` block in force
+CONFIG = "@config"  # a sidecar's line for the config sections its rule read (no file's name)
 
 
 @contextlib.contextmanager
@@ -123,20 +125,52 @@ def built_from(inputs: Iterable[str | os.PathLike]) -> Iterator[None]:
         _BUILT_FROM.pop()
 
 
+@contextlib.contextmanager
+def built_under(config_id: str | None) -> Iterator[None]:
+    """Every table written inside the block records, in its sidecar, the content id of the
+    config sections its rule read (the rule's `config_id`, `mbc.core.frozen.content_id`):
+    the start-up check compares it with the config of the invocation, so that a table built
+    under other settings is rebuilt whatever the path's spelling or the state of Snakemake's
+    own records (`.snakemake/`, which a fresh clone does not have)."""
+    _BUILT_UNDER.append(config_id or "")
+    try:
+        yield
+    finally:
+        _BUILT_UNDER.pop()
+
+
+def config_digest(config_id: str) -> str:
+    """A config id as a sidecar line records it (64 hex digits, as every line's digest)."""
+    return hashlib.sha256(config_id.encode()).hexdigest()
+
+
 def _write_table(path: str | os.PathLike, text: str) -> None:
     """A table and then its `.sha256` sidecar: a table cut or edited after it was written
     no longer matches, and the start-up check rebuilds it (`mbc.core.integrity`). A kill
     between the two writes leaves a mismatch too: rebuilt, never trusted. Inside
-    `built_from`, the sidecar names the inputs too."""
+    `built_from`, the sidecar names the inputs too; inside `built_under`, the config."""
     data = text.encode("utf-8")
     _atomic_write(path, data)
+    seal(path, hashlib.sha256(data).hexdigest())
+
+
+def write_text_table(path: str | os.PathLike, text: str) -> None:
+    """A generated text file (a LaTeX table, numbers.tex) with its sidecar, as a table."""
+    _write_table(path, text)
+
+
+def seal(path: str | os.PathLike, digest: str | None = None) -> None:
+    """Write the sidecar of a file already written (a figure, the PDF): its sha256, its
+    identity and, inside `built_from` / `built_under`, its inputs and config."""
     root = outdir_of(path)
     inputs = [
         (digest_of(p), os.path.relpath(os.path.abspath(p), os.path.abspath(root)))
         for p in (_BUILT_FROM[-1] if _BUILT_FROM else [])
         if p.is_file()
     ]
-    write_sidecar_sha256(path, hashlib.sha256(data).hexdigest(), identity_of(path), inputs)
+    if _BUILT_UNDER and _BUILT_UNDER[-1]:
+        inputs.append((config_digest(_BUILT_UNDER[-1]), CONFIG))
+    write_sidecar_sha256(path, digest or sha256_file(path), identity_of(path), inputs)
 
 
 def identity_of(path: str | os.PathLike) -> str:
@@ -147,6 +181,11 @@ def identity_of(path: str | os.PathLike) -> str:
     p = Path(path)
     if p.parent.parent.name in ("runs", "diagnostics"):
         return f"{p.parent.parent.name}/{p.parent.name}/{p.name}"
+    # the report's sources and figures: `tex/numbers.tex`, `tex/tables/fits.tex`,
+    # `figures/noise.pdf`, `paper/main.pdf` (the outdir's own PDF)
+    for depth, parent in enumerate(p.parents):
+        if depth < 2 and parent.name in ("tex", "figures", "paper"):
+            return p.relative_to(parent.parent).as_posix()
     return p.name
 
 
@@ -189,12 +228,14 @@ def write_sidecar_sha256(
 
 class Sidecar(NamedTuple):
     """What a sidecar records: the file's sha256, its identity (None in a sidecar written
-    before identities were) and the (sha256, path) of each input it was built from (none
-    in a sidecar written before inputs were, or for a file built from no table)."""
+    before identities were), the (sha256, path) of each input it was built from (none
+    in a sidecar written before inputs were, or for a file built from no table), and the
+    config it was built under (its `@config` line)."""
 
     digest: str
     identity: str | None
     inputs: tuple[tuple[str, str], ...] = ()
+    config: str | None = None  # `config_digest` of the rule's config id (None: not recorded)
 
 
 def read_sidecar(path: str | os.PathLike) -> Sidecar | None:
@@ -207,7 +248,9 @@ def read_sidecar(path: str | os.PathLike) -> Sidecar | None:
     if not pairs or any(len(d) != 64 for d, _ in pairs) or any(not r for _, r in pairs[1:]):
         return None
     (digest, identity), *inputs = pairs
-    return Sidecar(digest, identity or None, tuple(inputs))
+    config = next((d for d, rel in inputs if rel == CONFIG), None)
+    files = tuple((d, rel) for d, rel in inputs if rel != CONFIG)
+    return Sidecar(digest, identity or None, files, config)
 
 
 def read_sidecar_sha256(path: str | os.PathLike) -> str | None:
