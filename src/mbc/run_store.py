@@ -53,7 +53,6 @@ import pandas as pd
 
 from mbc import config as mbc_config
 from mbc.core.artifacts import read_sidecar, sha256_file, write_text_atomic
-from mbc.core.frozen import content_id
 from mbc.core.integrity import differs
 from mbc.core.layout import DIAGNOSTIC_FILES, Layout, RunPaths
 from mbc.core.runlog import damage, finished, read_log
@@ -95,10 +94,10 @@ def run_outputs(cfg, layout: Layout, run_id: str) -> list[str]:
 def binding(cfg, run_id: str) -> dict:
     """What the current config says a run's outputs are built from: its spec and the content
     id of each config section its summary and diagnostics read (the rules' `config_id`)."""
-    diag = cfg.diagnostics
-    sections = {"summary": content_id(diag.summary)}
+    ids = cfg.config_ids()  # the rules' own (`Config.config_ids`)
+    sections = {"summary": ids["summarize_run"]}
     for kind in diagnostic_paths(cfg, Layout(cfg.outdir), run_id):
-        sections[kind] = content_id(getattr(diag, kind))
+        sections[kind] = ids[kind]
     return {"spec": cfg.specs[run_id].to_dict(), "config": sections}
 
 

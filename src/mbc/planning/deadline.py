@@ -73,7 +73,14 @@ def within(
 
         device = "cuda" if cuda_available() else "cpu"
     exp, *_ = expected_runs(cfg, todo, logs)
-    seconds, _ = seconds_per_run(cfg, todo, exp, device, write=not dry_run)
+    timed = seconds_per_run(cfg, todo, exp, device, write=not dry_run, measure=not dry_run)
+    if timed is None:  # a dry run times nothing, and this machine's rate is not known yet
+        return list(todo), [
+            f"mbc: deadline {duration(budget_s)}: which of the {len(todo)} runs left start is "
+            "decided when they start (this machine's steps/s is not measured yet, and a dry "
+            "run times nothing)"
+        ]
+    seconds, _ = timed
     threads = int(cfg.raw.get("threads", 1))
     jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
     chosen = choose(seconds, jobs, budget_s)
