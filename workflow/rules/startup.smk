@@ -17,7 +17,7 @@ import mbc.core.integrity
 import mbc.core.outdir_hold
 import mbc.planning.banner
 import mbc.core.runlog
-import mbc.run_store
+import mbc.stored_runs
 
 if MAIN_PROCESS:
     # another invocation holds the outdir: stop before planning from files it is changing
@@ -31,10 +31,10 @@ if MAIN_PROCESS:
             "be changing",
             file=sys.stderr,
         )
-    # the run store (mbc.run_store): the stored runs that the outdir lacks come back before
+    # the run store (mbc.stored_runs): the stored runs that the outdir lacks come back before
     # anything is checked or planned, so that none of them trains and none of their
     # diagnostics reruns; a dry run only counts them
-    _STORE = mbc.run_store.restore(CFG, dry_run=workflow.output_settings.dryrun)
+    _STORE = mbc.stored_runs.restore(CFG, dry_run=workflow.output_settings.dryrun)
     for line in _STORE.lines(dry_run=workflow.output_settings.dryrun):
         print(line, file=sys.stderr)
     _RUNS = [
