@@ -28,7 +28,7 @@ import pandas as pd
 from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import read_sidecar, write_text_atomic
-from mbc.core.integrity import differs, pdf_stale
+from mbc.core.built_by import differs, pdf_stale
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs
 from mbc.core.provenance import code_version
@@ -228,7 +228,7 @@ def _unverified(path: Path, sidecar_needed: bool = True) -> str | None:
     """Why a table cannot be trusted as written by the pipeline, or None: missing, no
     checksum written with it (a sidecar gone: an aggregated table, which a plain rerun
     rebuilds with one; a run's table from before sidecars passes), or not what its checksum
-    records (`mbc.core.integrity.differs`: bytes that differ, another table's file, or one
+    records (`mbc.core.built_by.differs`: bytes that differ, another table's file, or one
     built from another outdir's inputs), as the start-up check finds it."""
     if not path.is_file():
         return f"{path} is missing"

@@ -183,7 +183,7 @@ def _write_tex(preset: str, t: dict, out: dict, report: Report, labels: dict) ->
 def compile_paper(tex_path, texinputs: list, out_pdf, inputs: list | None = None) -> None:
     """The paper's PDF (`mbc.paper.latexmk`), sealed with what it was built from (`inputs`:
     the generated sources and figures), so that a PDF older than its tables is never
-    reported as the report (`mbc.core.integrity.pdf_stale`)."""
+    reported as the report (`mbc.core.built_by.pdf_stale`)."""
     run_latexmk(tex_path, texinputs, out_pdf)
     with built_from(inputs or []):
         seal(out_pdf)

@@ -46,7 +46,7 @@ from pathlib import Path
 import pandas as pd
 
 from mbc.core.artifacts import read_sidecar, sha256_file, write_text_atomic
-from mbc.core.integrity import differs
+from mbc.core.built_by import differs
 from mbc.core.layout import DIAGNOSTIC_FILES, Layout, RunPaths
 from mbc.core.runlog import damage, finished, read_log
 

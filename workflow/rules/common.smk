@@ -10,6 +10,7 @@ import mbc.planning.cost
 import mbc.planning.deadline
 import mbc.core.arithmetic
 import mbc.core.artifacts
+import mbc.core.built_by
 import mbc.config
 import mbc.core.layout
 import mbc.core.packing

@@ -209,7 +209,7 @@ onsuccess:
     if Path(PAPER_PDF).exists():
         import atexit
 
-        _stale = mbc.core.integrity.pdf_stale(PAPER_PDF)
+        _stale = mbc.core.built_by.pdf_stale(PAPER_PDF)
         atexit.register(
             print,
             f"report: {PAPER_PDF}"

@@ -147,6 +147,7 @@ if MAIN_PROCESS:
             DEADLINE_S,
             workflow.resource_settings.cores,
             dry_run=workflow.output_settings.dryrun,
+            from_store=frozenset(_STORE.restored),
         )
         for line in _LINES:
             print(line, file=sys.stderr)

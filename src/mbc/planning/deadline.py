@@ -56,15 +56,20 @@ def choose(seconds: dict[str, float], jobs: int, budget_s: float) -> list[str]:
 
 
 def within(
-    cfg: Config, budget_s: float, cores: int | None, dry_run: bool
+    cfg: Config,
+    budget_s: float,
+    cores: int | None,
+    dry_run: bool,
+    from_store: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str]]:
-    """(runs left to train that start under the deadline, lines for the banner)."""
+    """(runs left to train that start under the deadline, lines for the banner);
+    `from_store`: runs the run store restores (in a dry run, before they are in the outdir)."""
     from mbc.planning.banner import expected_runs, seconds_per_run
 
     specs = cfg.specs
     layout = Layout(cfg.outdir)
     logs = {r: read_log(layout.run(r).log) for r in specs}
-    todo = {r: s for r, s in specs.items() if not finished(logs[r])}
+    todo = {r: s for r, s in specs.items() if not finished(logs[r]) and r not in from_store}
     if not todo:
         return [], []
     device = str(cfg.raw.get("device", "auto"))
