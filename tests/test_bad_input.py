@@ -10,7 +10,8 @@ import sys
 import pytest
 from helpers import REPO
 
-from mbc.core.config import ConfigError, ConfigFileError, canonical_outdir, load, read_yaml
+from mbc.core.config import ConfigError, ConfigFileError, load, read_yaml
+from mbc.core.layout import canonical_outdir
 
 
 @pytest.fixture(scope="module")
@@ -38,9 +39,11 @@ def test_every_spelling_of_one_outdir_is_one_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results" / "smoke").mkdir(parents=True)
     (tmp_path / "link").symlink_to(tmp_path / "results")
-    spellings = ["results/smoke", "./results/smoke/", f"{tmp_path}/results/smoke", "link/smoke"]
+    spellings = ["results/smoke", "./results/smoke/", f"{tmp_path}/results/smoke", "results//smoke"]
     assert {canonical_outdir(s) for s in spellings} == {"results/smoke"}
     assert canonical_outdir("/elsewhere/out/") == "/elsewhere/out"
+    # a symlink keeps its name: targets named through it match (its lock resolves it)
+    assert canonical_outdir("./link/smoke/") == "link/smoke"
 
 
 @pytest.mark.parametrize(

@@ -756,6 +756,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
     assert pdf.read_text() == "pdf\n" and sorted(p.name for p in pdf.parent.iterdir()) == [
         "main.log",
         "main.pdf",
+        "main.pdf.sha256",  # what it was built from (mbc.core.built_by.pdf_stale)
     ], "the scratch directory is removed"
 
 
@@ -906,6 +907,9 @@ def _trained_run(root: Path, diagnostics: list[Path] | None = None):
     )
     write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
     write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    log = run / "state" / "log.jsonl"  # the log its tables were written from
+    log.parent.mkdir(parents=True)
+    log.write_text('{"event": "start", "step": 0}\n{"event": "done", "step": 10}\n')
     return files
 
 
@@ -1125,6 +1129,9 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
         write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
         write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
         write_json_atomic(files.summary, {"run_id": "r", "tau": tau})
+        log = run / "state" / "log.jsonl"  # the log its tables were written from
+        log.parent.mkdir(parents=True)
+        log.write_text('{"event": "start", "step": 0}\n{"event": "done", "step": 10}\n')
         with built_from([files.dataset, files.train[1], files.summary]):
             write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [tau]}))
         return files

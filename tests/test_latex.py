@@ -158,6 +158,9 @@ def test_format_number():
     assert format_number(math.inf) == r"\ensuremath{\infty}"
     assert format_number(float("nan")) == EN_DASH
     assert format_number(None, missing="?") == "?"
+    # float rounding of an exact zero reads as 0, not -4.48 x 10^-16; 1e-12 and above stay
+    assert format_number(-4.48e-16) == "0" and format_number(3e-13, ".3g") == "0"
+    assert format_number(2e-12) == r"\ensuremath{2\times 10^{-12}}"
     assert format_number(np.bool_(True)) == "yes"
     assert format_number(1.5, "{:.1f}x") == "1.5x"
     with pytest.raises(TypeError):

@@ -1,4 +1,4 @@
-"""The run store (mbc.run_store): finished runs stored, restored into an empty outdir with no
+"""The run store (mbc.stored_runs, its command mbc.run_store): finished runs stored, restored into an empty outdir with no
 training job and byte-equal tables, and every entry that does not match its binding refused
 in one line and trained instead. The deadline's choice (mbc.planning.deadline)."""
 
@@ -10,7 +10,7 @@ import pytest
 from helpers import REPO, smoke_args, snakemake
 
 from mbc import config as mbc_config
-from mbc import run_store
+from mbc import stored_runs as run_store
 from mbc.core.config import ConfigError
 from mbc.core.layout import Layout
 from mbc.planning.deadline import choose, parse_deadline

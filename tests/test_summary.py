@@ -255,7 +255,16 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
     )
     summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
-    (tmp_path / "train_log.csv").unlink()  # an old run: metrics.csv only
+    kept = (tmp_path / "train_log.csv").read_bytes()
+    (tmp_path / "train_log.csv").unlink()  # deleted: its log holds its windows, rebuilt
+    summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
+    assert (tmp_path / "train_log.csv").read_bytes() == kept
+    assert json.loads((tmp_path / "s.json").read_text())["lead_log_measured"]
+    # an old run: its log has no windows, and no train_log.csv beside metrics.csv
+    log = tmp_path / "state" / "log.jsonl"
+    rows = [r for r in log.read_text().splitlines() if '"event": "train_window"' not in r]
+    log.write_text("\n".join(rows) + "\n")
+    (tmp_path / "train_log.csv").unlink()
     summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["lead_log_measured"] is False and s["lead_fraction_log"] is None

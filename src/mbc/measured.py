@@ -28,7 +28,7 @@ import pandas as pd
 from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import read_sidecar, write_text_atomic
-from mbc.core.integrity import differs
+from mbc.core.built_by import differs, pdf_stale
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs
 from mbc.core.provenance import code_version
@@ -228,7 +228,7 @@ def _unverified(path: Path, sidecar_needed: bool = True) -> str | None:
     """Why a table cannot be trusted as written by the pipeline, or None: missing, no
     checksum written with it (a sidecar gone: an aggregated table, which a plain rerun
     rebuilds with one; a run's table from before sidecars passes), or not what its checksum
-    records (`mbc.core.integrity.differs`: bytes that differ, another table's file, or one
+    records (`mbc.core.built_by.differs`: bytes that differ, another table's file, or one
     built from another outdir's inputs), as the start-up check finds it."""
     if not path.is_file():
         return f"{path} is missing"
@@ -271,6 +271,12 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
         mbc_config.read_yaml(config_path), {"preset": preset, **(overrides or {})}
     )
     out, layout = Path(cfg.outdir), Layout(cfg.outdir)
+    pdf = Path(cfg.raw["paper_pdf"])
+    if pdf.exists() and (stale := pdf_stale(pdf)):
+        raise SystemExit(
+            f"mbc.measured: {pdf} is not the report of these tables ({stale}), nothing "
+            "written; rebuild it (snakemake all, with latexmk) or delete it"
+        )
     logs = read_logs(out, sorted(cfg.specs))
     if problems := incomplete(cfg, logs):
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -295,7 +301,6 @@ def collect(preset: str, config_path: str, dest: str, overrides: dict | None = N
     for t in TABLES:
         src = Path(layout.table(t))
         shutil.copyfile(src, target / src.name)
-    pdf = Path(cfg.raw["paper_pdf"])
     if pdf.exists():
         shutil.copyfile(pdf, target / "main.pdf")
     run_ids = sorted(set(tau.run_id))

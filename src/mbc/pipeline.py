@@ -171,11 +171,8 @@ def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: Summary) -> No
     paths = RunPaths(Path(metrics_path).parent)
     log_path = paths.train_log
     if not log_path.exists() and paths.log.is_file():
-        # a missing train_log.csv is no history: the run's log holds its windows (written
-        # again from it; a log from before windows were logged has none)
-        rows = read_log(paths.log)
-        if any(r.get("event") == "train_window" for r in rows):
-            write_csv_atomic(log_path, train_log.table(rows))
+        # a missing train_log.csv is no history: the run's log holds its windows
+        train_log.write_from_log(paths.log, log_path)
     windows = read_csv_checked(log_path, required=train_log.COLUMNS) if log_path.exists() else None
     if windows is None:
         print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")

@@ -17,7 +17,13 @@ from mbc.analysis.hypotheses import evaluate_hypotheses
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
-from mbc.core.artifacts import built_from, read_csv_checked, write_csv_atomic, write_text_atomic
+from mbc.core.artifacts import (
+    built_from,
+    read_csv_checked,
+    seal,
+    write_csv_atomic,
+    write_text_table,
+)
 from mbc.core.frozen import thaw
 from mbc.core.layout import RunPaths
 from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
@@ -150,23 +156,34 @@ def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
     and the report's counts; config `labels` (`report.labels`) names the statistics."""
     labels = report.label_map()
     t = {k: read_csv_checked(p) for k, p in paths.items()}
-    write_text_atomic(out["fits"], fits_table(t["fits"], labels))
-    write_text_atomic(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
-    write_text_atomic(out["scorecard"], scorecard_table(t["scorecard"]))
-    write_text_atomic(out["definitions"], definitions_table(t["scorecard"]))
-    write_text_atomic(out["init_scale"], init_scale_tex(t["init_scale"]))
-    write_text_atomic(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
-    write_text_atomic(out["robustness"], robustness_tex(t["robustness"], labels))
+    with built_from(paths.values()):
+        _write_tex(preset, t, out, report, labels)
+
+
+def _write_tex(preset: str, t: dict, out: dict, report: Report, labels: dict) -> None:
+    """Each generated file with its sidecar (bytes, the tables, the config): the start-up
+    check finds one edited or built under other settings."""
+    write_text_table(out["fits"], fits_table(t["fits"], labels))
+    write_text_table(out["hypotheses"], hypotheses_table(t["hypotheses"], labels))
+    write_text_table(out["scorecard"], scorecard_table(t["scorecard"]))
+    write_text_table(out["definitions"], definitions_table(t["scorecard"]))
+    write_text_table(out["init_scale"], init_scale_tex(t["init_scale"]))
+    write_text_table(out["init_comparison"], init_comparison_tex(t["init_comparison"]))
+    write_text_table(out["robustness"], robustness_tex(t["robustness"], labels))
     values = numbers(preset, t["tau"], t["hypotheses"], t["scorecard"])
     values.update(statistic_macros(report.macros, t["statistics"]))
     values.update(robustness_numbers(t["robustness"], t["init_scale"], t["tau"]))
-    write_text_atomic(out["numbers"], numbers_file(values))
+    write_text_table(out["numbers"], numbers_file(values))
     card, hyp = t["scorecard"], t["hypotheses"]
-    write_text_atomic(out["abstract"], outcome.abstract(card, hyp))
-    write_text_atomic(out["explanations"], outcome.explanations(card, hyp))
-    write_text_atomic(out["conclusion"], outcome.conclusion(card, hyp, t["robustness"]))
+    write_text_table(out["abstract"], outcome.abstract(card, hyp))
+    write_text_table(out["explanations"], outcome.explanations(card, hyp))
+    write_text_table(out["conclusion"], outcome.conclusion(card, hyp, t["robustness"]))
 
 
-def compile_paper(tex_path, texinputs: list, out_pdf) -> None:
-    """The paper's PDF (`mbc.paper.latexmk`)."""
+def compile_paper(tex_path, texinputs: list, out_pdf, inputs: list | None = None) -> None:
+    """The paper's PDF (`mbc.paper.latexmk`), sealed with what it was built from (`inputs`:
+    the generated sources and figures), so that a PDF older than its tables is never
+    reported as the report (`mbc.core.built_by.pdf_stale`)."""
     run_latexmk(tex_path, texinputs, out_pdf)
+    with built_from(inputs or []):
+        seal(out_pdf)

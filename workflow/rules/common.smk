@@ -10,6 +10,7 @@ import mbc.planning.cost
 import mbc.planning.deadline
 import mbc.core.arithmetic
 import mbc.core.artifacts
+import mbc.core.built_by
 import mbc.config
 import mbc.core.layout
 import mbc.core.packing
@@ -102,7 +103,8 @@ def all_run_ids():
 # A rule hands its script the typed config sections it reads (mbc.core.sections) and,
 # beside them, their content id: Snakemake's rerun record keeps builtin params only, so
 # the id is what reruns a job when one of its sections changes.
-section_id = mbc.core.frozen.content_id
+# the ids by rule name (CFG.config_ids), one place for the rules, sidecars and run store
+CONFIG_ID = CFG.config_ids()
 DIAG = CFG.diagnostics
 
 

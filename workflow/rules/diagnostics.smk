@@ -8,17 +8,17 @@ rule collective:
     output:
         groups=L.diagnostic("collective", "{run_id}"),
         summary=L.diagnostic("collective", "{run_id}", "_summary"),
+    log:
+        L.log("collective", "{run_id}"),
     # a finished run's chain before the next run trains: the run store takes a run
     # once its summary and diagnostics exist, so a period that ends stores what it trained
     priority: 1
-    log:
-        L.log("collective", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         cfg=DIAG.collective,
-        config_id=section_id(DIAG.collective),
+        config_id=CONFIG_ID["collective"],
         device=config.get("device", "auto"),
     script:
         "../scripts/collective.py"
@@ -30,17 +30,17 @@ rule routing:
     output:
         attention=L.diagnostic("routing", "{run_id}", "_attention"),
         ablation=L.diagnostic("routing", "{run_id}", "_ablation"),
+    log:
+        L.log("routing", "{run_id}"),
     # a finished run's chain before the next run trains: the run store takes a run
     # once its summary and diagnostics exist, so a period that ends stores what it trained
     priority: 1
-    log:
-        L.log("routing", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         cfg=DIAG.routing,
-        config_id=section_id(DIAG.routing),
+        config_id=CONFIG_ID["routing"],
         device=config.get("device", "auto"),
     script:
         "../scripts/routing.py"
@@ -51,17 +51,17 @@ rule hessian:
         unpack(run_inputs),
     output:
         L.diagnostic("hessian", "{run_id}"),
+    log:
+        L.log("hessian", "{run_id}"),
     # a finished run's chain before the next run trains: the run store takes a run
     # once its summary and diagnostics exist, so a period that ends stores what it trained
     priority: 1
-    log:
-        L.log("hessian", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         cfg=DIAG.hessian,
-        config_id=section_id(DIAG.hessian),
+        config_id=CONFIG_ID["hessian"],
         device=config.get("device", "auto"),
     script:
         "../scripts/hessian.py"

@@ -22,7 +22,7 @@ rule fits:
         fits=CFG.fits,
         bootstrap=CFG.bootstrap,
         diverged=CFG.diverged,
-        config_id=section_id(CFG.fits, CFG.bootstrap),
+        config_id=CONFIG_ID["fits"],
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/fits.py"

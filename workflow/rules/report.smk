@@ -42,7 +42,7 @@ rule statistics:
         statistics=CFG.statistics,
         bootstrap=CFG.bootstrap,
         diverged=CFG.diverged,
-        config_id=section_id(CFG.statistics, CFG.bootstrap),
+        config_id=CONFIG_ID["statistics"],
     script:
         "../scripts/statistics.py"
 
@@ -62,7 +62,7 @@ rule hypotheses:
         "../../envs/mbc.yaml"
     params:
         hypotheses=CFG.hypotheses,
-        config_id=section_id(CFG.hypotheses),
+        config_id=CONFIG_ID["hypotheses"],
     script:
         "../scripts/hypotheses.py"
 
@@ -88,7 +88,7 @@ rule robustness:
         claims=CFG.scorecard.ours,
         bootstrap=CFG.bootstrap,
         diverged=CFG.diverged,
-        config_id=section_id(CFG.robustness, CFG.scorecard.ours, CFG.bootstrap),
+        config_id=CONFIG_ID["robustness"],
     script:
         "../scripts/robustness.py"
 
@@ -108,7 +108,7 @@ rule scorecard:
         "../../envs/mbc.yaml"
     params:
         scorecard=CFG.scorecard,
-        config_id=section_id(CFG.scorecard),
+        config_id=CONFIG_ID["scorecard"],
     script:
         "../scripts/scorecard.py"
 
@@ -131,7 +131,7 @@ rule figure:
         "../../envs/mbc.yaml"
     params:
         entry=lambda wc: CFG.figures[wc.figure],
-        config_id=lambda wc: section_id(CFG.figures[wc.figure]),
+        config_id=lambda wc: CFG.figure_config_id(wc.figure),
     script:
         "../scripts/figure.py"
 
@@ -165,7 +165,7 @@ rule tex:
     params:
         preset=CFG.preset,
         report=CFG.report,
-        config_id=section_id(CFG.report),
+        config_id=CONFIG_ID["tex"],
     script:
         "../scripts/tex.py"
 
@@ -203,8 +203,25 @@ if (
 
 # The console's last line names the report. Snakemake prints its log's path and the run
 # time after `onsuccess`, so the line is printed at exit, after them.
+# A PDF older than its sources is never named as the report: without latexmk the last line
+# says that it is stale, and why.
 onsuccess:
     if Path(PAPER_PDF).exists():
         import atexit
 
-        atexit.register(print, f"report: {PAPER_PDF}", file=sys.stderr)
+        _stale = mbc.core.built_by.pdf_stale(PAPER_PDF)
+        atexit.register(
+            print,
+            f"report: {PAPER_PDF}"
+            + (
+                f" is STALE ({_stale}; "
+                + (
+                    "it was not rebuilt)"
+                    if shutil.which("latexmk")
+                    else "latexmk not found: see paper/README_TEX.md)"
+                )
+                if _stale
+                else ""
+            ),
+            file=sys.stderr,
+        )

@@ -17,7 +17,7 @@ import mbc.core.integrity
 import mbc.core.outdir_hold
 import mbc.planning.banner
 import mbc.core.runlog
-import mbc.run_store
+import mbc.stored_runs
 
 if MAIN_PROCESS:
     # another invocation holds the outdir: stop before planning from files it is changing
@@ -31,10 +31,10 @@ if MAIN_PROCESS:
             "be changing",
             file=sys.stderr,
         )
-    # the run store (mbc.run_store): the stored runs that the outdir lacks come back before
+    # the run store (mbc.stored_runs): the stored runs that the outdir lacks come back before
     # anything is checked or planned, so that none of them trains and none of their
     # diagnostics reruns; a dry run only counts them
-    _STORE = mbc.run_store.restore(CFG, dry_run=workflow.output_settings.dryrun)
+    _STORE = mbc.stored_runs.restore(CFG, dry_run=workflow.output_settings.dryrun)
     for line in _STORE.lines(dry_run=workflow.output_settings.dryrun):
         print(line, file=sys.stderr)
     _RUNS = [
@@ -49,18 +49,61 @@ if MAIN_PROCESS:
         for r, s in SPECS.items()
     ]
     _AGGREGATES = [Path(L.table(t)) for t in ("tau", *TABLES)]
+    # every derived file -> the config id its rule reads now (its sidecar recorded the one
+    # it was built under): a table built under other settings is rebuilt, whatever spelling
+    # of the outdir or state of .snakemake/ reached it
+    _BUILT_UNDER = {
+        **{
+            Path(out): CONFIG_ID[name]
+            for name in (
+                "plateau_sensitivity",
+                "fits",
+                "statistics",
+                "hypotheses",
+                "robustness",
+                "scorecard",
+                "tex",
+            )
+            for out in getattr(rules, name).output
+        },
+        **{
+            Path(L.figure(f, ext)): CFG.figure_config_id(f)
+            for f in FIGURES
+            for ext in ("pdf", "png")
+        },
+        **{Path(L.summary(r)): CONFIG_ID["summarize_run"] for r in SPECS},
+        **{
+            Path(L.diagnostic(kind, r, sfx)): CONFIG_ID[kind]
+            for kind, sfx in DIAG_TABLES.values()
+            for r in DIAGNOSED[kind]
+        },
+    }
     _FINDINGS = mbc.core.integrity.scan(
-        _RUNS, _AGGREGATES, verify_snapshots=CFG.raw.get("verify") == "full"
+        _RUNS,
+        _AGGREGATES,
+        verify_snapshots=CFG.raw.get("verify") == "full",
+        built_under=_BUILT_UNDER,
     )
     # the outdir's tables not what their checksums recorded (the aggregated tables go anyway
     # where a run's chain is broken: not said twice; one missing as another's input is
     # rebuilt, and that table after it: no finding)
     _SKIP = _AGGREGATES if _FINDINGS else ()
-    _ALTERED = mbc.core.integrity.altered_tables(OUT, skip=_SKIP, rebuilt=_AGGREGATES)
-    _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)})
+    _ALTERED = mbc.core.integrity.altered_tables(
+        OUT,
+        skip=_SKIP,
+        rebuilt=_AGGREGATES,
+        built_under=_BUILT_UNDER,
+        # the stacked tables against the runs they stack now (`only=` changed since)
+        inputs_of={
+            Path(L.table("tau")): [L.summary(r) for r in SPECS],
+            **{Path(L.table(t)): files for t, files in TABLES.items()},
+        },
+    )
+    # the files the workflow builds: one without its sidecar is rebuilt, a user's own left
+    _TABLES_BUILT = {Path(t) for t in ALL_TARGETS}
+    _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
     # jobs for the broken links, forced, so that Snakemake runs `onstart` (the repair) even
     # where the tables above them look up to date; once repaired, it plans again
-    _TABLES_BUILT = {Path(t) for t in ALL_TARGETS if str(t).endswith(".csv")}
     mbc.core.integrity.force_when_planned(
         workflow,
         mbc.core.integrity.first_broken_outputs(_FINDINGS, _RUNS)
@@ -71,7 +114,7 @@ if MAIN_PROCESS:
         for line in mbc.core.integrity.move_aside(_ALTERED, dry_run=True):
             print(f"mbc: repair: {line}", file=sys.stderr)
         for line in mbc.core.integrity.repair(
-            _FINDINGS, _RUNS, _AGGREGATES, dry_run=True
+            _FINDINGS, _RUNS, _AGGREGATES, dry_run=True, built=_TABLES_BUILT
         ):
             print(f"mbc: repair: {line}", file=sys.stderr)
     # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
@@ -104,6 +147,7 @@ if MAIN_PROCESS:
             DEADLINE_S,
             workflow.resource_settings.cores,
             dry_run=workflow.output_settings.dryrun,
+            from_store=frozenset(_STORE.restored),
         )
         for line in _LINES:
             print(line, file=sys.stderr)
@@ -136,7 +180,9 @@ onstart:
         sys.exit(mbc.core.outdir_hold.busy_line(OUT))
     for line in mbc.core.integrity.move_aside(_ALTERED):
         print(f"mbc: repair: {line}", file=sys.stderr)
-    for line in mbc.core.integrity.repair(_FINDINGS, _RUNS, _AGGREGATES):
+    for line in mbc.core.integrity.repair(
+        _FINDINGS, _RUNS, _AGGREGATES, built=_TABLES_BUILT
+    ):
         print(f"mbc: repair: {line}", file=sys.stderr)
     if (_FINDINGS or _ALTERED or _UNVERIFIED) and not os.environ.get(
         mbc.core.integrity.REPLANNED

@@ -3,17 +3,17 @@ rule summarize_run:
         metrics=L.metrics("{run_id}"),
     output:
         L.summary("{run_id}"),
+    log:
+        L.log("summary", "{run_id}"),
     # a finished run's chain before the next run trains: the run store takes a run
     # once its summary and diagnostics exist, so a period that ends stores what it trained
     priority: 1
-    log:
-        L.log("summary", "{run_id}"),
     conda:
         "../../envs/mbc.yaml"
     params:
         spec=lambda wc: SPECS[wc.run_id].to_dict(),
         diagnostics=DIAG.summary,
-        config_id=section_id(DIAG.summary),
+        config_id=CONFIG_ID["summarize_run"],
     script:
         "../scripts/summarize_run.py"
 
@@ -46,7 +46,7 @@ rule plateau_sensitivity:
     params:
         cfg=CFG.plateau_sensitivity,
         diagnostics=DIAG.summary,
-        config_id=section_id(CFG.plateau_sensitivity, DIAG.summary),
+        config_id=CONFIG_ID["plateau_sensitivity"],
         grid={run_id: mbc.core.spec.grid_every(s.eval) for run_id, s in SPECS.items()},
     script:
         "../scripts/plateau_sensitivity.py"

@@ -15,11 +15,11 @@ rule train:
         L.log("train", "{run_id}"),
     wildcard_constraints:
         run_id=one_of(r for r in SPECS if r not in PACK_OF) if PACKS else "[^/]+",
-    conda:
-        "../../envs/mbc.yaml"
     # under a deadline, the shortest run first (0, -1, -2, ...): below a finished run's
     # summary and diagnostics (priority 1)
     priority: lambda wc: TRAIN_PRIORITY.get(wc.run_id, 0)
+    conda:
+        "../../envs/mbc.yaml"
     threads: config.get("threads", 1)
     resources:
         # Local runs: `--resources train_slots=N` bounds concurrent training jobs per GPU,

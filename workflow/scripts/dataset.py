@@ -2,5 +2,5 @@ from mbc.core.rule_log import logged
 from mbc.core.spec import TaskSpec
 from mbc.pipeline import make_dataset
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_dataset(TaskSpec(**snakemake.params.task), snakemake.params.seed, snakemake.output[0])

@@ -1,7 +1,7 @@
 from mbc.core.rule_log import logged
 from mbc.paper.figures import render
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     render(
         snakemake.wildcards.figure,
         dict(snakemake.input.items()),

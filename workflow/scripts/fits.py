@@ -1,7 +1,7 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline_report import make_fits
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_fits(
         snakemake.params.fits,
         snakemake.params.bootstrap,

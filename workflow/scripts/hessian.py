@@ -4,7 +4,7 @@ from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import diagnose_hessian
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     diagnose_hessian(
         RunSpec.from_dict(snakemake.params.spec),
         snakemake.input.dataset,

@@ -1,5 +1,5 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline_report import make_hypotheses
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_hypotheses(snakemake.params.hypotheses, snakemake.input[0], snakemake.output[0])

@@ -1,7 +1,7 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_plateau_sensitivity
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_plateau_sensitivity(
         snakemake.params.cfg,
         snakemake.params.diagnostics,

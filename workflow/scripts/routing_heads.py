@@ -1,5 +1,5 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline import make_routing_heads
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_routing_heads(snakemake.input.attention, snakemake.input.ablation, snakemake.output[0])

@@ -1,5 +1,5 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline_report import make_scorecard
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_scorecard(snakemake.params.scorecard, snakemake.input[0], snakemake.output[0])

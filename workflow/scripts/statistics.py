@@ -1,7 +1,7 @@
 from mbc.core.rule_log import logged
 from mbc.pipeline_report import make_statistics
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     make_statistics(
         snakemake.params.statistics,
         snakemake.params.bootstrap,

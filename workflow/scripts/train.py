@@ -4,7 +4,7 @@ from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import train
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     train(
         RunSpec.from_dict(snakemake.params.spec),
         snakemake.input[0],

@@ -3,7 +3,7 @@ from mbc.core.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import train_pack
 
-with logged(snakemake.log[0]):
+with logged(snakemake.log[0], snakemake.params):
     specs = [RunSpec.from_dict(d) for d in snakemake.params.specs]
     layout = Layout.of_pack(snakemake.output[0])
     train_pack(

@@ -29,6 +29,7 @@ import jsonschema
 import yaml
 
 from mbc.core.arithmetic import Arithmetic, AutoArithmetic, pack_pays, resolve_auto, slow_precision
+from mbc.core.config_files import ConfigFileError, read_yaml  # noqa: F401 (re-exported)
 from mbc.core.config_references import (
     ConfigError,
     check_references,
@@ -37,7 +38,7 @@ from mbc.core.config_references import (
     holds,
 )
 from mbc.core.frozen import thaw
-from mbc.core.layout import Layout
+from mbc.core.layout import Layout, canonical_outdir
 from mbc.core.sections import TypedSections
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
@@ -52,10 +53,6 @@ from mbc.core.spec import (
 from mbc.core.spec_checks import first_problem
 
 SECTIONS = {"task": TaskSpec, "model": ModelSpec, "train": TrainSpec, "eval": EvalSpec}
-
-
-class ConfigFileError(ValueError):
-    """A config file that cannot be read or is not a YAML mapping; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -240,31 +237,6 @@ def resolve(raw: dict, overrides: dict | None = None, schema_fn: Schema = schema
         merged["paper_pdf"] = Layout(merged["outdir"]).paper_pdf
     _check_paper_pdf(merged)
     return merged
-
-
-def canonical_outdir(written: str) -> str:
-    """One outdir, one name, whatever spelling reached it (`./results/`, `$PWD/results`, a
-    symlink to it): its real path, relative to the working directory where it lies inside
-    it (Snakemake matches a target as written, and the README's targets are relative), else
-    absolute. Locks, Snakemake's records and messages all see this name. A path that cannot
-    be an outdir is refused in one line naming the key and the value as written."""
-    path = Path(written)
-    if path.is_symlink() and not path.exists():
-        raise ConfigError("outdir", written, "is a symlink to nothing (dangling, or a loop)")
-    for parent in [path, *path.parents]:
-        if parent.exists() and not parent.is_dir():
-            what = (
-                "exists and is not a directory"
-                if parent == path
-                else (f"lies below {parent}, which is not a directory")
-            )
-            raise ConfigError("outdir", written, what)
-    try:
-        real = os.path.realpath(written, strict=False)
-    except (OSError, RuntimeError) as exc:
-        raise ConfigError("outdir", written, f"cannot be resolved ({exc})") from None
-    rel = os.path.relpath(real)
-    return real if rel == ".." or rel.startswith(f"..{os.sep}") else rel
 
 
 def _check_paper_pdf(merged: dict) -> None:
@@ -487,50 +459,3 @@ def _check_same_id_same_spec(runs: list[Run]) -> None:
                 f"same run as in experiment {first.experiment} but different {', '.join(diff)}"
                 " (implementation settings must agree for a shared run)",
             )
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML whose mappings refuse a key given twice: plain YAML keeps the last one without a
-    word, so `bootstrap:` written twice in a configfile would silently drop the first."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict = {}
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    f"while reading the mapping started at line {seen[key] + 1}",
-                    None,
-                    f"duplicate key '{key}'",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-def read_yaml(path: str | Path) -> dict:
-    """A YAML mapping from `path`; a missing file or a syntax error is one ConfigFileError
-    line naming the file (and the line and column, as the user's editor counts them)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigFileError(f"{path}: cannot read ({exc.strerror})") from None
-    try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-
-        def at(mark) -> str:
-            return f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-
-        started = f"; {exc.context} at {at(exc.context_mark)}" if exc.context_mark else ""
-        where = f", {at(exc.problem_mark)}" if exc.problem_mark else ""
-        raise ConfigFileError(f"{path}{where}: not valid YAML ({exc.problem}{started})") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigFileError(
-            f"{path}: must be a mapping of config keys, not a {type(data).__name__}"
-        )
-    return data

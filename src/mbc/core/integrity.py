@@ -34,20 +34,18 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from mbc.core.artifacts import (
-    digest_of,
-    identity_of,
-    outdir_of,
     read_sidecar,
     read_sidecar_sha256,
     sha256_file,
 )
+from mbc.core.built_by import OUTDATED, derived_files, differs, other_inputs
 from mbc.core.layout import METRICS, RunPaths
 from mbc.core.outdir_hold import hand_over
 from mbc.core.runlog import damage, finished, read_log
@@ -100,7 +98,10 @@ def _snapshot_finding(f: RunFiles, verify: bool) -> Finding | None:
 
 
 def scan(
-    runs: list[RunFiles], aggregates: list[Path], verify_snapshots: bool = False
+    runs: list[RunFiles],
+    aggregates: list[Path],
+    verify_snapshots: bool = False,
+    built_under: Mapping[Path, str] | None = None,
 ) -> list[Finding]:
     """The first broken link of every run that should be complete: one whose aggregated
     tables exist, or that has any file of its own. A later link merely absent before any
@@ -150,7 +151,7 @@ def scan(
             out.append(Finding(f.run_id, 1, log_table, why, False))
             continue
         written = [*f.train, log_table] if log_table.is_file() else f.train
-        if (bad := _altered(f, 1, written)) is not None:
+        if (bad := _altered(f, 1, written, built_under)) is not None:
             out.append(bad)
             continue
         if (hurt := damage(log := RunPaths(f.run_dir).log)) is not None:
@@ -177,13 +178,15 @@ def scan(
             if later_tables_exist or any(p.exists() for p in f.diagnostics):
                 out.append(Finding(f.run_id, 2, f.summary, "missing", False))
             continue  # else trained, not summarised yet: the tables' jobs build it
-        if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary]):
+        if bad := _unparsable(f.run_id, f.summary) or _altered(f, 2, [f.summary], built_under):
             out.append(bad)
             continue
         gone = next((p for p in f.diagnostics if not p.is_file()), None)
         if gone is not None and later_tables_exist:  # (else not built yet, as above)
             out.append(Finding(f.run_id, 3, gone, "missing", False))
-        elif (bad := _altered(f, 3, [p for p in f.diagnostics if p.is_file()])) is not None:
+        elif (
+            bad := _altered(f, 3, [p for p in f.diagnostics if p.is_file()], built_under)
+        ) is not None:
             out.append(bad)
     return out
 
@@ -219,7 +222,9 @@ def _unparsable(run_id: str, summary: Path) -> Finding | None:
     return None
 
 
-def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
+def _altered(
+    f: RunFiles, level: int, paths: list[Path], built_under: Mapping[Path, str] | None = None
+) -> Finding | None:
     """The first table that is not what its checksum recorded (`differs`: rows cut, a line
     torn, an edit, another's file, inputs not this outdir's), or without one while the
     run's own tables have one (its sidecar deleted: unverified): it is rebuilt from what it
@@ -230,7 +235,7 @@ def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
     summary.json, which Snakemake reruns it for anyway: taking it as unverified costs no
     extra rebuild."""
     for p in paths:
-        if why := differs(p):
+        if why := differs(p, config=(built_under or {}).get(p)):
             return Finding(f.run_id, level, p, why, True)
         siblings = (*f.train, f.summary)
         if read_sidecar(p) is None and any(map(read_sidecar, siblings)):
@@ -240,31 +245,44 @@ def _altered(f: RunFiles, level: int, paths: list[Path]) -> Finding | None:
 
 
 def altered_tables(
-    outdir: str | os.PathLike, skip: Iterable[Path] = (), rebuilt: Iterable[Path] = ()
+    outdir: str | os.PathLike,
+    skip: Iterable[Path] = (),
+    rebuilt: Iterable[Path] = (),
+    built_under: Mapping[Path, str] | None = None,
+    inputs_of: Mapping[Path, list[str]] | None = None,
 ) -> list[tuple[Path, str]]:
-    """(table, why) of the outdir's tables that `differ` from their checksums. `skip`:
-    tables the repair deletes anyway (the aggregated tables, where a run's chain is broken),
-    checked for their own bytes only: one built from a run directory since deleted is not
-    said to be altered too, while an edited one still is. `rebuilt`: tables the workflow
-    builds from the runs (the aggregated ones); one of them missing as an input is no
-    finding (the repair deleted it, or it was never built: Snakemake builds it, then reruns
-    the tables built from it, whose input is then newer)."""
+    """(file, why) of the outdir's derived files (`derived_files`) that `differ` from their
+    sidecars: bytes, inputs, or (`built_under`: path -> the config id its rule reads now)
+    the config they were built under, or (`inputs_of`: a stacked table -> the run files
+    it stacks now) the set of runs they stack. `skip`: tables the repair deletes anyway (the
+    aggregated tables, where a run's chain is broken), checked for their own bytes only:
+    one built from a run directory since deleted is not said to be altered too, while an
+    edited one still is. `rebuilt`: tables the workflow builds from the runs (the aggregated
+    ones); one of them missing as an input is no finding (the repair deleted it, or it was
+    never built: Snakemake builds it, then reruns the tables built from it, whose input is
+    then newer)."""
     skipped = set(skip)
     rebuilt = {Path(p).resolve() for p in rebuilt}
+    config = built_under or {}
     found = []
-    for p in sorted(Path(outdir).glob("*.csv")):
-        if p.is_file() and (why := differs(p, p not in skipped, rebuilt)) is not None:
+    for p in derived_files(outdir):
+        why = differs(p, p not in skipped, rebuilt, config.get(p))
+        if why is None and p in (inputs_of or {}):
+            why = other_inputs(p, inputs_of[p])
+        if why is not None:
             found.append((p, why))
     return found
 
 
 def move_aside(found: list[tuple[Path, str]], dry_run: bool = False) -> list[str]:
-    """Move aside (`<table>.corrupt-<time>`) each table `altered_tables` found, so that it
-    is rebuilt, not deleted; one line per table. Under `dry_run` nothing moves and the
-    lines say what a real run would do."""
+    """Move aside each table `altered_tables` found, so that it is rebuilt, not deleted:
+    `<table>.superseded-<time>` where it was built under other settings or from other runs
+    (intact, only outdated), else `<table>.corrupt-<time>`; one line per table. Under
+    `dry_run` nothing moves and the lines say what a real run would do."""
     lines = []
     for p, why in found:
-        aside = p.with_name(f"{p.name}.corrupt-{int(time.time())}")
+        kind = "superseded" if why.startswith(OUTDATED) else "corrupt"
+        aside = p.with_name(f"{p.name}.{kind}-{int(time.time())}")
         done = "would be moved aside" if dry_run else f"moved aside to {aside.name}"
         lines.append(f"{p}: {why}, {done} so that it is rebuilt")
         if not dry_run:
@@ -272,36 +290,16 @@ def move_aside(found: list[tuple[Path, str]], dry_run: bool = False) -> list[str
     return lines
 
 
-def unverified_tables(outdirs: set[Path]) -> list[Path]:
-    """The outdirs' tables without a checksum beside them (deleted, or an outdir from before
-    checksums): an edit to one would spread downstream unseen, so it is rebuilt."""
-    return sorted(p for d in outdirs for p in d.glob("*.csv") if read_sidecar(p) is None)
-
-
-def differs(path: Path, inputs: bool = True, rebuilt: set[Path] = frozenset()) -> str | None:
-    """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
-    another table (another run's, copied in with its sidecar), the bytes differ, or (with
-    `inputs`) the sidecar names inputs that are not this outdir's (a table copied in from
-    another outdir with its sidecar). None without a sidecar. Inputs are compared by their
-    own sidecars (no big file is read); one that changed after the table was written (newer
-    than it) is no finding: Snakemake reruns the table for it anyway, nor is a missing one
-    among `rebuilt` (resolved paths: tables the workflow rebuilds)."""
-    if (rec := read_sidecar(path)) is None:
-        return None
-    if rec.identity is not None and rec.identity != identity_of(path):
-        return f"is {rec.identity}, by the checksum copied in with it"
-    if sha256_file(path) != rec.digest:
-        return "differs from the checksum written with it (cut or edited since)"
-    root = outdir_of(path)
-    for digest, rel in rec.inputs if inputs else ():  # none in a sidecar from before inputs
-        src = root / rel
-        if not src.is_file() and src.resolve() in rebuilt:
-            continue  # rebuilt first, then this table again (its input is newer)
-        if not src.is_file():
-            return f"was built from {rel}, which this outdir does not have, by its checksum"
-        if digest_of(src) != digest and src.stat().st_mtime <= path.stat().st_mtime:
-            return f"was built from a {rel} other than this outdir's, by its checksum"
-    return None
+def unverified_tables(outdirs: set[Path], built: set[Path] | None = None) -> list[Path]:
+    """The outdirs' derived files without a checksum beside them (deleted, or an outdir from
+    before checksums): an edit to one would spread downstream unseen, so it is rebuilt.
+    `built`: the files the workflow builds; any other (a user's own file) is left alone."""
+    return sorted(
+        p
+        for d in outdirs
+        for p in derived_files(d)
+        if read_sidecar(p) is None and (built is None or p in built)
+    )
 
 
 def _derived(f: RunFiles, level: int) -> list[Path]:
@@ -380,14 +378,20 @@ def replan(workflow) -> None:
 
 
 def repair(
-    findings: list[Finding], runs: list[RunFiles], aggregates: list[Path], dry_run: bool = False
+    findings: list[Finding],
+    runs: list[RunFiles],
+    aggregates: list[Path],
+    dry_run: bool = False,
+    built: set[Path] | None = None,
 ) -> list[str]:
     """Move corrupt files aside and delete what derives from them; one line per action.
-    Under `dry_run` nothing changes and the lines say what a real run would do."""
+    Under `dry_run` nothing changes and the lines say what a real run would do. `built`:
+    the files the workflow builds (an unverified one is moved aside and rebuilt; a user's
+    own file in the outdir is left alone)."""
     by_id = {f.run_id: f for f in runs}
     stamp = int(time.time())
     lines: list[str] = []
-    for p in unverified_tables({a.parent for a in aggregates}):
+    for p in unverified_tables({a.parent for a in aggregates}, built):
         aside = f"{p.name}.unverified-{stamp}"
         lines.append(
             f"{p}: no checksum beside it (unverified), "

@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from mbc.core.config_references import ConfigError
+
 # A run's files, relative to its directory. state/ holds what must survive an
 # interruption and is no Snakemake output (Snakemake deletes a failed job's outputs).
 STATE = "state"
@@ -149,3 +151,28 @@ class Layout:
 
     def tensorboard(self, run_id: str) -> Path:
         return Path(self.root) / "tensorboard" / run_id
+
+
+def canonical_outdir(written: str) -> str:
+    """One outdir, one name, whatever spelling reached it (`./results/`, `results//`,
+    `$PWD/results`): the normalised path, relative to the working directory where it lies
+    inside it (Snakemake matches a target as written, and the README's targets are
+    relative), else absolute. Locks, Snakemake's records and messages all see this name.
+    A symlink keeps its own name (a target named through it must match the outputs; the
+    outdir's lock resolves it, `mbc.core.outdir_hold`, and every table's sidecar binds it
+    to what built it, so no record filed under the other name is trusted). A path that
+    cannot be an outdir is refused in one line naming the key and the value as written."""
+    path = Path(written)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError("outdir", written, "is a symlink to nothing (dangling, or a loop)")
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = (
+                "exists and is not a directory"
+                if parent == path
+                else f"lies below {parent}, which is not a directory"
+            )
+            raise ConfigError("outdir", written, what)
+    full = os.path.normpath(os.path.abspath(written))
+    rel = os.path.relpath(full)
+    return full if rel == ".." or rel.startswith(f"..{os.sep}") else rel

@@ -21,7 +21,7 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from mbc.core.artifacts import CorruptArtifactError
+from mbc.core.artifacts import CorruptArtifactError, built_under
 from mbc.core.run_lock import RunBusyError
 
 _TERMINAL: list = []  # the console streams of the `logged` block in force (innermost last)
@@ -58,9 +58,16 @@ def console(message: str) -> None:
 
 
 @contextlib.contextmanager
-def logged(path: str | os.PathLike | None) -> Iterator[None]:
+def logged(path: str | os.PathLike | None, params=None) -> Iterator[None]:
     """Append everything printed inside the block to `path` (the console sees only
-    `console` lines and a failure's one line); exceptions land there too."""
+    `console` lines and a failure's one line); exceptions land there too. `params`: the
+    rule's (Snakemake's `snakemake.params`): every table written inside the block records
+    its `config_id` (`mbc.core.artifacts.built_under`)."""
+    with built_under(getattr(params, "config_id", None)):
+        yield from _logged(path)
+
+
+def _logged(path: str | os.PathLike | None) -> Iterator[None]:
     if not path:
         yield
         return

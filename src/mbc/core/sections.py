@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, fields
 
-from mbc.core.frozen import Frozen, freeze, thaw
+from mbc.core.frozen import Frozen, content_id, freeze, thaw
 from mbc.core.report_sections import Figures, Hypotheses, Report, Robustness, Scorecard
 
 
@@ -359,6 +359,37 @@ class TypedSections:
     def diverged(self) -> str:
         """config `diverged`: how every statistic, fit and table treats a diverged run."""
         return self.raw.get("diverged") or "exclude"
+
+    def config_ids(self) -> dict[str, str]:
+        """rule -> its config id (`_config_ids`), computed once per config."""
+        return dict(self._config_ids)
+
+    @functools.cached_property
+    def _config_ids(self) -> dict[str, str]:
+        """rule -> the content id of the config sections (and parameters) the rule reads: its
+        `config_id` param, which its script records in every table's sidecar
+        (`mbc.core.artifacts.built_under`) and the run store in each entry; the start-up
+        check compares them with this config's, whatever `.snakemake/` holds."""
+        d = self.diagnostics
+        return {
+            "summarize_run": content_id(d.summary),
+            "plateau_sensitivity": content_id(self.plateau_sensitivity, d.summary),
+            "collective": content_id(d.collective),
+            "routing": content_id(d.routing),
+            "hessian": content_id(d.hessian),
+            "fits": content_id(self.fits, self.bootstrap, self.diverged),
+            "statistics": content_id(self.statistics, self.bootstrap, self.diverged),
+            "hypotheses": content_id(self.hypotheses),
+            "robustness": content_id(
+                self.robustness, self.scorecard.ours, self.bootstrap, self.diverged
+            ),
+            "scorecard": content_id(self.scorecard),
+            "tex": content_id(self.report),
+        }
+
+    def figure_config_id(self, figure: str) -> str:
+        """The figure rule's config id: its `figures:` entry."""
+        return content_id(self.figures[figure])
 
     def missing_section_key(self) -> tuple[str, str] | None:
         """(section, the key it lacks) for the first section that cannot be built, else None."""

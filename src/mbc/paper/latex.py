@@ -126,6 +126,10 @@ def _apply_spec(value: Any, spec: str | None) -> str:
     return format(value, spec)
 
 
+# A magnitude below this prints as 0: float rounding of a difference that is exactly zero
+ZERO_BELOW = 1e-12
+
+
 def format_number(value: Any, spec: str | None = None, *, missing: str = EN_DASH) -> str:
     """Render a number as LaTeX that works in text and in math mode.
 
@@ -145,6 +149,8 @@ def format_number(value: Any, spec: str | None = None, *, missing: str = EN_DASH
         raise TypeError(f"format_number expects a number, got {type(value).__name__}")
     if isinstance(value, numbers.Real) and math.isinf(float(value)):
         return r"\ensuremath{-\infty}" if float(value) < 0 else r"\ensuremath{\infty}"
+    if isinstance(value, numbers.Real) and 0 < abs(float(value)) < ZERO_BELOW:
+        value = 0.0  # rounding residue (-4.48e-16 where the value is 0) reads as 0
     text = _apply_spec(value, spec)
     m = _SCI_RE.fullmatch(text)
     if m:

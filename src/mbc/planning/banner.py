@@ -153,13 +153,15 @@ def cached_rate(
     width: int = 0,
     steps: int = 5,
     say=None,
-) -> float:
+    measure: bool = True,
+) -> float | None:
     """Run-steps/s of `spec` on this machine (5 timed steps; of a pack of `width` runs when
     width > 0, `mbc.planning.timing.measure_steps_per_s`), cached per shape and width in the
     outdir (not written when `write` is false: a dry run leaves the outdir as it was) and in
     `machine_rates()`, so that no shape is timed twice on one machine (`mbc.estimate` reads
     and writes the same entries: the two give one figure for one shape). say: told what is
-    timed, before it is (a measurement takes seconds to minutes)."""
+    timed, before it is (a measurement takes seconds to minutes). measure=False: a cached
+    rate or None (a dry run times nothing)."""
     import dataclasses
 
     from mbc.planning.cost import shape_key
@@ -183,6 +185,8 @@ def cached_rate(
     mine = _read_json(machine_rates())
     if machine_key in mine:
         rate = float(mine[machine_key])
+    elif not measure:  # a dry run times nothing: unknown until a run measures it
+        return None
     else:
         from mbc.training.setup import pick_device
 
@@ -284,8 +288,14 @@ def expected_runs(cfg: Config, todo: dict[str, RunSpec], logs: dict[str, list[di
 
 
 def seconds_per_run(
-    cfg: Config, todo: dict[str, RunSpec], exp: dict, device: str, write: bool, say=None
-) -> tuple[dict[str, float], float]:
+    cfg: Config,
+    todo: dict[str, RunSpec],
+    exp: dict,
+    device: str,
+    write: bool,
+    say=None,
+    measure: bool = True,
+) -> tuple[dict[str, float], float] | None:
     """(run id -> expected seconds of training and evaluation here, the steps/s measured on
     the most common shape): that shape timed (`cached_rate`), the others at its rate scaled
     by their work per step (`_cost`)."""
@@ -300,7 +310,11 @@ def seconds_per_run(
     widths = pack_widths(cfg.specs, cfg.raw["pack"])
     width = widths.get(ref_id, 0) if device == "cpu" else 0
     threads = int(cfg.raw.get("threads", 1))
-    rate = cached_rate(ref, device, threads, Layout(cfg.outdir).steps_per_s, write, width, say=say)
+    rate = cached_rate(
+        ref, device, threads, Layout(cfg.outdir).steps_per_s, write, width, say=say, measure=measure
+    )
+    if rate is None:
+        return None
     ref_cost = _cost(ref, n_parameters(ref))
     seconds = {
         r: run_seconds(spec, exp[r], rate * ref_cost / _cost(spec, n_parameters(spec)))

@@ -56,15 +56,20 @@ def choose(seconds: dict[str, float], jobs: int, budget_s: float) -> list[str]:
 
 
 def within(
-    cfg: Config, budget_s: float, cores: int | None, dry_run: bool
+    cfg: Config,
+    budget_s: float,
+    cores: int | None,
+    dry_run: bool,
+    from_store: frozenset[str] = frozenset(),
 ) -> tuple[list[str], list[str]]:
-    """(runs left to train that start under the deadline, lines for the banner)."""
+    """(runs left to train that start under the deadline, lines for the banner);
+    `from_store`: runs the run store restores (in a dry run, before they are in the outdir)."""
     from mbc.planning.banner import expected_runs, seconds_per_run
 
     specs = cfg.specs
     layout = Layout(cfg.outdir)
     logs = {r: read_log(layout.run(r).log) for r in specs}
-    todo = {r: s for r, s in specs.items() if not finished(logs[r])}
+    todo = {r: s for r, s in specs.items() if not finished(logs[r]) and r not in from_store}
     if not todo:
         return [], []
     device = str(cfg.raw.get("device", "auto"))
@@ -73,7 +78,14 @@ def within(
 
         device = "cuda" if cuda_available() else "cpu"
     exp, *_ = expected_runs(cfg, todo, logs)
-    seconds, _ = seconds_per_run(cfg, todo, exp, device, write=not dry_run)
+    timed = seconds_per_run(cfg, todo, exp, device, write=not dry_run, measure=not dry_run)
+    if timed is None:  # a dry run times nothing, and this machine's rate is not known yet
+        return list(todo), [
+            f"mbc: deadline {duration(budget_s)}: which of the {len(todo)} runs left start is "
+            "decided when they start (this machine's steps/s is not measured yet, and a dry "
+            "run times nothing)"
+        ]
+    seconds, _ = timed
     threads = int(cfg.raw.get("threads", 1))
     jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
     chosen = choose(seconds, jobs, budget_s)

@@ -20,12 +20,15 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
+from mbc.core.artifacts import write_csv_atomic
 from mbc.core.layout import TRAIN_LOG
+from mbc.core.runlog import read_log
 from mbc.core.spec import RunSpec, TaskSpec
 from mbc.training.data import STREAM_WINDOW, Dataset, stream_seed
 from mbc.training.metrics import EvalBatch, derange_selectors, first_target_loss, make_eval_batch
@@ -199,3 +202,13 @@ def table(rows: list[dict]) -> pd.DataFrame:
     ev["delta_z_train_first"] = ev["train_first_shuffled_loss"] - ev["train_first_loss"]
     ev["delta_z_train_first_batch"] = ev["train_first_batch_shuffled_loss"] - ev["train_first_loss"]
     return ev.reset_index(drop=True)[COLUMNS]
+
+
+def write_from_log(log: Path, out: Path) -> bool:
+    """train_log.csv written again from the run's log, as `finalize_run` wrote it (a log
+    from before its windows were logged has none: nothing written, False)."""
+    rows = read_log(log)
+    if not any(r.get("event") == EVENT for r in rows):
+        return False
+    write_csv_atomic(out, table(rows))
+    return True

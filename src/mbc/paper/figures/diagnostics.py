@@ -198,7 +198,8 @@ def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     else:
         _heatmap(a, att, "attn_to_z", signed=False, label="attention to z")
         n_runs = att["run_id"].nunique() if "run_id" in att.columns else 0
-        a.set_title(f"(a) attention to z, mid (mean of {n_runs} runs)", loc="left")
+        runs = "1 run" if n_runs == 1 else f"mean of {n_runs} runs"
+        a.set_title(f"(a) attention to z, mid ({runs})", loc="left")
     abl = _numeric(tables["routing_ablation"], (*cols, "delta_loss", "delta_delta_z"))
     keep = (_text_col(abl, "phase") == "mid") & (_text_col(abl, "kind") == "zero")
     abl = abl[keep].dropna(subset=["layer", "head"])

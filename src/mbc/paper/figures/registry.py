@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mbc.core.artifacts import read_csv_checked, write_bytes_atomic
+from mbc.core.artifacts import built_from, read_csv_checked, seal, write_bytes_atomic
 from mbc.core.report_sections import FigureEntry
 from mbc.paper.figure_tables import FIGURE_TABLES
 from mbc.paper.figures.common import DPI, STYLE
@@ -77,6 +77,7 @@ def _save(fig: Figure, out_pdf: Path, out_png: Path) -> None:
         fig.savefig(buf, format=fmt, dpi=DPI, metadata=meta)
         fig.set_layout_engine("none")
         write_bytes_atomic(path, buf.getvalue())
+        seal(path)  # its sidecar: bytes, tables read (`render`'s block) and config
 
 
 def _unlog_empty_axes(fig: Figure) -> None:
@@ -106,4 +107,5 @@ def render(
     if missing:
         raise KeyError(f"figure {name!r} needs tables {missing} (got {sorted(table_paths)})")
     tables = {t: read_csv_checked(table_paths[t]) for t in TABLES_NEEDED[name]}
-    FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
+    with built_from([table_paths[t] for t in TABLES_NEEDED[name]]):
+        FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
