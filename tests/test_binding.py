@@ -102,3 +102,16 @@ def test_a_pdf_older_than_its_sources_is_named_stale_and_not_collected(smoke, tm
     )  # fmt: skip
     assert collect.returncode != 0 and "is not the report of these tables" in collect.stderr
     assert not (tmp_path / "measured").exists()
+
+
+def test_a_deleted_table_takes_what_was_built_from_it_along_in_honest_words(smoke, tmp_path):
+    """rm fits.csv said six healthy tables were corrupt and kept them as .corrupt-*: they
+    are intact but outdated, moved aside as superseded, and rebuilt after it, equal."""
+    out = _copy(smoke, tmp_path)
+    (out / "fits.csv").unlink()
+    (out / "fits.csv.sha256").unlink()
+    res = snakemake(str(out / "scorecard.csv"), *smoke_args(out))
+    assert "holds what fits.csv gave, which is missing" in res.stderr
+    assert not list(out.glob("*.corrupt-*")) and list(out.glob("*.superseded-*"))
+    for t in ("fits", "statistics", "scorecard"):
+        assert (out / f"{t}.csv").read_bytes() == (smoke / f"{t}.csv").read_bytes(), t

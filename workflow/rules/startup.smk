@@ -88,10 +88,14 @@ if MAIN_PROCESS:
     # where a run's chain is broken: not said twice; one missing as another's input is
     # rebuilt, and that table after it: no finding)
     _SKIP = _AGGREGATES if _FINDINGS else ()
+    # the files the workflow builds: one without its sidecar is rebuilt, a user's own left;
+    # one deleted takes the tables built from it along (superseded, rebuilt after it)
+    _TABLES_BUILT = {Path(t) for t in ALL_TARGETS}
     _ALTERED = mbc.core.integrity.altered_tables(
         OUT,
         skip=_SKIP,
         rebuilt=_AGGREGATES,
+        built=_TABLES_BUILT,
         built_under=_BUILT_UNDER,
         # the stacked tables against the runs they stack now (`only=` changed since)
         inputs_of={
@@ -99,8 +103,6 @@ if MAIN_PROCESS:
             **{Path(L.table(t)): files for t, files in TABLES.items()},
         },
     )
-    # the files the workflow builds: one without its sidecar is rebuilt, a user's own left
-    _TABLES_BUILT = {Path(t) for t in ALL_TARGETS}
     _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
     # jobs for the broken links, forced, so that Snakemake runs `onstart` (the repair) even
     # where the tables above them look up to date; once repaired, it plans again

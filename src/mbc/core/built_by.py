@@ -35,6 +35,7 @@ def differs(
     inputs: bool = True,
     rebuilt: set[Path] = frozenset(),
     config: str | None = None,
+    built: set[Path] = frozenset(),
 ) -> str | None:
     """Why the file is not the table its `.sha256` sidecar recorded: the sidecar names
     another table (another run's, copied in with its sidecar), the bytes differ, or (with
@@ -44,7 +45,9 @@ def differs(
     than it) is no finding: Snakemake reruns the table for it anyway, nor is a missing one
     among `rebuilt` (resolved paths: tables the workflow rebuilds). `config`: the config id
     its rule reads now (`Config.config_ids`): a sidecar that recorded another was built under
-    other settings, whatever path or `.snakemake/` record reached it."""
+    other settings, whatever path or `.snakemake/` record reached it. `built`: the files the
+    workflow builds (as the outdir's paths spell them): a table whose input among them was
+    deleted is intact but outdated, and goes to be rebuilt after it."""
     if (rec := read_sidecar(path)) is None:
         return None
     if rec.identity is not None and rec.identity != identity_of(path):
@@ -58,6 +61,9 @@ def differs(
         src = root / rel
         if not src.is_file() and src.resolve() in rebuilt:
             continue  # rebuilt first, then this table again (its input is newer)
+        if not src.is_file() and src in built:
+            # intact, built from a table since deleted: goes with it, rebuilt after it
+            return f"holds what {rel} gave, which is missing"
         if not src.is_file():
             return f"was built from {rel}, which this outdir does not have, by its checksum"
         if digest_of(src) != digest and src.stat().st_mtime <= path.stat().st_mtime:

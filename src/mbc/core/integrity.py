@@ -250,6 +250,7 @@ def altered_tables(
     rebuilt: Iterable[Path] = (),
     built_under: Mapping[Path, str] | None = None,
     inputs_of: Mapping[Path, list[str]] | None = None,
+    built: set[Path] = frozenset(),
 ) -> list[tuple[Path, str]]:
     """(file, why) of the outdir's derived files (`derived_files`) that `differ` from their
     sidecars: bytes, inputs, or (`built_under`: path -> the config id its rule reads now)
@@ -266,7 +267,7 @@ def altered_tables(
     config = built_under or {}
     found = []
     for p in derived_files(outdir):
-        why = differs(p, p not in skipped, rebuilt, config.get(p))
+        why = differs(p, p not in skipped, rebuilt, config.get(p), built)
         if why is None and p in (inputs_of or {}):
             why = other_inputs(p, inputs_of[p])
         if why is not None:
