@@ -107,6 +107,13 @@ def test_the_abstract_counts_the_rows_and_names_those_that_disagree():
     assert "H2 is inconclusive where the paper says falsified" in text
 
 
+def test_a_verdict_the_paper_leaves_inconclusive_is_not_counted_as_a_decision():
+    """H7: the paper leaves it inconclusive; "1 of the 7 it decides" counted it."""
+    text = outcome.verdict_sentence(_hyp([*HYP, ("H7", "falsified", "inconclusive", "", "")]))
+    assert "on the 3 candidate mechanisms match the paper's for 1 of the 2 it decides" in text
+    assert text.endswith("; the paper leaves H7 undecided (ours: falsified).")
+
+
 def test_flipping_one_row_or_one_verdict_changes_the_sentences():
     flipped = [dict(r) for r in CARD]
     flipped[1]["agreement"] = "disagree"

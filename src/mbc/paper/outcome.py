@@ -89,7 +89,9 @@ def scorecard_sentence(card: pd.DataFrame) -> str:
 def verdict_sentence(hyp: pd.DataFrame) -> str:
     """How many of our verdicts on H1-H7 match the paper's, and which differ."""
     v = _verdicts(hyp)
-    known = v[v.paper_verdict != ""]
+    # what the paper decides, counted as the paper does: "inconclusive" (H7) is no decision
+    known = v[~v.paper_verdict.isin(["", "inconclusive"])]
+    open_ = v[v.paper_verdict == "inconclusive"]
     if not len(known):
         return "The paper's own verdicts are not in this table."
     same = known[known.verdict == known.paper_verdict]
@@ -111,6 +113,10 @@ def verdict_sentence(hyp: pd.DataFrame) -> str:
             )
             parts.append(f"{_list(list(g.id))} {verb} {ours} where the paper says {paper}")
         text += "; " + _list(parts)
+    if len(open_):
+        text += "; the paper leaves " + _list(
+            [f"{h.id} undecided (ours: {h.verdict})" for h in open_.itertuples()]
+        )
     return escape_latex(text) + "."
 
 
