@@ -56,7 +56,9 @@ def timed_views(seconds: dict[str, float], calls: dict[str, int]) -> None:
                 return _f(self, *args, **kwargs)
             finally:
                 seconds[_name] += time.perf_counter() - t0
-                calls[_name] += 1
+                # evaluations, not calls: the kept weights around a crossing come in one call
+                weights = args[0] if args and isinstance(args[0], list) else None
+                calls[_name] += len(weights) if weights is not None else 1
 
         setattr(pack_view.PackView, name, wrapper)
 
@@ -68,6 +70,12 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--k", type=int, default=20)
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--run-log",
+        default=None,
+        help="a finished run's log.jsonl (or its store entry's log.jsonl.gz): its whole-run "
+        "share, from its own counts of evaluations and windows at the costs timed here",
+    )
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     cfg = mbc_config.load(mbc_config.read_yaml(REPO / "config.yaml"), {"preset": a.preset})
@@ -110,9 +118,47 @@ def main(argv: list[str] | None = None) -> dict:
     for k in TIMED:
         p = res["parts"][k]
         print(f"  {k:34s} {p['calls']:5d} calls {p['s']:7.2f} s {100 * p['share']:5.1f}%")
+    if a.run_log:
+        res["whole_run"] = whole_run(Path(a.run_log), res)
+        w = res["whole_run"]
+        print(
+            f"whole run ({w['steps']} steps, {w['evaluations']} evaluations, {w['windows']} "
+            f"windows): evaluation {100 * w['evaluation_share']:.1f}% of "
+            f"{w['seconds']:.0f} s modelled at these costs"
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
     return res
+
+
+def whole_run(log: Path, res: dict) -> dict:
+    """A finished run's evaluation share: its own counts (evaluation rows, training-log
+    windows, steps) times the per-evaluation, per-window and per-step costs timed above
+    (the first steps over-represent the log-spaced evaluations; a whole run does not)."""
+    import gzip
+
+    text = gzip.decompress(log.read_bytes()).decode() if log.suffix == ".gz" else log.read_text()
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    evals = sum("event" not in r for r in rows)
+    windows = sum(r.get("event") == "train_window" for r in rows)
+    steps = max(r["step"] for r in rows)
+    p = res["parts"]
+    per_eval = p["evaluate"]["s"] / max(p["evaluate"]["calls"], 1)
+    window_parts = (
+        "evaluate_sampled",
+        "train_shuffled_first_loss",
+        "train_batch_shuffled_first_loss",
+    )
+    per_window = sum(p[k]["s"] / max(p[k]["calls"], 1) for k in window_parts)
+    evaluation = evals * per_eval + windows * per_window
+    training = steps * res["training_ms_per_step"] / 1000
+    return {
+        "steps": steps,
+        "evaluations": evals,
+        "windows": windows,
+        "seconds": evaluation + training,
+        "evaluation_share": evaluation / (evaluation + training),
+    }
 
 
 if __name__ == "__main__":
