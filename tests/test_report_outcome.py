@@ -312,3 +312,16 @@ def test_a_tobit_fit_has_no_r2_statistic():
     )
     r2 = {r["name"]: r["value"] for r in fit_statistics(fits) if r["name"].startswith("fit_r2:")}
     assert np.isnan(r2["fit_r2:tau_vs_lr"]) and r2["fit_r2:tau_vs_d"] == 0.99
+
+
+def test_a_preset_too_small_to_decide_says_so_once_not_under_every_row():
+    """Smoke's report said nine times that no explanation is recorded; config
+    `report.scale_note` says once why its rows have no cause."""
+    uncaused = [dict(r, cause="", explanation="") for r in CARD]
+    hyp = _hyp([("H1", "inconclusive", "falsified", "", "")])
+    plain = outcome.explanations(_card(uncaused), hyp)
+    assert plain.count("No explanation is recorded") == 2
+    noted = outcome.explanations(_card(uncaused), hyp, "The runs are too small to decide")
+    assert noted.count("The runs are too small to decide") == 1
+    assert "No explanation is recorded" not in noted
+    assert noted.count(r"\paragraph") == 2  # the row and the verdict, still shown

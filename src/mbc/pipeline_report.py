@@ -176,7 +176,7 @@ def _write_tex(preset: str, t: dict, out: dict, report: Report, labels: dict) ->
     write_text_table(out["numbers"], numbers_file(values))
     card, hyp = t["scorecard"], t["hypotheses"]
     write_text_table(out["abstract"], outcome.abstract(card, hyp))
-    write_text_table(out["explanations"], outcome.explanations(card, hyp))
+    write_text_table(out["explanations"], outcome.explanations(card, hyp, report.scale_note))
     write_text_table(out["conclusion"], outcome.conclusion(card, hyp, t["robustness"]))
 
 

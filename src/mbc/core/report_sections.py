@@ -158,6 +158,7 @@ class Report:
 
     macros: tuple[Macro, ...]
     labels: Frozen = Frozen()
+    scale_note: str = ""  # config `report.scale_note`: a preset too small to decide a claim
 
     @classmethod
     def from_raw(cls, raw: dict, labels: dict | None = None) -> Report:
@@ -165,7 +166,7 @@ class Report:
             Macro(name, m) if isinstance(m, str) else Macro(name, **m)
             for name, m in raw.get("macros", {}).items()
         )
-        return cls(macros, freeze(labels or {}))
+        return cls(macros, freeze(labels or {}), str(raw.get("scale_note", "")))
 
     def label_map(self) -> dict[str, str]:
         """The labels as config.yaml's mapping (`mbc.paper.report.readable` reads it)."""

@@ -125,20 +125,24 @@ def abstract(card: pd.DataFrame, hyp: pd.DataFrame) -> str:
     return scorecard_sentence(card) + " " + verdict_sentence(hyp) + "\n"
 
 
-def _cause(cause: str, text: str, measured: bool = True) -> str:
+def _cause(cause: str, text: str, measured: bool = True, scale_note: str = "") -> str:
     if not cause and not measured:
         return r"\textit{Not measured here: the statistic has no value at this preset's size.}"
+    if not cause and scale_note:
+        return ""  # said once, above the rows (config `report.scale_note`)
     if not cause:
         return r"\textit{No explanation is recorded in config.yaml for this row.}"
     text = text[:1].upper() + text[1:]
     return rf"\textit{{Cause: {CAUSES[cause]}.}} " + tex_text(text) + "."
 
 
-def explanations(card: pd.DataFrame, hyp: pd.DataFrame) -> str:
+def explanations(card: pd.DataFrame, hyp: pd.DataFrame, scale_note: str = "") -> str:
     """One paragraph per claim that disagrees or agrees under one definition only, and per
-    verdict that differs from the paper's: the numbers, the rule and config's reason."""
+    verdict that differs from the paper's: the numbers, the rule and config's reason.
+    `scale_note` (config `report.scale_note`): a preset too small to decide, said once
+    above them in place of a missing cause under each."""
     rows = paper_rows(card)
-    out = []
+    out = [rf"\textit{{{tex_text(scale_note)}.}}"] if scale_note else []
     for r in rows[(rows.agreement != "agree") | one_definition(rows)].itertuples():
         ours = value_with_ci(r.ours_measured, r.ours_ci_low, r.ours_ci_high)
         mine = value_with_ci(r.measured, r.ci_low, r.ci_high)
@@ -152,15 +156,15 @@ def explanations(card: pd.DataFrame, hyp: pd.DataFrame) -> str:
         out.append(
             rf"\paragraph{{{tex_text(r.claim)}.}} Paper: {tex_text(r.paper_reference)}; rule: "
             f"{tex_text(r.tolerance)}; {how}. "
-            + _cause(r.cause, r.explanation, r.agreement != "not measured")
+            + _cause(r.cause, r.explanation, r.agreement != "not measured", scale_note)
         )
     v = _verdicts(hyp)
     for h in v[(v.paper_verdict != "") & (v.verdict != v.paper_verdict)].itertuples():
         out.append(
             rf"\paragraph{{{h.id}, {tex_text(h.mechanism)}.}} Ours: {h.verdict}; the paper: "
-            f"{h.paper_verdict}. " + _cause(h.cause, h.explanation)
+            f"{h.paper_verdict}. " + _cause(h.cause, h.explanation, scale_note=scale_note)
         )
-    if not out:
+    if len(out) == bool(scale_note):
         return "Every claim agrees under both definitions and every verdict matches the paper's.\n"
     return "\n\n".join(out) + "\n"
 
