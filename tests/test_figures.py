@@ -644,7 +644,9 @@ def test_full_tables_render(full, name):
 def test_no_temp_files_left(full):
     out, _ = full
     files = sorted(p.name for p in out.iterdir())  # atomic writes leave no .tmp behind
-    assert files == sorted(f"{n}.{ext}" for n in NAMES for ext in ("pdf", "png"))
+    # each figure with its sidecar: its bytes, the tables it read, its config entry
+    want = [f"{n}.{ext}{side}" for n in NAMES for ext in ("pdf", "png") for side in ("", ".sha256")]
+    assert files == sorted(want)
 
 
 def test_fit_lines_come_from_the_fits_table(full):
