@@ -157,7 +157,7 @@ def store_sentence(measured: Path, config: Path, link: str) -> list[str]:
         f"[`{link}/runs/`]({link}/runs/) (`python -m mbc.run_store list --preset "
         f"{measured.name}` counts them by experiment); a clone restores them instead of "
         "training them, and the tables below are rebuilt from the store once it is whole."
-    ) + [""]
+    )
 
 
 def render(measured: Path, config: Path, link: str) -> str:
