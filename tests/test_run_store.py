@@ -177,3 +177,28 @@ def test_the_deadline_starts_the_shortest_runs_that_end_in_time():
     assert choose(seconds, jobs=2, budget_s=60) == ["b", "c", "e"]
     assert choose(seconds, jobs=1, budget_s=5) == []
     assert choose(seconds, jobs=5, budget_s=100) == ["b", "c", "e", "a", "d"]
+
+
+def test_the_deadline_scales_the_model_by_the_runs_finished_here(monkeypatch):
+    """Its steps/s is 5 bare training steps: a loaded machine, or evaluation dearer than
+    modelled, took 2.1x the model's time in the first paper_cpu period. The deadline scales the
+    model by the median wall / modelled time of runs finished here in one session on this CPU."""
+    from mbc.core.provenance import cpu_model
+    from mbc.planning import banner, deadline
+
+    cfg = _cfg(REPO / "results" / "none", "")
+    ids = list(cfg.specs)[:5]
+
+    def log(cpu, wall, sessions=1):
+        start = {"event": "start", "step": 0, "cpu": cpu}
+        return [*[start] * sessions, {"step": 100, "wall_s": wall}, {"event": "done", "step": 100}]
+
+    logs = {r: [] for r in cfg.specs}
+    logs |= {ids[0]: log(cpu_model(), 200.0), ids[1]: log(cpu_model(), 300.0)}
+    logs |= {ids[2]: log(cpu_model(), 400.0), ids[3]: log("another CPU", 9000.0)}
+    logs |= {ids[4]: log(cpu_model(), 9000.0, sessions=2)}  # resumed: its wall is one session's
+    monkeypatch.setattr(
+        banner, "seconds_per_run", lambda cfg, todo, *a, **k: ({r: 100.0 for r in todo}, 8.8)
+    )
+    assert deadline.observed_factor(cfg, logs, "cpu") == (3.0, 3)
+    assert deadline.observed_factor(cfg, {r: [] for r in cfg.specs}, "cpu") is None

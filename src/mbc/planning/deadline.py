@@ -86,14 +86,22 @@ def within(
             "run times nothing)"
         ]
     seconds, _ = timed
+    slower = observed_factor(cfg, logs, device)
+    if slower is not None:  # the model against this machine's finished runs, as they ran
+        seconds = {r: t * slower[0] for r, t in seconds.items()}
     threads = int(cfg.raw.get("threads", 1))
     jobs = max(1, min(cores or 1, os.cpu_count() or 1) // threads)
     chosen = choose(seconds, jobs, budget_s)
     busy = sum(seconds[r] for r in chosen) / jobs
     lines = [
         f"mbc: deadline {duration(budget_s)}: {len(chosen)} of the {len(todo)} runs left start "
-        f"now (about {duration(busy)} of training on {jobs} job(s), shortest first); their "
-        "summaries and diagnostics are built, the tables wait for the rest"
+        f"now (about {duration(busy)} of training on {jobs} job(s), shortest first"
+        + (
+            f"; the model's times x{slower[0]:.2f}, as {slower[1]} run(s) finished here took"
+            if slower is not None
+            else ""
+        )
+        + "); their summaries and diagnostics are built, the tables wait for the rest"
     ]
     if not chosen:
         shortest = min(seconds.values())
@@ -102,3 +110,32 @@ def within(
             f"{duration(shortest)} here): nothing trains"
         )
     return chosen, lines
+
+
+def observed_factor(cfg: Config, logs: dict[str, list[dict]], device: str):
+    """(median of wall / modelled seconds, n) over this outdir's runs that finished in one
+    session on this machine's CPU, or None without any: the model times 5 bare training steps,
+    so a machine busy with other work, or evaluation dearer than modelled, shows here."""
+    from mbc.core.provenance import cpu_model
+    from mbc.planning.banner import seconds_per_run
+    from mbc.planning.cost import Expected
+
+    here = cpu_model()
+    done = {}
+    for r, rows in logs.items():
+        starts = [x for x in rows if x.get("event") == "start"]
+        evals = [x for x in rows if "event" not in x and x.get("wall_s") is not None]
+        if finished(rows) and len(starts) == 1 and starts[0].get("cpu") == here and evals:
+            steps = max(x["step"] for x in rows)
+            done[r] = (Expected(None, "measured", steps), float(evals[-1]["wall_s"]))
+    if not done:
+        return None
+    specs = {r: cfg.specs[r] for r in done}
+    timed = seconds_per_run(
+        cfg, specs, {r: e for r, (e, _) in done.items()}, device, False, measure=False
+    )
+    if timed is None:
+        return None
+    modelled, _ = timed
+    ratios = sorted(done[r][1] / modelled[r] for r in done if modelled[r] > 0)
+    return (ratios[len(ratios) // 2], len(ratios)) if ratios else None
