@@ -123,6 +123,7 @@ rule figure:
             category="Figures",
             caption="../report/figure.rst",
         ),
+        caption=L.figure("{figure}", "tex"),
     log:
         L.log("figures", "{figure}"),
     wildcard_constraints:
@@ -174,7 +175,7 @@ rule paper:
     input:
         tex="paper/main.tex",
         generated=rules.tex.output,
-        figures=[L.figure(f, "pdf") for f in FIGURES],
+        figures=[L.figure(f, ext) for f in FIGURES for ext in ("pdf", "tex")],
     output:
         report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
     log:

@@ -69,7 +69,7 @@ if MAIN_PROCESS:
         **{
             Path(L.figure(f, ext)): CFG.figure_config_id(f)
             for f in FIGURES
-            for ext in ("pdf", "png")
+            for ext in FIGURE_FILES
         },
         **{Path(L.summary(r)): CONFIG_ID["summarize_run"] for r in SPECS},
         **{

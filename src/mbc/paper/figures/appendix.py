@@ -44,6 +44,7 @@ from mbc.paper.figures.drawing import (
     _tau_points,
     _threshold_lines,
 )
+from mbc.paper.figures.drawn import absent, drew
 from mbc.paper.figures.registry import _register
 
 
@@ -79,6 +80,7 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
             col = kcol.get(float(row["k"]), "0.5")
             run = m[m["run_id"] == row["run_id"]]
             any_cens |= _run_curves(ax, None, run, row, color=col, ls=styles[role])
+            drew(ax, role)
             same = trans[(trans["k"] == row["k"]) & ((trans["d"] == row["d"]) | trans["d"].isna())]
             same = same.sort_values(["_pref", "seed", "run_id"])
             if same.empty or (row["k"], row["d"]) in matched:
@@ -86,10 +88,12 @@ def fig_appendix_linear(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> 
             t = same.iloc[0]
             matched.add((row["k"], row["d"]))
             any_cens |= _run_curves(ax, None, m[m["run_id"] == t["run_id"]], t, color=col)
+            drew(ax, "transformer")
     for k, col in kcol.items():
         ax.plot([], [], color=col, label=f"K={_fmt(k)}")
     if not matched:
         _note(ax, "no matching transformer runs", "lower left")
+        absent(ax, "transformer", "no transformer run has the same K and D")
     _threshold_lines(ax, every["threshold"])
     ax.set_xscale("log")
     ax.set_xlabel("step")
@@ -252,7 +256,8 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
     x, y = e12["label_noise"].to_numpy(float), e12["final_candidate_accuracy"].to_numpy(float)
     b.scatter(x[ok & ~cen], y[ok & ~cen], s=16, color="C2", label="crossed threshold", zorder=3)
     if (ok & cen).any():
-        _hollow(b, x[ok & cen], y[ok & cen], "C2", s=20, marker="^", label=CENSORED_LABEL)
+        _hollow(b, x[ok & cen], y[ok & cen], "C2", element="censored", s=20, marker="^",
+                label=CENSORED_LABEL)  # fmt: skip
     b.set_xlabel("label noise p")
     b.set_ylabel("final candidate accuracy")
     b.set_ylim(-0.03, 1.03)
@@ -329,6 +334,9 @@ def _sharing_author(
         )
         value = round(float(row["value"]), 2) + 0.0  # no "-0.00"
         ax.plot([], [], ls="none", label=f"beta (H1) = {value:.2f}{ci}")
+        drew(ax, "beta")
+    else:
+        absent(ax, "beta", "too few runs with a duration at more than one sharing factor")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("sharing factor (groups per selector set)")
@@ -363,6 +371,8 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         for ev, _, _, lab in series
         if (t["evaluation"] == ev).any() and not fits[ev].any()
     ]
+    if unmeasured:
+        drew(ax, "series_unmeasured")
     if not drawn:
         _no_data(ax, "no fit succeeded")
         return fig
@@ -392,6 +402,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
             ax.plot(x[ok & ~ci], e[ok & ~ci], marker, mfc="none", color=color, label=label)
         for xi, thr in zip(x[~ok], s["threshold"].to_numpy(float)[~ok], strict=True):
             if thr in fitted_at:  # another series fitted here, this one did not: marked
+                drew(ax, "series_na")
                 ax.annotate(
                     "n/a",
                     (xi, 0.02),
@@ -404,6 +415,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
         top = np.where(ci, hi, e)
         for xi, yi, nc in zip(x[ok], top[ok], s["n_censored"].to_numpy(float)[ok], strict=True):
             if np.isfinite(nc) and nc > 0:
+                drew(ax, "threshold_censored")
                 ax.annotate(
                     f"{int(nc)} cens.",
                     (xi, yi),
@@ -416,6 +428,7 @@ def fig_appendix_threshold(tables: dict[str, pd.DataFrame], entry: FigureEntry) 
                 )
     for xi in np.setdiff1d(thresholds, fitted_at):  # a threshold no fit succeeded at: shown
         ax.axvline(xi, color="0.8", lw=0.6)
+        drew(ax, "no_fit_at_threshold")
         ax.annotate(
             "fit n/a",
             (xi, np.nanmean(t["exponent"].to_numpy(float))),

@@ -105,7 +105,7 @@ def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
         a.set_ylabel("fraction / accuracy")
         a.set_ylim(-0.03, 1.03)
         # Censored runs have no tau to normalise by: named in the legend, not dropped silently.
-        style += _censored_runs_entry(s.loc[~np.isfinite(s["x"]), "run_id"])
+        style += _censored_runs_entry(a, s.loc[~np.isfinite(s["x"]), "run_id"])
         _legend(a, extra=style, loc="upper left")
         if not np.isfinite(s["x"]).any():
             _no_data(a, "no run with a tau")
@@ -227,7 +227,8 @@ def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         col = kcol[k]
         c.scatter(lo[sel & both], dz[sel & both], s=14, color=col, label=f"K={_fmt(k)}", zorder=3)
         if (sel & part).any():
-            _hollow(c, x_part[sel & part], y_part[sel & part], col, s=18, marker="^")
+            _hollow(c, x_part[sel & part], y_part[sel & part], col, element="onset_not_reached",
+                    s=18, marker="^")  # fmt: skip
     vals = np.concatenate([lo[both], dz[both], x_part[part], y_part[part]])
     vals = vals[np.isfinite(vals) & (vals > 0)]
     if vals.size:
@@ -307,7 +308,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
             )
             conv = gg[ccol].to_numpy(bool)
             a.scatter(gg["x"][conv], y[conv], marker=mk, s=12, color=col, zorder=3)
-            _hollow(a, gg["x"][~conv], y[~conv], col, marker=mk, s=12)
+            _hollow(a, gg["x"][~conv], y[~conv], col, element="not_converged", marker=mk, s=12)
             any_hollow |= bool((~conv).any())
     if seen:
         a.set_yscale("log")
@@ -331,7 +332,7 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                     label="not converged (hollow)",
                 )
             )
-        extra += _censored_runs_entry(h.loc[~np.isfinite(h["x"]), "run_id"])
+        extra += _censored_runs_entry(a, h.loc[~np.isfinite(h["x"]), "run_id"])
         _legend(a, extra=extra, below=True, ncol=3, columnspacing=1.0)
     else:
         _no_data(a, "no positive eigenvalue estimates")
@@ -359,13 +360,14 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                 pm["k"][~conv],
                 pm["anisotropy"][~conv],
                 color,
+                element="not_converged",
                 marker=marker,
                 s=16,
                 label=f"{method}, not converged",
             )
         if (fit := entry.fits.get(method)) is not None:  # no role: drawn without a line
             row = _fit_row(tables["fits"], fit)
-            _fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit")
+            _fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit", unit="estimate")
     b.set_xscale("log")
     b.set_yscale("log")
     b.set_xlabel("K")

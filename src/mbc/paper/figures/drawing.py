@@ -16,6 +16,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
 from mbc.paper.figures.common import CENSORED_LABEL, DIVERGED_LABEL, DIVERGED_STYLE, _finite
+from mbc.paper.figures.drawn import absent, drew
 
 
 def _no_data(ax: Axes, what: str) -> None:
@@ -138,9 +139,12 @@ def _tidy_log_axes(fig: Figure) -> None:
             axis.set_major_formatter(FuncFormatter(_log_label))
 
 
-def _hollow(ax: Axes, x, y, color, **kw) -> None:
-    """Hollow markers (censored, onset not reached, not converged): edge colour only."""
+def _hollow(ax: Axes, x, y, color, *, element: str, **kw) -> None:
+    """Hollow markers (censored, onset not reached, not converged): edge colour only;
+    `element`: what they are, for the caption (`mbc.paper.figures.drawn`)."""
     ax.scatter(x, y, facecolors="none", edgecolors=color, zorder=3, **kw)
+    if np.size(x):
+        drew(ax, element)
 
 
 def _tau_points(
@@ -174,19 +178,20 @@ def _tau_points(
         dv &= (x > 0) & (budget > 0)
     if dv.any():
         ax.scatter(x[dv], budget[dv], s=size * 1.5, label=DIVERGED_LABEL, **DIVERGED_STYLE)
+        drew(ax, "diverged")
     if obs.any() or (label and not cen.any()):
         ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
     if cen.any():
         lab = None if obs.any() else label
-        _hollow(ax, x[cen], budget[cen], color, s=size * 1.3, marker="^", linewidths=0.9, label=lab)
+        _hollow(ax, x[cen], budget[cen], color, element="censored", s=size * 1.3, marker="^",
+                linewidths=0.9, label=lab)  # fmt: skip
     return int(obs.sum()), int(cen.sum())
 
 
 def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
-    """Legend text of a `fits` row: the exponent on line 1, its CI and censoring on line 2."""
+    """Legend text of a drawn `fits` row: the exponent on line 1, its CI and censoring on
+    line 2."""
     e, lo, hi = row["exponent"], row["ci_low"], row["ci_high"]
-    if not np.isfinite(e):
-        return f"{prefix}: unavailable"
     level = row["ci_level"]
     details = []
     if np.isfinite(lo) and np.isfinite(hi):
@@ -199,23 +204,45 @@ def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
     return f"{prefix}: slope {e:.3f}{tail}"
 
 
+def _no_fit_reason(row: pd.Series, unit: str) -> str:
+    """Why a `fits` row has no line, in words: its uncensored `unit`s, too few for a fit."""
+    n = row.get("n", math.nan)
+    n = 0 if not np.isfinite(n) else int(n - (row.get("n_censored", 0) or 0))
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
 def _fit_line(
-    ax: Axes, row: pd.Series | None, xs: Iterable[float], *, color="0.2", prefix: str = "fit"
+    ax: Axes,
+    row: pd.Series | None,
+    xs: Iterable[float],
+    *,
+    color="0.2",
+    prefix: str = "fit",
+    element: str = "fit",
+    unit: str = "uncensored run",
 ) -> bool:
-    """Draw prefactor * x**exponent from a `fits` row over the range of `xs` (log axes)."""
+    """Draw prefactor * x**exponent from a `fits` row over the range of `xs` (log axes).
+    A row with no exponent draws nothing and no legend entry: it is recorded as absent,
+    with its uncensored runs (`unit`), for the caption (`element`, `mbc.paper.figures.drawn`)."""
     if row is None:
+        absent(ax, element, f"{prefix}: not fitted")
         return False
     xs = np.asarray([v for v in xs if np.isfinite(v) and v > 0], dtype=float)
     e, c = row["exponent"], row["prefactor"]
-    label = _fit_label(row, prefix)
-    if xs.size == 0 or not (np.isfinite(e) and np.isfinite(c) and c > 0):
-        ax.plot([], [], ls="--", color=color, label=label)
+    if not (np.isfinite(e) and np.isfinite(c) and c > 0):
+        absent(ax, element, f"{prefix}: {_no_fit_reason(row, unit)}")
+        return False
+    if xs.size == 0:
+        absent(ax, element, f"{prefix}: no run to draw it over")
         return False
     lo, hi = xs.min(), xs.max()
     if lo == hi:
         lo, hi = lo / 1.5, hi * 1.5
     grid = np.geomspace(lo, hi, 64)
-    ax.plot(grid, c * grid**e, ls="--", lw=0.9, color=color, label=label, zorder=2)
+    ax.plot(
+        grid, c * grid**e, ls="--", lw=0.9, color=color, label=_fit_label(row, prefix), zorder=2
+    )
+    drew(ax, element)
     return True
 
 
@@ -270,6 +297,7 @@ def _run_curves(
             ax_loss.plot(
                 [steps[last]], [y[last]], ls="none", label=DIVERGED_LABEL, **DIVERGED_STYLE
             )
+            drew(ax_loss, "diverged")
         return False
     if not row["censored"]:
         t = row["tau"]
@@ -283,16 +311,18 @@ def _run_curves(
         return False
     kw = dict(marker="^", ls="none", mfc="none", mec=color, ms=5, mew=0.9)
     ax_loss.plot([b], [_value_at(steps, y, b)], **kw)
+    drew(ax_loss, "censored")
     if ax_dz is not None:
         ax_dz.plot([b], [_value_at(steps, m["delta_z"].to_numpy(float), b)], **kw)
     return True
 
 
-def _censored_runs_entry(run_ids: Iterable[str]) -> list[Line2D]:
-    """A legend entry naming censored runs that a step / tau axis cannot place."""
+def _censored_runs_entry(ax: Axes, run_ids: Iterable[str]) -> list[Line2D]:
+    """A legend entry (for `ax`) naming censored runs that a step / tau axis cannot place."""
     ids = sorted({str(r) for r in run_ids})
     if not ids:
         return []
+    drew(ax, "censored_named")
     shown = ", ".join(ids[:4]) + (f" (+{len(ids) - 4})" if len(ids) > 4 else "")
     label = f"{CENSORED_LABEL}, not shown: {shown}"
     return [Line2D([], [], marker="^", ls="none", mfc="none", mec="0.3", ms=5, label=label)]

@@ -41,6 +41,7 @@ from mbc.paper.figures.drawing import (
     _tau_points,
     _threshold_lines,
 )
+from mbc.paper.figures.drawn import drew
 from mbc.paper.figures.registry import _register
 
 
@@ -118,8 +119,9 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         ok = _finite(d, t) & (t > 0) & ~tau["diverged"].to_numpy(bool)
         ax.scatter(d[ok], t[ok], marker="+", s=22, lw=0.8, color="C4", zorder=4,
                    label="author's tau (his sampled evaluation)")  # fmt: skip
+        drew(ax, "author")
         author = _fit_row(tables["fits"], entry.fit_of("author_line"))
-        _fit_line(ax, author, tau["d"], color="C4", prefix="author's fit")
+        _fit_line(ax, author, tau["d"], color="C4", prefix="author's fit", element="author_fit")
     _tau_axes(ax, "dataset size D (examples)")
     missing = [_names(e) for e, df in ((n_fixed, e1), (d_fixed, e2)) if df.empty]
     if missing:
@@ -132,6 +134,7 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         _no_data(ins, f"no {_names(d_fixed)}")
     else:
         dcol = _colors(e2["d"], "cividis")
+        drew(ins, "inset")
         for d, g in e2.groupby("d"):
             c = dcol.get(float(d), "0.5")
             _, nc = _tau_points(ins, *_tau_budget_arrays(g, "k"), color=c, marker="s", size=8)
@@ -151,8 +154,8 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                     va="center",
                 )
             row = _fit_row(tables["fits"], f"{entry.fit_of('inset')}_at_d{_fmt(d)}")
-            if row is not None:
-                _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}")
+            _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}",
+                      element="inset_fit")  # fmt: skip
         ins.set_xscale("log")
         ins.set_yscale("log")
         ins.set_xlabel("K", fontsize=6.5, labelpad=0)
@@ -186,7 +189,7 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         a.set_title(f"({letters[0]}) {whose}: {lr_what}, {lr}", loc="left")
         b.set_title(f"({letters[1]}) {whose}: {batch_what}, {batch}", loc="left")
         c.set_title(f"({letters[2]}) the same in examples", loc="left")
-        _noise_lr(a, e6, lr, lr_col, _fit_row(fits, entry.fit_of(f"{role}lr")))
+        _noise_lr(a, e6, lr, lr_col, _fit_row(fits, entry.fit_of(f"{role}lr")), letters[0])
         if e7.empty:
             _no_data(b, f"no {batch} runs")
             _no_data(c, f"no {batch} runs")
@@ -199,8 +202,11 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     return fig
 
 
-def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series | None) -> None:
-    """One lr panel: `col` per run (tau, or the author's sampled window) and its fit."""
+def _noise_lr(
+    ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series | None, letter: str
+) -> None:
+    """One lr panel (`letter`): `col` per run (tau, or the author's sampled window) and its
+    fit."""
     if e6.empty:
         _no_data(ax, f"no {names} runs")
         return
@@ -234,8 +240,9 @@ def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series |
         ]
         if left:
             _note(ax, "not drawn:\n" + "\n".join(left), loc="lower right")
+            drew(ax, "windows_not_drawn")
         censored = False
-    _fit_line(ax, fit, e6.loc[~e6["diverged"], "lr"])
+    _fit_line(ax, fit, e6.loc[~e6["diverged"], "lr"], prefix=f"({letter}) fit")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("learning rate")

@@ -1,6 +1,7 @@
 """The figures' registry: each figure function registered by name with the tables it reads
 (`FIGURES`, `TABLES_NEEDED`, checked against `mbc.paper.figure_tables`), `render`, and
-the style and atomic saving every figure goes through."""
+the style and atomic saving every figure goes through. A figure function returns what it
+drew (`mbc.paper.figures.drawn.Drawn`); `render` writes the caption assembled from it."""
 
 from __future__ import annotations
 
@@ -13,13 +14,21 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mbc.core.artifacts import built_from, read_csv_checked, seal, write_bytes_atomic
+from mbc.core.artifacts import (
+    built_from,
+    read_csv_checked,
+    seal,
+    write_bytes_atomic,
+    write_text_table,
+)
 from mbc.core.report_sections import FigureEntry
 from mbc.paper.figure_tables import FIGURE_TABLES
+from mbc.paper.figures.captions import caption_tex
 from mbc.paper.figures.common import DPI, STYLE
 from mbc.paper.figures.drawing import _no_data, _tidy_log_axes
+from mbc.paper.figures.drawn import Drawn, record
 
-FigureFn = Callable[[Mapping[str, pd.DataFrame], Path, Path, FigureEntry], None]
+FigureFn = Callable[[Mapping[str, pd.DataFrame], Path, Path, FigureEntry], Drawn]
 FIGURES: dict[str, FigureFn] = {}
 TABLES_NEEDED: dict[str, list[str]] = {}
 
@@ -38,7 +47,7 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
     def deco(draw: Callable[[dict[str, pd.DataFrame], FigureEntry], Figure]) -> FigureFn:
         def fig_fn(
             tables: Mapping[str, pd.DataFrame], out_pdf: Path, out_png: Path, entry: FigureEntry
-        ) -> None:
+        ) -> Drawn:
             if entry.name != name:
                 raise ValueError(f"figure {name!r} given the config entry of {entry.name!r}")
             full = {t: pd.DataFrame() if tables.get(t) is None else tables[t] for t in needs}
@@ -49,6 +58,7 @@ def _register(name: str, needs: Iterable[str]) -> Callable:
                     _unlog_empty_axes(fig)
                     _tidy_log_axes(fig)
                     _save(fig, Path(out_pdf), Path(out_png))
+                    return record(fig)
             finally:  # close what this call opened, also when drawing fails
                 for num in set(plt.get_fignums()) - before:
                     plt.close(num)
@@ -99,8 +109,10 @@ def render(
     out_pdf: str | Path,
     out_png: str | Path,
     entry: FigureEntry,
-) -> None:
-    """Draw figure `name` from the CSV tables it needs, as its config `figures` entry says."""
+    out_caption: str | Path | None = None,
+) -> Drawn:
+    """Draw figure `name` from the CSV tables it needs, as its config `figures` entry says,
+    and write its caption for what it drew to `out_caption` (the report's `\\caption`)."""
     if name not in FIGURES:
         raise KeyError(f"unknown figure {name!r}; known: {sorted(FIGURES)}")
     missing = [t for t in TABLES_NEEDED[name] if t not in table_paths]
@@ -108,4 +120,7 @@ def render(
         raise KeyError(f"figure {name!r} needs tables {missing} (got {sorted(table_paths)})")
     tables = {t: read_csv_checked(table_paths[t]) for t in TABLES_NEEDED[name]}
     with built_from([table_paths[t] for t in TABLES_NEEDED[name]]):
-        FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
+        drawn = FIGURES[name](tables, Path(out_pdf), Path(out_png), entry)
+        if out_caption is not None:
+            write_text_table(out_caption, caption_tex(name, drawn, entry))  # sealed, as a table
+    return drawn
