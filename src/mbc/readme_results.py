@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from mbc.analysis.scorecard import COLUMNS, LATER_COLUMNS
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.report_sections import CAUSES
 from mbc.measured_cost import ResultsError, render_cost  # noqa: F401 (docs/running.md's block)
@@ -43,25 +44,8 @@ DEPARTURES_BEGIN = "<!-- departures:begin -->"
 DEPARTURES_END = "<!-- departures:end -->"
 COST_BEGIN = "<!-- cost:begin -->"
 COST_END = "<!-- cost:end -->"
-# the scorecard.csv columns both blocks read
-SCORECARD_COLUMNS = (
-    "claim",
-    "statistic",
-    "measured",
-    "ci_low",
-    "ci_high",
-    "n",
-    "paper_reference",
-    "tolerance",
-    "agreement",
-    "ours_statistic",
-    "ours_measured",
-    "ours_ci_low",
-    "ours_ci_high",
-    "ours_agreement",
-    "reference_traced",
-    "id",
-)
+# the scorecard.csv columns both blocks require (mbc.analysis.scorecard owns the table)
+SCORECARD_COLUMNS = tuple(c for c in COLUMNS if c not in LATER_COLUMNS)
 DASH = "–"
 
 
