@@ -107,6 +107,7 @@ FIGURES = [
     "appendix_plateau",
 ]
 TABLES = {
+    "experiments": "tab:experiments",
     "fits": "tab:fits",
     "hypotheses": "tab:hypotheses",
     "scorecard": "tab:scorecard",

@@ -169,6 +169,7 @@ import shutil
 PAPER_PDF = CFG.raw["paper_pdf"]
 # the tables of the paper's sources (rule tex)
 TEX_TABLES = (
+    "experiments",
     "fits",
     "hypotheses",
     "scorecard",

@@ -156,6 +156,7 @@ rule tex:
         init_comparison=L.tex_table("init_comparison"),
         robustness=L.tex_table("robustness"),
         definitions=L.tex_table("definitions"),
+        experiments=L.tex_table("experiments"),
         abstract=L.tex_prose("abstract"),
         explanations=L.tex_prose("explanations"),
         conclusion=L.tex_prose("conclusion"),
@@ -166,6 +167,7 @@ rule tex:
     params:
         preset=CFG.preset,
         report=CFG.report,
+        questions=CFG.questions(),
         config_id=CONFIG_ID["tex"],
     script:
         "../scripts/tex.py"
