@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from figure_overlaps import covered_points, render_covering
 from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
@@ -1087,3 +1088,25 @@ def test_a_caption_leaves_out_what_its_figure_could_not_draw(no_fits, name):
     assert not [t for t in texts[name] if "unavailable" in t], name  # nor does the legend
     if "fit" in FIGURE_ROLES.get(name, {}) or name in ("tau_vs_d", "noise", "init_scale"):
         assert "2 uncensored runs" in caption, (name, caption)
+
+
+def test_no_legend_or_inset_covers_a_data_point(tmp_path):
+    """On planted tables (fits, censored and diverged runs) and with every fit insufficient,
+    every legend and inset sits where it covers no marker of another panel."""
+    tables = _all_tables()
+    found = render_covering(_write(tables, tmp_path / "t"), tmp_path / "a", ENTRIES)
+    assert not {k: v for k, v in found.items() if v}, found
+
+
+def test_the_overlap_check_finds_a_legend_over_a_point(tmp_path):
+    """The check above can fail: a legend placed over the only point is found."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.scatter([0.06, 0.9], [0.96, 0.1], label="runs")
+    ax.set_xlim(0, 1), ax.set_ylim(0, 1)
+    ax.legend(loc="upper left")
+    try:
+        assert covered_points(fig) == [("legend of a panel", "", 1)]
+    finally:
+        plt.close(fig)

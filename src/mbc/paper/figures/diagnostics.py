@@ -251,7 +251,7 @@ def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                 label="onset not reached (at budget)",
             )
         )
-    _legend(c, extra=extra, loc="upper left", fontsize=6.5)
+    _legend(c, extra=extra, below=True, fontsize=6.5)  # under the panel: it covers no point
     return fig
 
 

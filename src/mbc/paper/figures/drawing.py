@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
@@ -94,6 +95,47 @@ def _legend(
         kw["bbox_to_anchor"] = (0.5, 0.0)
         kw["bbox_transform"] = offset_copy(ax.transAxes, fig=ax.figure, y=-30, units="points")
     ax.legend(handles, labels, **kw)
+
+
+def _data_points(ax: Axes) -> np.ndarray:
+    """The markers `ax` draws (scatter offsets, marked lines), in axes fraction."""
+    pts = [
+        c.get_offset_transform().transform(np.asarray(c.get_offsets(), float))
+        for c in ax.collections
+        if isinstance(c, PathCollection) and len(c.get_offsets())
+    ] + [
+        ln.get_transform().transform(ln.get_xydata())
+        for ln in ax.lines
+        if ln.get_marker() not in (None, "None", "", " ") and len(ln.get_xydata())
+    ]
+    if not pts:
+        return np.empty((0, 2))
+    p = ax.transAxes.inverted().transform(np.concatenate(pts))
+    return p[np.isfinite(p).all(axis=1)]
+
+
+def _free_corner(
+    ax: Axes, size: tuple[float, float], labels: tuple[float, float] = (0.1, 0.08)
+) -> list[float]:
+    """Bounds (axes fraction) for an inset of `size` in the corner of `ax` whose box, with
+    room for the inset's tick labels (`labels`, left and below it), covers the fewest of
+    `ax`'s markers: upper left, upper right, lower right, lower left, first on a tie."""
+    ax.autoscale_view()
+    pts = _data_points(ax)
+    (w, h), (lx, ly), edge = size, labels, 0.03
+    corners = [
+        (lx, 1 - h - edge),
+        (1 - w - edge, 1 - h - edge),
+        (1 - w - edge, ly),
+        (lx, ly),
+    ]
+
+    def covered(x0: float, y0: float) -> int:
+        inside = (pts[:, 0] >= x0 - lx) & (pts[:, 0] <= x0 + w)
+        return int((inside & (pts[:, 1] >= y0 - ly) & (pts[:, 1] <= y0 + h)).sum())
+
+    x0, y0 = min(corners, key=lambda c: covered(*c))
+    return [x0, y0, w, h]
 
 
 def _log_label(v: float, _pos=None) -> str:

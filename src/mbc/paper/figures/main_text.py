@@ -31,6 +31,7 @@ from mbc.paper.figures.drawing import (
     _censored_handle,
     _colors,
     _fit_line,
+    _free_corner,
     _legend,
     _no_data,
     _note,
@@ -128,7 +129,8 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         _note(ax, "missing: " + ", ".join(missing))
 
     # Inset: tau vs K at each fixed D (E2's); its entries join the main legend ("inset").
-    ins = ax.inset_axes([0.12, 0.62, 0.34, 0.34])
+    # In the corner where it covers no point of the main panel (the fewest, if none is free)
+    ins = ax.inset_axes(_free_corner(ax, (0.34, 0.34)))
     ins.tick_params(labelsize=6.5, length=2, pad=1)
     if e2.empty:
         _no_data(ins, f"no {_names(d_fixed)}")
