@@ -790,14 +790,14 @@ def test_a_figure_draws_the_experiments_and_fits_its_config_entry_names(tmp_path
     old = _render_all(paths, tmp_path / "old", names)
 
     # label noise: E16's p = 0.3 is a tick of both panels, its runs in the legend
-    assert "E12/E16 runs: candidate tau" in new["appendix_label_noise"]
+    assert "candidate tau (E12/E16)" in new["appendix_label_noise"]
     assert "0.3" in new["appendix_label_noise:all"]
-    assert "E12 runs: candidate tau" in old["appendix_label_noise"]
+    assert "candidate tau (E12)" in old["appendix_label_noise"]
     assert "0.3" not in old["appendix_label_noise:all"]
     # tau vs D: E16's D = 40,000 in the fixed-D series and the inset; the line is the
     # fit the entry names (tau_vs_d_alt_init's slope), not tau_vs_d
     legend = " | ".join(new["tau_vs_d"])
-    assert "E2/E16 (fixed D)" in legend and "D=40000" in new["tau_vs_d:all"]
+    assert "D fixed (E2/E16)" in legend and "D=40000" in new["tau_vs_d:all"]
     assert f"fit: slope {ODD['tau_vs_d_alt_init']:.3f}" in legend
     assert f"slope {ODD['tau_vs_d']:.3f}" not in legend
     legend = " | ".join(old["tau_vs_d"])

@@ -219,7 +219,7 @@ def fig_appendix_label_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry
         a,
         *_tau_budget_arrays(e12, "label_noise"),
         color="C0",
-        label=f"{names} runs: candidate tau",
+        label=f"candidate tau ({names})",
         positive=False,
     )
     _, nc_first = _tau_points(

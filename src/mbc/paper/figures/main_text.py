@@ -105,8 +105,8 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         return fig
     any_cens = False
     for df, marker, color, label in (
-        (e1, "o", "C0", f"{_names(n_fixed)} (n_groups fixed, D ∝ K)"),
-        (e2, "s", "C1", f"{_names(d_fixed)} (fixed D)"),
+        (e1, "o", "C0", f"groups fixed, D ∝ K ({_names(n_fixed)})"),
+        (e2, "s", "C1", f"D fixed ({_names(d_fixed)})"),
     ):
         if df.empty:
             continue
@@ -213,7 +213,7 @@ def _noise_lr(
         _no_data(ax, f"no {names} runs")
         return
     if col == "tau":
-        _, nc = _tau_points(ax, *_tau_budget_arrays(e6, "lr"), color="C0", label=f"{names} runs")
+        _, nc = _tau_points(ax, *_tau_budget_arrays(e6, "lr"), color="C0", label=f"runs ({names})")
         censored = nc > 0
     else:
         y = e6[col].to_numpy(float) if col in e6 else np.full(len(e6), np.nan)
@@ -228,7 +228,7 @@ def _noise_lr(
         if not ok.any():
             _no_data(ax, "no sampled windows")
             return
-        ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"{names} runs")
+        ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"runs ({names})")
         rest = ~ok & ~never & ~dv
         left = [
             f"{n} {what}"
@@ -303,7 +303,7 @@ def fig_init_scale(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
         _no_data(a, f"no {names} runs")
     else:
         no, nc = _tau_points(
-            a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label=f"{names} runs"
+            a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label=f"runs ({names})"
         )
         any_cens |= nc > 0
         if no + nc == 0:
