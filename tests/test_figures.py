@@ -801,7 +801,7 @@ def test_a_figure_draws_the_experiments_and_fits_its_config_entry_names(tmp_path
     assert f"fit: slope {ODD['tau_vs_d_alt_init']:.3f}" in legend
     assert f"slope {ODD['tau_vs_d']:.3f}" not in legend
     legend = " | ".join(old["tau_vs_d"])
-    assert "E2 (fixed D)" in legend and "D=40000" not in old["tau_vs_d:all"]
+    assert "D fixed (E2)" in legend and "D=40000" not in old["tau_vs_d:all"]
     assert f"fit: slope {ODD['tau_vs_d']:.3f}" in legend
 
 
