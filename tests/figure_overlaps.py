@@ -10,7 +10,7 @@ from matplotlib.figure import Figure
 
 from mbc.core.report_sections import Figures
 from mbc.paper import figures
-from mbc.paper.figures.drawing import _data_points
+from mbc.paper.figures.drawing import data_points
 
 
 def covered_points(fig: Figure) -> list[tuple[str, str, int]]:
@@ -33,7 +33,7 @@ def covered_points(fig: Figure) -> list[tuple[str, str, int]]:
     out = []
     for ax in axes:
         # the markers inside the panel, in display coordinates (one clipped off is not drawn)
-        pts = ax.transAxes.transform(_data_points(ax))
+        pts = ax.transAxes.transform(data_points(ax))
         inside = ax.get_window_extent(renderer)
         pts = [(x, y) for x, y in pts if inside.contains(x, y)]
         for name, box, own in boxes:

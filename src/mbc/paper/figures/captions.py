@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass
 
 from mbc.core.report_sections import FigureEntry
-from mbc.paper.figures.common import _names
+from mbc.paper.figures.common import experiment_names
 from mbc.paper.figures.drawn import Drawn
 from mbc.paper.latex import escape_latex
 
@@ -261,7 +261,7 @@ def caption_text(name: str, drawn: Drawn, entry: FigureEntry | None = None) -> s
     roles' experiments named as `entry` (its config `figures` entry) gives them."""
     cap = CAPTIONS[name]
     said = [
-        _ROLE.sub(lambda m: escape_latex(_names(entry.experiments_of(m[1]))), cap.text)
+        _ROLE.sub(lambda m: escape_latex(experiment_names(entry.experiments_of(m[1]))), cap.text)
         if entry is not None
         else cap.text
     ]
