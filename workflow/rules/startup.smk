@@ -196,5 +196,6 @@ onstart:
         cores=workflow.resource_settings.cores,
         executor=_executor,
         retrain={f.run_id for f in _FINDINGS if f.retrain},
+        deadline=CFG.raw.get("deadline") or None,
     ):
         print(line, file=sys.stderr)
