@@ -87,6 +87,9 @@ def _tool(*args):
         (["mbc.status", "--preset", "smoke", "--plot", "out.txt"], "--plot: out.txt: must end in .png or .pdf"),
         (["mbc.readme_results", "--check", "--config", "nonexist.yaml"], "--config nonexist.yaml: cannot read"),
         (["mbc.run_store", "list", "--preset", "nope"], "unknown preset"),
+        (["mbc.run_store", "list", "--preset", "paper_cpu", "--store", "README.md"], "--store 'README.md': not a directory"),
+        (["mbc.run_store", "add", "--preset", "paper_cpu", "--outdir", "/nonexistent/out"], "outdir '/nonexistent/out' is not a directory"),
+        (["mbc.doc_tables", "/nonexistent/method.md"], "'/nonexistent/method.md': No such file"),
     ],
 )  # fmt: skip
 def test_a_bad_argument_is_one_line_and_no_traceback(args, said):
@@ -102,6 +105,7 @@ def test_a_bad_argument_is_one_line_and_no_traceback(args, said):
     [
         (lambda smoke: "config.yaml", "config.yaml is not a directory"),
         (str, "is the outdir's own tree"),
+        (lambda smoke: "/proc/no/such/dest", "--dest '/proc/no/such/dest': No such file"),
     ],
 )
 def test_measured_refuses_a_dest_it_cannot_write_into(smoke, dest, said):

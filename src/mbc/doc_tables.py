@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -220,7 +221,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cfg = mbc_config.load(mbc_config.read_yaml(args.config), {"preset": "paper"})
     path = Path(args.doc)
-    text, changed = render(path.read_text(encoding="utf-8"), cfg)
+    try:
+        original = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        print(f"mbc.doc_tables: '{args.doc}': {exc.strerror}", file=sys.stderr)
+        return 2
+    text, changed = render(original, cfg)
     if args.check:
         if changed:
             print(

@@ -371,6 +371,12 @@ def main(argv: list[str] | None = None) -> int:
     except (mbc_config.ConfigError, mbc_config.ConfigFileError) as exc:
         print(f"mbc.measured: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a --dest that cannot be made or written: nothing was moved in
+        print(
+            f"mbc.measured: --dest '{args.dest}': {exc.strerror} ({exc.filename}), nothing written",
+            file=sys.stderr,
+        )
+        return 2
     print(f"mbc.measured: wrote {target}/ ({', '.join(sorted(p.name for p in target.iterdir()))})")
     return 0
 

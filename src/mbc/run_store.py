@@ -32,6 +32,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"mbc.run_store: {exc}", file=sys.stderr)
         return 2
     store = Path(args.store) if args.store else store_dir(cfg)
+    if store is not None and store.exists() and not store.is_dir():
+        print(f"mbc.run_store: --store '{store}': not a directory", file=sys.stderr)
+        return 2
+    if args.action == "add" and not Path(cfg.outdir).is_dir():
+        print(
+            f"mbc.run_store: outdir '{cfg.outdir}' is not a directory: nothing to store from",
+            file=sys.stderr,
+        )
+        return 2
     if store is None:
         print(
             f"mbc.run_store: preset {args.preset} has no store (config key 'store' is empty)",
