@@ -61,6 +61,21 @@ def test_a_path_that_cannot_be_an_outdir_names_the_key(raw, tmp_path, make, said
         load(raw, {"preset": "smoke", "outdir": str(out)})
 
 
+def test_a_store_that_cannot_be_a_directory_names_the_key(raw, tmp_path):
+    """config key `store`: a file (or a path below one) is refused in one line, as the
+    outdir is; one that does not exist yet is made when a run is added."""
+    (tmp_path / "a_file").write_text("x")
+    for written, said in (
+        (str(tmp_path / "a_file"), "exists and is not a directory"),
+        (str(tmp_path / "a_file" / "runs"), "lies below .*, which is not a directory"),
+    ):
+        with pytest.raises(
+            ConfigError, match=f"config key 'store' = '{re.escape(written)}': {said}"
+        ):
+            load(raw, {"preset": "smoke", "store": written})
+    assert load(raw, {"preset": "smoke", "store": str(tmp_path / "new")}).raw["store"]
+
+
 def test_a_paper_pdf_among_the_outdirs_outputs_is_refused(raw):
     with pytest.raises(ConfigError, match="'paper_pdf'.*among the outdir's other outputs"):
         load(raw, {"preset": "smoke", "paper_pdf": "results/smoke/figures/noise.pdf"})

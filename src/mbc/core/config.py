@@ -38,7 +38,7 @@ from mbc.core.config_references import (
     holds,
 )
 from mbc.core.frozen import thaw
-from mbc.core.layout import Layout, canonical_outdir
+from mbc.core.layout import Layout, can_be_a_directory, canonical_outdir
 from mbc.core.sections import TypedSections
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
@@ -239,6 +239,8 @@ def resolve(raw: dict, overrides: dict | None = None, schema_fn: Schema = schema
     _schema_check(merged, f"after applying preset {preset!r}", schema_fn)
     written = merged["outdir"]
     merged["outdir"] = canonical_outdir(written)
+    if str(merged.get("store", "auto")) not in ("", "auto"):
+        can_be_a_directory("store", str(merged["store"]))  # restored from, and added to
     if "outdir" in overrides and "paper_pdf" not in overrides:
         # a second outdir must not overwrite the preset's PDF
         merged["paper_pdf"] = Layout(merged["outdir"]).paper_pdf

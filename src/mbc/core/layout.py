@@ -153,6 +153,23 @@ class Layout:
         return Path(self.root) / "tensorboard" / run_id
 
 
+def can_be_a_directory(key: str, written: str) -> None:
+    """Refuse, in one line naming config `key` and its value as written, a path that cannot
+    be a directory of ours (the outdir, the run store): a dangling symlink or a loop, a file,
+    or a path below a file. One that does not exist yet is fine: it is made when written."""
+    path = Path(written)
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(key, written, "is a symlink to nothing (dangling, or a loop)")
+    for parent in [path, *path.parents]:
+        if parent.exists() and not parent.is_dir():
+            what = (
+                "exists and is not a directory"
+                if parent == path
+                else f"lies below {parent}, which is not a directory"
+            )
+            raise ConfigError(key, written, what)
+
+
 def canonical_outdir(written: str) -> str:
     """One outdir, one name, whatever spelling reached it (`./results/`, `results//`,
     `$PWD/results`): the normalised path, relative to the working directory where it lies
@@ -162,17 +179,7 @@ def canonical_outdir(written: str) -> str:
     outdir's lock resolves it, `mbc.core.outdir_hold`, and every table's sidecar binds it
     to what built it, so no record filed under the other name is trusted). A path that
     cannot be an outdir is refused in one line naming the key and the value as written."""
-    path = Path(written)
-    if path.is_symlink() and not path.exists():
-        raise ConfigError("outdir", written, "is a symlink to nothing (dangling, or a loop)")
-    for parent in [path, *path.parents]:
-        if parent.exists() and not parent.is_dir():
-            what = (
-                "exists and is not a directory"
-                if parent == path
-                else f"lies below {parent}, which is not a directory"
-            )
-            raise ConfigError("outdir", written, what)
+    can_be_a_directory("outdir", written)
     full = os.path.normpath(os.path.abspath(written))
     rel = os.path.relpath(full)
     return full if rel == ".." or rel.startswith(f"..{os.sep}") else rel
