@@ -117,7 +117,12 @@ if MAIN_PROCESS:
     # dry run lists it, an inspection command neither lists nor changes
     if _RUNS_JOBS or _DRY_RUN:
         for line in mbc.core.integrity.repair_all(
-            _ALTERED, _FINDINGS, _RUNS, _AGGREGATES, _TABLES_BUILT, dry_run=not _RUNS_JOBS
+            _ALTERED,
+            _FINDINGS,
+            _RUNS,
+            _AGGREGATES,
+            _TABLES_BUILT,
+            dry_run=not _RUNS_JOBS,
         ):
             print(line, file=sys.stderr)
     elif _RUNS_JOBS is None and (_FINDINGS or _ALTERED or _UNVERIFIED):
