@@ -90,16 +90,18 @@ def _planted(root: Path) -> tuple[RunFiles, list[Path]]:
     tau = root / "tau.csv"
     with built_from([files.summary]):
         write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
+    with built_from([tau]):  # a table built from an aggregated one
+        write_csv_atomic(root / "statistics.csv", pd.DataFrame({"n": [1]}))
     return files, [tau]
 
 
 def _start_up(root: Path, files: RunFiles, aggregates: list[Path], dry_run: bool) -> list[str]:
     """startup.smk's check and repair, as an invocation that runs jobs (or a dry run) does
     them after it holds the outdir."""
-    built = {*aggregates, files.summary, *files.diagnostics}
+    built = {*aggregates, root / "statistics.csv", files.summary, *files.diagnostics}
     findings = scan([files], aggregates)
     altered = altered_tables(root, skip=aggregates if findings else (), built=built)
-    return repair_all(altered, findings, [files], aggregates, built, dry_run=dry_run)
+    return repair_all(root, altered, findings, [files], aggregates, built, dry_run=dry_run)
 
 
 def _snapshot(root: Path) -> dict[str, bytes]:
@@ -259,6 +261,8 @@ def test_a_repair_leaves_missing_every_file_that_must_be_rebuilt(tmp_path, damag
     }[damage.__name__]
     assert not damaged.exists(), lines
     assert not any(p.exists() for p in aggregates), lines
+    # and what was built from them, which Snakemake would trust under a present target
+    assert not (tmp_path / "statistics.csv").exists(), lines
     # and nothing damaged is left present, where Snakemake would trust it
     assert _start_up(tmp_path, files, aggregates, dry_run=True) == []
 

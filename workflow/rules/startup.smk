@@ -99,17 +99,18 @@ if MAIN_PROCESS:
     # the files the workflow builds: one without its sidecar is rebuilt, a user's own left;
     # one deleted takes the tables built from it along (superseded, rebuilt after it)
     _TABLES_BUILT = {Path(t) for t in ALL_TARGETS}
+    # the stacked tables against the runs they stack now (`only=` changed since)
+    _INPUTS_OF = {
+        Path(L.table("tau")): [L.summary(r) for r in SPECS],
+        **{Path(L.table(t)): files for t, files in TABLES.items()},
+    }
     _ALTERED = mbc.core.integrity.altered_tables(
         OUT,
         skip=_SKIP,
         rebuilt=_AGGREGATES,
         built=_TABLES_BUILT,
         built_under=_BUILT_UNDER,
-        # the stacked tables against the runs they stack now (`only=` changed since)
-        inputs_of={
-            Path(L.table("tau")): [L.summary(r) for r in SPECS],
-            **{Path(L.table(t)): files for t, files in TABLES.items()},
-        },
+        inputs_of=_INPUTS_OF,
     )
     _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
     # the repair, before Snakemake plans: every file it moves aside or deletes is missing
@@ -117,12 +118,15 @@ if MAIN_PROCESS:
     # dry run lists it, an inspection command neither lists nor changes
     if _RUNS_JOBS or _DRY_RUN:
         for line in mbc.core.integrity.repair_all(
+            OUT,
             _ALTERED,
             _FINDINGS,
             _RUNS,
             _AGGREGATES,
             _TABLES_BUILT,
             dry_run=not _RUNS_JOBS,
+            built_under=_BUILT_UNDER,
+            inputs_of=_INPUTS_OF,
         ):
             print(line, file=sys.stderr)
     elif _RUNS_JOBS is None and (_FINDINGS or _ALTERED or _UNVERIFIED):

@@ -329,17 +329,26 @@ def _pack_again(f: RunFiles, fd: Finding) -> bool:
 
 
 def repair_all(
+    outdir: str | os.PathLike,
     altered: list[tuple[Path, str]],
     findings: list[Finding],
     runs: list[RunFiles],
     aggregates: list[Path],
     built: set[Path],
     dry_run: bool = False,
+    **checked,
 ) -> list[str]:
     """The start-up's whole repair, one console line per action: the outdir's altered tables
     moved aside (`move_aside`), then the runs' broken links (`repair`, which also moves the
-    unverified tables aside). Under `dry_run` nothing changes and the lines say so."""
+    unverified tables aside), then, pass after pass, every derived file built from one of
+    them, now missing (`altered_tables`; `checked`: its `built_under` and `inputs_of`).
+    Snakemake does not rebuild a missing file under a present one it trusts (a deleted tau.csv
+    under statistics.csv, when scorecard.csv is asked for): each file on the way from the
+    damage to any target must be missing for the DAG to rebuild it. Under `dry_run` nothing
+    changes and the lines say what a real run would do (its first pass only)."""
     lines = [*move_aside(altered, dry_run), *repair(findings, runs, aggregates, dry_run, built)]
+    while lines and not dry_run and (more := altered_tables(outdir, built=built, **checked)):
+        lines += move_aside(more)
     return [f"mbc: repair: {x}" for x in lines]
 
 
