@@ -97,6 +97,24 @@ def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path,
     assert re.search(r"steps/s on the most common shape, measured in \d+\.\d s;", wall), wall
 
 
+def test_under_a_deadline_the_wall_time_says_it_is_every_run_lefts(tmp_path, monkeypatch):
+    """The timed line under `deadline=` names its scope: every run left, not the runs the
+    deadline starts (its own line, at parse time, gives those)."""
+    import mbc.planning.banner as banner
+    from mbc.core import config as mbc_config
+
+    cfg = mbc_config.load(
+        mbc_config.read_yaml(str(ROOT / "config.yaml")),
+        {"preset": "smoke", "outdir": str(tmp_path / "out")},
+    )
+    monkeypatch.setattr(banner, "cached_rate", lambda *a, **k: 100.0)
+    lines = banner.banner_lines(cfg, cores=2, dry_run=True, deadline="1h30m")
+    (wall,) = [x for x in lines if "wall time" in x]
+    assert "for every run left (the deadline 1h30m starts only the runs it named)" in wall
+    (plain,) = [x for x in banner.banner_lines(cfg, cores=2, dry_run=True) if "wall time" in x]
+    assert "deadline" not in plain
+
+
 def test_a_jobs_warning_lines_reach_the_console_too(tmp_path, capsys):
     log = tmp_path / "job.log"
     with logged(log):

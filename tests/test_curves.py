@@ -92,3 +92,21 @@ def test_curves_of_an_empty_outdir(tmp_path):
     assert png.exists()
     fig, drawn = _plot(_cfg(tmp_path / "nothing"))
     assert set(drawn.values()) == {0} and set(_curves_per_panel(fig).values()) == {0}
+
+
+def test_every_setting_a_legend_shows_has_its_words_in_config_labels(tmp_path):
+    """Each run setting that varies within an experiment, in any preset, is named by config
+    `labels` (a legend never shows a raw field name such as unique_first_chars=False)."""
+    from mbc.planning.curves import _label
+
+    raw = yaml.safe_load((ROOT / "config.yaml").read_text())
+    labels = raw["labels"]
+    for preset in ("smoke", "quick", "paper_cpu", "paper"):
+        cfg = mbc_config.load(raw, {"preset": preset, "outdir": str(tmp_path)})
+        for exp in dict.fromkeys(r.experiment for r in cfg.runs):
+            keys = varied_keys([r.spec for r in cfg.experiment_runs(exp)])
+            assert set(keys) <= set(labels), (preset, exp, set(keys) - set(labels))
+    assert _label("task.unique_first_chars", False, labels) == "distinct first characters: no"
+    assert _label("task.k", 20, labels) == "K=20" and _label("model.init_std", None, labels) == (
+        "init std=default"
+    )

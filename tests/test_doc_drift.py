@@ -84,7 +84,13 @@ def paper():
 
 def test_method_md_restates_config_only_in_generated_blocks(paper):
     text = (ROOT / "docs" / "method.md").read_text(encoding="utf-8")
-    assert {m["name"] for m in BLOCK.finditer(text)} == {"hypotheses", "scorecard", "statistics"}
+    assert {m["name"] for m in BLOCK.finditer(text)} == {
+        "regimes",
+        "experiments",
+        "hypotheses",
+        "scorecard",
+        "statistics",
+    }
     _, changed = render(text, paper)
     assert changed == [], f"docs/method.md is stale in {changed}: run {COMMAND}"
 
@@ -100,11 +106,30 @@ def test_a_changed_config_changes_its_block(paper):
 
     class Moved:
         hypotheses = dataclasses.replace(paper.hypotheses, items=items)
-        scorecard, statistics = paper.scorecard, paper.statistics
 
-    new, changed = render(text, Moved)
+        def __getattr__(self, name):  # everything else as config has it
+            return getattr(paper, name)
+
+    new, changed = render(text, Moved())
     assert changed == ["hypotheses"]
     assert f"supported if CI > {moved.threshold:g}" in new
+
+
+def test_a_changed_budget_or_grid_changes_the_regime_and_experiment_tables(tmp_path):
+    """The regime table reads each experiment's expanded runs (its `set`, `like` and the
+    defaults), the experiment table their count: a budget or a grid value moved in
+    config.yaml is a stale block."""
+    raw = mbc_config.read_yaml(ROOT / "config.yaml")
+    raw["experiments"]["E7"]["set"]["train.max_steps"] = 12000
+    raw["experiments"]["E13"]["grid"]["task.k"] = [10, 20]
+    moved = mbc_config.load(raw, {"preset": "paper"})
+    text = (ROOT / "docs" / "method.md").read_text(encoding="utf-8")
+    new, changed = render(text, moved)
+    assert changed == ["regimes", "experiments"]
+    assert "| E7 | `warmup_cosine` | 500 | 1.0 | 12,000 |" in new
+    assert "| E7_30k | `warmup_cosine` | 500 | 1.0 | 30,000 |" in new  # its own set wins
+    assert "| E13 | linear baseline | – | 6 |" in new
+    assert "(B's identity) | E13 | 6 |" in new  # E13_identity, `like: E13`
 
 
 # "| `quick` | ... 2 seeds; 129 runs | ..." in the README's preset table

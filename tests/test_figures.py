@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from figure_overlaps import covered_points, render_covering
 from matplotlib.legend import Legend
 
 from mbc.analysis.fit_tables import FIT_COLUMNS
@@ -24,6 +25,7 @@ from mbc.diagnostics.plateau_sensitivity import LOSS_ONSET_ONLY, PLATEAU_SENSITI
 from mbc.diagnostics.summary import TAU_COLUMNS
 from mbc.paper import figures
 from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES, OPEN_ROLES
+from mbc.paper.figures.captions import CAPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 # config.yaml's entries: each figure draws the paper's experiments and fits
@@ -577,7 +579,7 @@ def _render_all(
     table_paths: dict[str, str], out: Path, names: list[str] = NAMES, entries: Figures = ENTRIES
 ) -> dict[str, list[str]]:
     """Render every figure (drawing what `entries` name); return each figure's legend and
-    panel texts."""
+    panel texts, its caption (`<name>:caption`) and the elements it drew (`<name>:drawn`)."""
     texts: dict[str, list[str]] = {}
     original = figures.registry._save
 
@@ -592,9 +594,16 @@ def _render_all(
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(figures.registry, "_save", capture)
         for name in names:
-            figures.render(
-                name, table_paths, out / f"{name}.pdf", out / f"{name}.png", entries[name]
+            drawn = figures.render(
+                name,
+                table_paths,
+                out / f"{name}.pdf",
+                out / f"{name}.png",
+                entries[name],
+                out / f"{name}.tex",
             )
+            texts[f"{name}:caption"] = [(out / f"{name}.tex").read_text()]
+            texts[f"{name}:drawn"] = sorted(drawn.present)
     return texts
 
 
@@ -645,7 +654,12 @@ def test_no_temp_files_left(full):
     out, _ = full
     files = sorted(p.name for p in out.iterdir())  # atomic writes leave no .tmp behind
     # each figure with its sidecar: its bytes, the tables it read, its config entry
-    want = [f"{n}.{ext}{side}" for n in NAMES for ext in ("pdf", "png") for side in ("", ".sha256")]
+    want = [
+        f"{n}.{ext}{side}"
+        for n in NAMES
+        for ext in ("pdf", "png", "tex")
+        for side in ("", ".sha256")
+    ]
     assert files == sorted(want)
 
 
@@ -670,7 +684,10 @@ def test_fit_lines_come_from_the_fits_table(full):
         for fit in fit_names:
             assert f"slope {ODD[fit]:.3f}" in legend, (fig, fit, legend)
         assert "95% CI" in legend
-    assert "inset, D=20000: unavailable" in " | ".join(texts["tau_vs_d"])  # NaN fit: no line
+    # a NaN fit: no line, no legend entry; the caption says which and why
+    assert not [t for t in texts["tau_vs_d"] if "D=20000" in t]
+    assert "The inset has no fitted line" in texts["tau_vs_d:caption"][0]
+    assert "inset, D=20000: 0 uncensored runs)" in texts["tau_vs_d:caption"][0]
     assert "author's tau (his sampled evaluation)" in texts["tau_vs_d"]  # the scorecard's tau
 
 
@@ -773,18 +790,18 @@ def test_a_figure_draws_the_experiments_and_fits_its_config_entry_names(tmp_path
     old = _render_all(paths, tmp_path / "old", names)
 
     # label noise: E16's p = 0.3 is a tick of both panels, its runs in the legend
-    assert "E12/E16 runs: candidate tau" in new["appendix_label_noise"]
+    assert "candidate tau (E12/E16)" in new["appendix_label_noise"]
     assert "0.3" in new["appendix_label_noise:all"]
-    assert "E12 runs: candidate tau" in old["appendix_label_noise"]
+    assert "candidate tau (E12)" in old["appendix_label_noise"]
     assert "0.3" not in old["appendix_label_noise:all"]
     # tau vs D: E16's D = 40,000 in the fixed-D series and the inset; the line is the
     # fit the entry names (tau_vs_d_alt_init's slope), not tau_vs_d
     legend = " | ".join(new["tau_vs_d"])
-    assert "E2/E16 (fixed D)" in legend and "D=40000" in new["tau_vs_d:all"]
+    assert "D fixed (E2/E16)" in legend and "D=40000" in new["tau_vs_d:all"]
     assert f"fit: slope {ODD['tau_vs_d_alt_init']:.3f}" in legend
     assert f"slope {ODD['tau_vs_d']:.3f}" not in legend
     legend = " | ".join(old["tau_vs_d"])
-    assert "E2 (fixed D)" in legend and "D=40000" not in old["tau_vs_d:all"]
+    assert "D fixed (E2)" in legend and "D=40000" not in old["tau_vs_d:all"]
     assert f"fit: slope {ODD['tau_vs_d']:.3f}" in legend
 
 
@@ -1028,3 +1045,68 @@ def test_a_log_axis_over_one_value_gets_a_readable_range(tmp_path):
     assert lo == pytest.approx(22.5) and hi == pytest.approx(90)
     assert drawn["labels"], "a labelled tick inside the range"
     assert drawn["xlim"][1] / drawn["xlim"][0] > 100  # the wide x axis is left alone
+
+
+def _caption_follows(texts: dict[str, list[str]], name: str) -> None:
+    """Figure `name`'s caption says each optional element's sentence exactly when the figure
+    drew it, and every element it drew has a sentence (none drawn unexplained)."""
+    caption, drawn = texts[f"{name}:caption"][0], set(texts[f"{name}:drawn"])
+    parts = CAPTIONS[name].parts
+    assert drawn <= {p.element for p in parts}, (name, drawn)
+    assert caption.startswith("\\caption{" + CAPTIONS[name].text.split("{role:")[0]), name
+    assert "{role:" not in caption, name  # a role's experiments named, as config gives them
+    for p in parts:
+        assert (p.drawn in caption) == (p.element in drawn), (name, p.element, caption)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_caption_says_what_its_figure_drew(full, name):
+    _caption_follows(full[1], name)
+
+
+@pytest.fixture(scope="module")
+def no_fits(tmp_path_factory):
+    """Every figure over a fits table where every fit is insufficient (a smoke outdir's
+    tables at most scales), and no run censored on the candidate tau, nor diverged."""
+    tables = _all_tables()
+    fits = tables["fits"].copy()
+    fits[["exponent", "ci_low", "ci_high", "prefactor", "r2"]] = np.nan
+    fits["method"], fits["n"], fits["n_censored"] = "insufficient", 2, 0
+    tables["fits"] = fits
+    tau = tables["tau"]
+    tables["tau"] = tau[tau["tau"].notna() & ~tau["censored"].eq(True) & ~tau["diverged"].eq(True)]
+    root = tmp_path_factory.mktemp("nofits")
+    return _render_all(_write(tables, root / "tables"), root / "out")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_caption_leaves_out_what_its_figure_could_not_draw(no_fits, name):
+    texts = no_fits
+    _caption_follows(texts, name)
+    caption = texts[f"{name}:caption"][0]
+    assert "Dashed line" not in caption, name
+    assert not [t for t in texts[name] if "unavailable" in t], name  # nor does the legend
+    if "fit" in FIGURE_ROLES.get(name, {}) or name in ("tau_vs_d", "noise", "init_scale"):
+        assert "2 uncensored runs" in caption, (name, caption)
+
+
+def test_no_legend_or_inset_covers_a_data_point(tmp_path):
+    """On planted tables (fits, censored and diverged runs) and with every fit insufficient,
+    every legend and inset sits where it covers no marker of another panel."""
+    tables = _all_tables()
+    found = render_covering(_write(tables, tmp_path / "t"), tmp_path / "a", ENTRIES)
+    assert not {k: v for k, v in found.items() if v}, found
+
+
+def test_the_overlap_check_finds_a_legend_over_a_point(tmp_path):
+    """The check above can fail: a legend placed over the only point is found."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.scatter([0.06, 0.9], [0.96, 0.1], label="runs")
+    ax.set_xlim(0, 1), ax.set_ylim(0, 1)
+    ax.legend(loc="upper left")
+    try:
+        assert covered_points(fig) == [("legend of a panel", "", 1)]
+    finally:
+        plt.close(fig)

@@ -13,6 +13,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from mbc.config import read_yaml
+from mbc.core.report_sections import Figures
+from mbc.paper.figures.captions import CAPTIONS, caption_tex
+from mbc.paper.figures.drawn import Drawn
 from mbc.paper.latex import (
     EN_DASH,
     NA_VALUE,
@@ -103,6 +107,7 @@ FIGURES = [
     "appendix_plateau",
 ]
 TABLES = {
+    "experiments": "tab:experiments",
     "fits": "tab:fits",
     "hypotheses": "tab:hypotheses",
     "scorecard": "tab:scorecard",
@@ -374,6 +379,9 @@ def test_main_tex_uses_only_known_macros_and_inputs():
         assert rf"\input{{text/{name}.tex}}" in tex
     figs = re.findall(r"\\includegraphics(?:\[[^\]]*\])?\{figures/([a-z_]+)\.pdf\}", tex)
     assert sorted(figs) == sorted(FIGURES)
+    # each figure's caption is the one its drawing wrote (mbc.paper.figures.captions)
+    assert sorted(re.findall(r"\\input\{figures/([a-z_]+)\.tex\}", tex)) == sorted(FIGURES)
+    assert "\\caption{" not in tex.split("\\begin{figure}", 1)[1].split("\\end{figure}", 1)[0]
     body = _body(tex)
     # Generated macros are CamelCase; the prose may use only the agreed ones.
     used = set(re.findall(r"\\([A-Z][A-Za-z]*)", body))
@@ -417,12 +425,21 @@ def _write_generated(gen: Path, values: dict) -> None:
         (gen / "text" / f"{name}.tex").write_text(
             f"Dummy {name}: $\\tau$ grows as $D^{{1.2}}$, 50\\%.\n"
         )
+    entries = Figures.from_raw(read_yaml(REPO / "config.yaml")["figures"])
     for fig in FIGURES:
         f, ax = plt.subplots(figsize=(2, 1.5))
         ax.plot([0, 1], [1, 0])
         ax.set_title(fig)
         f.savefig(gen / "figures" / f"{fig}.pdf")
         plt.close(f)
+        # its caption with every sentence it can say: each element drawn and, with a
+        # reason that needs escaping, absent
+        parts = CAPTIONS[fig].parts
+        drawn = Drawn(
+            present={p.element for p in parts},
+            absent={p.element: ["K=20 fit: 2 uncensored runs & 50% of_them"] for p in parts},
+        )
+        (gen / "figures" / f"{fig}.tex").write_text(caption_tex(fig, drawn, entries[fig]))
 
 
 def _latexmk_or_skip() -> str:

@@ -144,7 +144,10 @@ def test_a_stale_report_says_so_first(measured):
     assert "STALE" not in rr.render(measured, CONFIG, LINK)
     (measured / "STALE").write_text("defaults changed: eval.every 500 -> 250\n")
     block = rr.render(measured, CONFIG, LINK)
-    warning = block.split("\n\n", 1)[0].splitlines()  # the block's first paragraph
+    lead, rest = block.split("\n\n", 1)  # the block's first sentence says it, in words
+    assert _flat(lead).startswith("**In short:** under the previous configuration (")
+    assert "now stale)" in lead
+    warning = rest.split("\n\n", 1)[0].splitlines()  # then the STALE file's reason
     assert warning[0].startswith("> **STALE") and all(ln.startswith("> ") for ln in warning)
     assert f"[`{LINK}/STALE`]({LINK}/STALE)" in " ".join(warning)
     assert "defaults changed: eval.every 500 -> 250" in _flat(block)
@@ -381,3 +384,15 @@ def test_the_running_pages_cost_is_provenances(measured, tmp_path, capsys):
     assert rr.main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "PROVENANCE: no 'runs:' line" in err
+
+
+def test_the_first_sentence_says_what_the_tables_show_and_whether_whole(measured):
+    """One plain sentence first: complete, stale, or a partial re-measure (N of M stored)."""
+    lead = _flat(rr.render(measured, CONFIG, LINK).split("\n\n", 1)[0])
+    assert lead.startswith("**In short:** the committed measurement (")
+    assert "complete) reproduces " in lead and " of the paper's " in lead and "partial" not in lead
+    (measured / "runs" / "not-a-run-of-the-preset").mkdir(parents=True)  # a store, none of it
+    lead = _flat(rr.render(measured, CONFIG, LINK).split("\n\n", 1)[0])
+    assert "complete" not in lead
+    assert "the re-measure of the current configuration is partial, 0 of " in lead
+    assert lead.endswith(" runs stored so far.")

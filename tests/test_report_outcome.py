@@ -14,6 +14,7 @@ from mbc.analysis.scorecard import scorecard
 from mbc.paper import outcome
 from mbc.paper.report import (
     definitions_table,
+    experiments_table,
     fits_table,
     hypotheses_table,
     init_comparison_tex,
@@ -232,6 +233,41 @@ def test_a_tobit_fits_r2_is_left_empty_and_matched_ids_read_as_words():
     )
     tex = fits_table(fits)
     assert "0.990" in tex and "-0.25" not in tex and r"\ensuremath{-}0.250" not in tex
+    assert "Too few" not in tex  # every fit has its row
+
+
+def test_insufficient_fits_leave_the_table_for_one_sentence_that_names_them():
+    cols = ["name", "exponent", "ci_low", "ci_high", "prefactor", "r2", "n", "n_censored"]
+    nan = float("nan")
+    fits = pd.DataFrame(
+        [
+            ("tau_vs_d", 1.2, 1.1, 1.3, 2.0, 0.99, 21, 0, "ols"),
+            ("tau_vs_k_at_d60", nan, nan, nan, nan, nan, 2, 0, "insufficient"),
+            ("tau_vs_lr", nan, nan, nan, nan, nan, 1, 0, "insufficient"),
+        ],
+        columns=[*cols, "method"],
+    )
+    tex = fits_table(fits)
+    body = tex.split(r"\midrule", 1)[1].split(r"\bottomrule", 1)[0]
+    assert "insufficient" not in body and body.count(r"\\") == 1  # one row: the fit
+    assert "Too few uncensored runs to fit them, no row:" in tex
+    assert "K at D = 60" in tex or "d60" in tex.replace(r"\_", "_")  # named, as the rows are
+    one = fits_table(fits.iloc[:2])
+    assert "Too few uncensored runs to fit it, no row:" in one
+
+
+def test_the_table_of_experiments_names_each_once_with_its_question_and_runs():
+    tau = pd.DataFrame({"experiment": ["E1", "E1", "E2", "E2"], "run_id": ["a", "b", "b", "c"]})
+    questions = {"E1": "plateau height = log K", "E2": "does K or D set it?", "E15_E1": "init"}
+    tex = experiments_table(tau, questions)
+    assert r"\label{tab:experiments}" in tex
+    rows = tex.split(r"\midrule", 1)[1].split(r"\bottomrule", 1)[0].strip().splitlines()
+    cells = [[c.strip() for c in r.rstrip("\\ ").split("&")] for r in rows]
+    assert cells == [
+        ["E1", "plateau height = log K", "2"],
+        ["E2", "does K or D set it?", "2"],
+        [r"E15\_E1", "init", "0"],  # in the config, no run in this report
+    ]
     comp = pd.DataFrame(
         [
             {

@@ -9,7 +9,8 @@ from helpers import tiny_spec
 
 from mbc.core.sections import Lead, PlateauSensitivity, Summary
 from mbc.diagnostics.plateau_sensitivity import plateau_sensitivity
-from mbc.diagnostics.summary import author_statistics, plateau_height, summarize_run
+from mbc.diagnostics.series import plateau_height
+from mbc.diagnostics.summary import author_statistics, summarize_run
 
 DIAG_RAW = {
     "plateau": {"start_fraction": 0.2, "onset_fraction": 0.9, "end_at_z_onset": True},

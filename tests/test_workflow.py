@@ -311,3 +311,13 @@ def test_packed_training_writes_the_unpacked_tables(smoke, tmp_path):
             atol=1e-3,
             err_msg=run,
         )
+
+
+def test_no_legend_or_inset_covers_a_data_point_in_the_smoke_report(smoke, tmp_path):
+    from figure_overlaps import render_covering
+
+    from mbc.paper.figure_tables import FIGURE_TABLES
+
+    tables = {t: str(smoke / f"{t}.csv") for need in FIGURE_TABLES.values() for t in need}
+    found = render_covering(tables, tmp_path, _smoke_config().figures)
+    assert not {k: v for k, v in found.items() if v}, found

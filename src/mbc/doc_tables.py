@@ -2,7 +2,8 @@
 
 `python -m mbc.doc_tables docs/method.md` rewrites every block between the lines
 `<!-- generated: NAME ... -->` and `<!-- end generated: NAME -->` from the paper preset's
-config (NAME: hypotheses, scorecard, statistics); `--check` only names the blocks that differ
+config (NAME: regimes, experiments, hypotheses, scorecard, statistics); `--check` only names
+the blocks that differ
 (tests/test_doc_drift.py runs it). Everything outside the blocks is hand-written.
 """
 
@@ -103,7 +104,90 @@ def statistics_md(cfg: Config) -> str:
     return "\n".join([*out, ""])
 
 
+def _steps(n: int) -> str:
+    return f"{n:,}"
+
+
+def _sci(v: float) -> str:
+    """A learning rate as the docs write it: 1e-3, 5e-4."""
+    mantissa, exp = f"{v:e}".split("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exp)}"
+
+
+def _early_stop(t) -> str:
+    """What ends a run before its budget (`train.early_stop_*`, mbc.core.spec.TrainSpec)."""
+    if t.early_stop_tau_factor == 0:
+        return "none"
+    series = "L1 on the training log" if t.early_stop_series == "train_log" else "L_cand"
+    waits = [
+        name
+        for name, on in (
+            ("evaluated", t.early_stop_first_target),
+            ("logged", t.early_stop_first_target_log),
+        )
+        if on
+    ]
+    wait = f"; waits for the {' and '.join(waits)} L1 crossing" if waits else ""
+    return (
+        f"{t.early_stop_tau_factor:g} τ and {series} < {t.early_stop_loss_fraction:g} log K{wait}"
+    )
+
+
+def _values(runs, get, fmt=str) -> str:
+    """The values `get` takes over an experiment's runs, in order, each once."""
+    return ", ".join(fmt(v) for v in sorted({get(r.spec.train) for r in runs}))
+
+
+def regimes_md(cfg: Config) -> str:
+    """Each training experiment's regime and budget, read off the runs config expands it to
+    (its `set`, `like` and grid over `defaults.train`), so a changed budget changes the row."""
+    out = [
+        "| experiment | schedule | warm-up (steps) | clip (grad norm) | budget (steps) "
+        "| batch | lr | early stop |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name in dict.fromkeys(r.experiment for r in cfg.runs):
+        runs = cfg.experiment_runs(name)
+        out.append(
+            f"| {name} | {_values(runs, lambda t: t.schedule, code)} "
+            f"| {_values(runs, lambda t: t.warmup_steps, _steps)} "
+            f"| {_values(runs, lambda t: t.clip_norm, lambda c: str(c) if c else 'none')} "
+            f"| {_values(runs, lambda t: t.max_steps, _steps)} "
+            f"| {_values(runs, lambda t: t.batch_size)} | {_values(runs, lambda t: t.lr, _sci)} "
+            f"| {cell(_values(runs, _early_stop))} |"
+        )
+    return "\n".join([*out, ""])
+
+
+def experiments_md(cfg: Config) -> str:
+    """Every training experiment once: its id, config's `question`, the experiment it starts
+    from (`like`) and how many distinct runs it expands to; then the preset's total."""
+    declared = cfg.raw["experiments"]
+    out = ["| experiment | question | like | runs |", "|---|---|---|---|"]
+    names = list(dict.fromkeys(r.experiment for r in cfg.runs))
+    for name in names:
+        exp = declared[name]
+        out.append(
+            f"| {name} | {cell(exp.get('question', '–'))} | {exp.get('like') or '–'} "
+            f"| {len(cfg.run_ids(name))} |"
+        )
+    listed = sum(len(cfg.run_ids(n)) for n in names)
+    out += [
+        "",
+        f"{len(cfg.specs)} distinct runs in all"
+        + (
+            f" ({listed} in the rows: a run in two experiments counts in both and trains once)."
+            if listed != len(cfg.specs)
+            else "."
+        ),
+        "",
+    ]
+    return "\n".join(out)
+
+
 BLOCKS: dict[str, Callable[[Config], str]] = {
+    "regimes": regimes_md,
+    "experiments": experiments_md,
     "hypotheses": hypotheses_md,
     "scorecard": scorecard_md,
     "statistics": statistics_md,

@@ -12,6 +12,7 @@ imports Snakemake.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -218,16 +219,49 @@ def make_plateau_sensitivity(
 # ---- post-hoc diagnostics over saved snapshots (no retraining) --------------------------
 
 
-def _run_context(spec: RunSpec, dataset_path, run_dir, summary_path, device: str):
-    summary = read_json_checked(summary_path, required=["tau"])
-    index = read_index(run_dir)
-    return load_dataset(dataset_path), index, summary["tau"], pick_device(device)
+@dataclass(frozen=True)
+class _Snapshots:
+    """One run's saved snapshots as every post-hoc diagnostic reads them: its dataset, the
+    snapshot index, tau from its summary and the device; `write` records the three as what
+    the tables were built from (the snapshots by their sha256, in the index)."""
 
+    name: str  # the diagnostic's, for its log
+    spec: RunSpec
+    ds: Dataset
+    index: pd.DataFrame
+    tau: float | None
+    dev: torch.device
+    run_dir: Path
+    inputs: list
 
-def _run_inputs(dataset_path, run_dir, summary_path) -> list:
-    """What a diagnostic is built from, as its sidecar names it: the dataset, the snapshot
-    index (each snapshot's sha256) and the summary (tau)."""
-    return [dataset_path, RunPaths(run_dir).checkpoints, summary_path]
+    @classmethod
+    def open(cls, name: str, spec: RunSpec, dataset_path, run_dir, summary_path, device: str):
+        tau = read_json_checked(summary_path, required=["tau"])["tau"]
+        return cls(
+            name=name,
+            spec=spec,
+            ds=load_dataset(dataset_path),
+            index=read_index(run_dir),
+            tau=tau,
+            dev=pick_device(device),
+            run_dir=Path(run_dir),
+            inputs=[dataset_path, RunPaths(run_dir).checkpoints, summary_path],
+        )
+
+    def phases(self, fractions) -> list[tuple[float, int]]:
+        """(fraction of tau, the snapshot step nearest it); none for a censored run."""
+        if self.tau is None:
+            print(f"{self.spec.run_id}: censored (no tau), no {self.name} phases")
+        return phase_steps(self.index, self.tau, fractions)
+
+    def model(self, step: int):
+        return load_model(self.spec, self.run_dir, self.index, step, self.dev)
+
+    def write(self, tables: dict) -> None:
+        """Each output path's table."""
+        with built_from(self.inputs):
+            for path, table in tables.items():
+                write_csv_atomic(path, table)
 
 
 def diagnose_collective(
@@ -240,20 +274,18 @@ def diagnose_collective(
     out_summary,
     device: str = "auto",
 ) -> None:
-    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
-    groups = sample_groups(ds, cfg.n_groups, spec.seed)
+    run = _Snapshots.open("collective", spec, dataset_path, run_dir, summary_path, device)
+    groups = sample_groups(run.ds, cfg.n_groups, spec.seed)
     per_step, fractions = {}, {}
-    for f, step in phase_steps(index, tau, cfg.tau_fractions):
-        model = load_model(spec, run_dir, index, step, dev)
-        per_step[step], fractions[step] = group_accuracy(model, ds, groups, dev), f
-    if tau is None:
-        print(f"{spec.run_id}: censored (no tau), no collective phases")
+    for f, step in run.phases(cfg.tau_fractions):
+        per_step[step], fractions[step] = (
+            group_accuracy(run.model(step), run.ds, groups, run.dev),
+            f,
+        )
     g, s = collective_tables(
-        spec.run_id, spec.task.k, tau, per_step, fractions, groups, cfg.accurate
+        spec.run_id, spec.task.k, run.tau, per_step, fractions, groups, cfg.accurate
     )
-    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
-        write_csv_atomic(out_groups, g)
-        write_csv_atomic(out_summary, s)
+    run.write({out_groups: g, out_summary: s})
 
 
 def diagnose_routing(
@@ -266,26 +298,25 @@ def diagnose_routing(
     out_ablation,
     device: str = "auto",
 ) -> None:
-    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
+    run = _Snapshots.open("routing", spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
-    batch = make_eval_batch(ds, fixed_contexts(ds, cfg.n_contexts, rng), rng).to(dev)
+    batch = make_eval_batch(run.ds, fixed_contexts(run.ds, cfg.n_contexts, rng), rng).to(run.dev)
     att, abl = [], []
-    steps = phase_steps(index, tau, [f for _, f in cfg.phases])
     names = {float(v): k for k, v in cfg.phases}
-    for f, step in steps:
-        phase = names[f]
-        model = load_model(spec, run_dir, index, step, dev)
+    for f, step in run.phases([f for _, f in cfg.phases]):
+        model = run.model(step)
         a = attention_to_z(model, batch)
-        head = (spec.run_id, spec.task.k, tau, phase, step)
+        head = (spec.run_id, spec.task.k, run.tau, names[f], step)
         att += [
             (*head, la, h, float(a[la, h])) for la in range(a.shape[0]) for h in range(a.shape[1])
         ]
         abl += [(*head, *row) for row in ablations(model, batch)]
-    if tau is None:
-        print(f"{spec.run_id}: censored (no tau), no routing phases")
-    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
-        write_csv_atomic(out_attention, pd.DataFrame(att, columns=ATTENTION_COLUMNS))
-        write_csv_atomic(out_ablation, pd.DataFrame(abl, columns=ABLATION_COLUMNS))
+    run.write(
+        {
+            out_attention: pd.DataFrame(att, columns=ATTENTION_COLUMNS),
+            out_ablation: pd.DataFrame(abl, columns=ABLATION_COLUMNS),
+        }
+    )
 
 
 def diagnose_hessian(
@@ -297,17 +328,17 @@ def diagnose_hessian(
     out_path,
     device: str = "auto",
 ) -> None:
-    ds, index, tau, dev = _run_context(spec, dataset_path, run_dir, summary_path, device)
+    run = _Snapshots.open("hessian", spec, dataset_path, run_dir, summary_path, device)
     rng = np.random.default_rng(stream_seed(spec.seed, STREAM_DIAG))
-    n = ds.tokens.shape[0]
+    n = run.ds.tokens.shape[0]
     sub = torch.as_tensor(np.sort(rng.choice(n, size=min(cfg.n_examples, n), replace=False)))
-    tokens = ds.tokens[sub].to(dev)  # the training objective on a fixed subsample
+    tokens = run.ds.tokens[sub].to(run.dev)  # the training objective on a fixed subsample
     plateau = cfg.plateau_fraction
     fractions = sorted({*cfg.tau_fractions, plateau})
-    plateau_step = None if tau is None else nearest(index, plateau * tau)
+    plateau_step = None if run.tau is None else nearest(run.index, plateau * run.tau)
     rows = []
-    for f, step in phase_steps(index, tau, fractions):
-        model = load_model(spec, run_dir, index, step, dev)
+    for f, step in run.phases(fractions):
+        model = run.model(step)
         params = [p for p in model.parameters() if p.requires_grad]
         estimates = checkpoint_estimates(
             lambda m=model: training_loss(m, tokens),
@@ -316,13 +347,12 @@ def diagnose_hessian(
             seed=stream_seed(spec.seed, STREAM_DIAG),
         )
         phase = "plateau" if step == plateau_step else "other"
-        rows += checkpoint_rows(spec.run_id, spec.task.k, tau, step, f, phase, estimates)
+        rows += checkpoint_rows(spec.run_id, spec.task.k, run.tau, step, f, phase, estimates)
         print(
             f"step {step} ({f:g} tau): lambda_max, lambda_min by "
             + "; ".join(f"{m} {e.lambda_max:.4g} {e.lambda_min:.4g}" for m, e in estimates.items())
         )
-    with built_from(_run_inputs(dataset_path, run_dir, summary_path)):
-        write_csv_atomic(out_path, pd.DataFrame(rows, columns=HESSIAN_COLUMNS))
+    run.write({out_path: pd.DataFrame(rows, columns=HESSIAN_COLUMNS)})
 
 
 def concat_tables(paths: list, out_path, table: str = "") -> None:

@@ -36,6 +36,7 @@ from mbc.paper import outcome
 from mbc.paper.latexmk import run_latexmk
 from mbc.paper.report import (
     definitions_table,
+    experiments_table,
     fits_table,
     hypotheses_table,
     init_comparison_tex,
@@ -151,13 +152,17 @@ def make_scorecard(card_cfg: Scorecard, statistics_path, out_csv) -> None:
     print(card[["claim", "measured", "paper_reference", "agreement"]].to_string(index=False))
 
 
-def make_tex(preset: str, paths: dict, out: dict, report: Report) -> None:
+def make_tex(
+    preset: str, paths: dict, out: dict, report: Report, questions: dict[str, str]
+) -> None:
     """The paper's generated inputs: tables, and numbers.tex from config `report.macros`
-    and the report's counts; config `labels` (`report.labels`) names the statistics."""
+    and the report's counts; config `labels` (`report.labels`) names the statistics;
+    `questions` (each experiment's, `Config.questions`) the table of experiments."""
     labels = report.label_map()
     t = {k: read_csv_checked(p) for k, p in paths.items()}
     with built_from(paths.values()):
         _write_tex(preset, t, out, report, labels)
+        write_text_table(out["experiments"], experiments_table(t["tau"], questions))
 
 
 def _write_tex(preset: str, t: dict, out: dict, report: Report, labels: dict) -> None:

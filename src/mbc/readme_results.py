@@ -31,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from mbc.analysis.scorecard import COLUMNS, LATER_COLUMNS
 from mbc.core.artifacts import write_text_atomic
 from mbc.core.report_sections import CAUSES
 from mbc.measured_cost import ResultsError, render_cost  # noqa: F401 (docs/running.md's block)
@@ -43,25 +44,8 @@ DEPARTURES_BEGIN = "<!-- departures:begin -->"
 DEPARTURES_END = "<!-- departures:end -->"
 COST_BEGIN = "<!-- cost:begin -->"
 COST_END = "<!-- cost:end -->"
-# the scorecard.csv columns both blocks read
-SCORECARD_COLUMNS = (
-    "claim",
-    "statistic",
-    "measured",
-    "ci_low",
-    "ci_high",
-    "n",
-    "paper_reference",
-    "tolerance",
-    "agreement",
-    "ours_statistic",
-    "ours_measured",
-    "ours_ci_low",
-    "ours_ci_high",
-    "ours_agreement",
-    "reference_traced",
-    "id",
-)
+# the scorecard.csv columns both blocks require (mbc.analysis.scorecard owns the table)
+SCORECARD_COLUMNS = tuple(c for c in COLUMNS if c not in LATER_COLUMNS)
 DASH = "–"
 
 
@@ -139,24 +123,63 @@ def _first_per_id(hyp: list[dict[str, str]]) -> dict[str, dict[str, str]]:
     return out
 
 
-def store_sentence(measured: Path, config: Path, link: str) -> list[str]:
-    """Where the report's run store (`<measured>/runs/`, mbc.run_store) holds fewer runs than
-    the preset has: one sentence saying how many, so that a partial measurement never reads
-    as whole (none without a store, or with every run stored)."""
+def _stored_of(measured: Path, config: Path) -> tuple[int, int] | None:
+    """(runs stored, the preset's runs) where the report has a run store (`<measured>/runs/`,
+    mbc.run_store), else None."""
     runs = measured / "runs"
     if not runs.is_dir():
-        return []
+        return None
     from mbc import config as mbc_config  # the config only where a store is
 
     cfg = mbc_config.load(mbc_config.read_yaml(config), {"preset": measured.name})
     stored = {p.name for p in runs.iterdir() if (p / "entry.json").is_file()} & set(cfg.specs)
-    if len(stored) == len(cfg.specs):
+    return len(stored), len(cfg.specs)
+
+
+def lead_sentence(
+    measured: Path, config: Path, agree: tuple[int, int], match: tuple[int, int]
+) -> list[str]:
+    """The block's first sentence, in plain words: what the committed tables show
+    (`agree`: the paper's rows that agree, of all; `match`: verdicts that match, of all),
+    and whether they are complete, stale, or a partial re-measure (N of M runs stored)."""
+    prov = _provenance(measured / "PROVENANCE")
+    runs = prov.get("runs", "").split(" ")[0]
+    stored = _stored_of(measured, config)
+    partial = stored is not None and stored[0] < stored[1]
+    claims = f"{agree[0]} of the paper's {agree[1]} claims"
+    verdicts = f"{match[0]} of its {match[1]} verdicts"
+    if (measured / "STALE").is_file():
+        text = (
+            f"**In short:** under the previous configuration ({runs + ' runs, ' if runs else ''}"
+            f"now stale) {claims} reproduced and {verdicts} matched"
+        )
+    else:
+        whole = "" if partial else "complete"
+        said = ", ".join(x for x in (f"{runs} runs" if runs else "", whole) if x)
+        text = (
+            f"**In short:** the committed measurement{f' ({said})' if said else ''} "
+            f"reproduces {claims} and matches {verdicts}"
+        )
+    if partial:
+        text += (
+            f"; the re-measure of the current configuration is partial, {stored[0]} of "
+            f"{stored[1]} runs stored so far"
+        )
+    return _prose(text + ".")
+
+
+def store_sentence(measured: Path, config: Path, link: str) -> list[str]:
+    """Where the report's run store holds fewer runs than the preset has: where they are and
+    what a clone does with them, so that a partial measurement never reads as whole (none
+    without a store, or with every run stored)."""
+    stored = _stored_of(measured, config)
+    if stored is None or stored[0] == stored[1]:
         return []
     return _prose(
-        f"**The re-measure is partial: {len(stored)} of {len(cfg.specs)} runs** are stored in "
-        f"[`{link}/runs/`]({link}/runs/) (`python -m mbc.run_store list --preset "
-        f"{measured.name}` counts them by experiment); a clone restores them instead of "
-        "training them, and the tables below are rebuilt from the store once it is whole."
+        f"The {stored[0]} stored runs are in [`{link}/runs/`]({link}/runs/) "
+        f"(`python -m mbc.run_store list --preset {measured.name}` counts them by experiment); "
+        "a clone restores them instead of training them, and the tables below are rebuilt from "
+        "the store once it is whole."
     )
 
 
@@ -174,7 +197,8 @@ def render(measured: Path, config: Path, link: str) -> str:
     differ = [h for h, r in verdicts.items() if r["verdict"] != paper[h]]
     n_match = len(verdicts) - len(differ)
 
-    out: list[str] = store_sentence(measured, config, link)
+    out = lead_sentence(measured, config, (n_agree, len(papers_rows)), (n_match, len(verdicts)))
+    out += store_sentence(measured, config, link)
     stale = measured / "STALE"
     if stale.is_file():
         reason = " ".join(stale.read_text().split()) or "no reason given"

@@ -162,11 +162,14 @@ ALL_TARGETS = [
 from mbc.paper.figure_tables import FIGURE_TABLES as TABLES_NEEDED
 
 FIGURES = list(TABLES_NEEDED)
+# each figure's files: the drawing, its PNG, and its caption for what it drew (the report's)
+FIGURE_FILES = ("pdf", "png", "tex")
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]
 # the tables of the paper's sources (rule tex)
 TEX_TABLES = (
+    "experiments",
     "fits",
     "hypotheses",
     "scorecard",
@@ -180,7 +183,7 @@ ALL_TARGETS += [
     L.table("hypotheses"),
     L.table("scorecard"),
     *(L.table(t) for t in ("init_scale", "init_comparison", "robustness")),
-    *(L.figure(f, ext) for f in FIGURES for ext in ("pdf", "png")),
+    *(L.figure(f, ext) for f in FIGURES for ext in FIGURE_FILES),
     L.tex_numbers,
     *(L.tex_table(t) for t in TEX_TABLES),
 ]

@@ -123,6 +123,7 @@ rule figure:
             category="Figures",
             caption="../report/figure.rst",
         ),
+        caption=L.figure("{figure}", "tex"),
     log:
         L.log("figures", "{figure}"),
     wildcard_constraints:
@@ -155,6 +156,7 @@ rule tex:
         init_comparison=L.tex_table("init_comparison"),
         robustness=L.tex_table("robustness"),
         definitions=L.tex_table("definitions"),
+        experiments=L.tex_table("experiments"),
         abstract=L.tex_prose("abstract"),
         explanations=L.tex_prose("explanations"),
         conclusion=L.tex_prose("conclusion"),
@@ -165,6 +167,7 @@ rule tex:
     params:
         preset=CFG.preset,
         report=CFG.report,
+        questions=CFG.questions(),
         config_id=CONFIG_ID["tex"],
     script:
         "../scripts/tex.py"
@@ -174,7 +177,7 @@ rule paper:
     input:
         tex="paper/main.tex",
         generated=rules.tex.output,
-        figures=[L.figure(f, "pdf") for f in FIGURES],
+        figures=[L.figure(f, ext) for f in FIGURES for ext in ("pdf", "tex")],
     output:
         report(PAPER_PDF, category="Paper", caption="../report/paper.rst"),
     log:

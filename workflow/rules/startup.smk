@@ -77,7 +77,7 @@ if MAIN_PROCESS:
         **{
             Path(L.figure(f, ext)): CFG.figure_config_id(f)
             for f in FIGURES
-            for ext in ("pdf", "png")
+            for ext in FIGURE_FILES
         },
         **{Path(L.summary(r)): CONFIG_ID["summarize_run"] for r in SPECS},
         **{
@@ -194,5 +194,6 @@ onstart:
         cores=workflow.resource_settings.cores,
         executor=_executor,
         retrain={f.run_id for f in _FINDINGS if f.retrain},
+        deadline=CFG.raw.get("deadline") or None,
     ):
         print(line, file=sys.stderr)

@@ -8,4 +8,5 @@ with logged(snakemake.log[0], snakemake.params):
         snakemake.output.pdf,
         snakemake.output.png,
         snakemake.params.entry,  # its config `figures` entry: the experiments and fits it draws
+        snakemake.output.caption,  # its caption, for what it drew (the report inputs it)
     )

@@ -7,4 +7,5 @@ with logged(snakemake.log[0], snakemake.params):
         dict(snakemake.input.items()),
         dict(snakemake.output.items()),
         snakemake.params.report,
+        snakemake.params.questions,  # each experiment's question: the table of experiments
     )

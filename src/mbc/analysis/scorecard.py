@@ -66,6 +66,9 @@ COLUMNS = [
     "cause",
     "explanation",
 ]
+# added after a measured report was committed (measured/): a reader of a committed
+# scorecard.csv (mbc.readme_results) takes them where they are, and config's otherwise
+LATER_COLUMNS = ("cause", "explanation")
 # the hypotheses' words for a claim of our own decided by `within`, as the scorecard says them
 WITHIN_AGREEMENT = {"supported": "agree", "falsified": "disagree", "inconclusive": "inconclusive"}
 

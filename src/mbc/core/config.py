@@ -89,6 +89,13 @@ class Config(TypedSections):
         looks specs up per run: rebuilding it each time cost the paper preset 16 s)."""
         return dict(self._spec_by_id)
 
+    def questions(self) -> dict[str, str]:
+        """Each experiment this config trains, in its order, -> the question it answers
+        (its `question` in config.yaml): the report's table of experiments."""
+        declared = self.raw["experiments"]
+        names = dict.fromkeys(r.experiment for r in self.runs)
+        return {n: str(declared[n].get("question", "")) for n in names}
+
     def experiment_runs(self, experiment: str) -> list[Run]:
         return [r for r in self.runs if r.experiment == experiment]
 

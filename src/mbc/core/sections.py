@@ -384,7 +384,7 @@ class TypedSections:
                 self.robustness, self.scorecard.ours, self.bootstrap, self.diverged
             ),
             "scorecard": content_id(self.scorecard),
-            "tex": content_id(self.report),
+            "tex": content_id(self.report, self.questions()),
         }
 
     def figure_config_id(self, figure: str) -> str:

@@ -1,6 +1,6 @@
 """The plateau's height under other window ends (docs/method.md#plateau-height): how much of the
 summaries' plateau height depends on where its window ends. The summaries' own window is
-`mbc.diagnostics.series.plateau`; this table repeats it run by run."""
+`mbc.diagnostics.series.configured_plateau`; this table repeats it run by run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import math
 import pandas as pd
 
 from mbc.core.sections import PlateauSensitivity, Summary
-from mbc.diagnostics.series import plateau, z_usage_onset
+from mbc.diagnostics.series import configured_plateau, z_usage_onset
 
 PLATEAU_SENSITIVITY_COLUMNS = [
     "experiment",
@@ -64,14 +64,8 @@ def plateau_sensitivity(
         dz = m["delta_z"].to_numpy()
         log_k = math.log(int(r.k))
         for label, thr in ends:
-            pl = plateau(
-                steps,
-                lcand,
-                log_k,
-                start_fraction=plat.start_fraction,
-                onset_fraction=plat.onset_fraction,
-                z_onset=None if thr is None else z_usage_onset(steps, dz, thr),
-            )
+            z_onset = None if thr is None else z_usage_onset(steps, dz, thr)
+            pl = configured_plateau(plat, steps, lcand, log_k, z_onset)
             h = pl.height / log_k
             out.append(
                 {

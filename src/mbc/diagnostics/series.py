@@ -117,6 +117,22 @@ def time_mean(steps: np.ndarray, values: np.ndarray) -> float:
     return float(((v[1:] + v[:-1]) / 2 * np.diff(s)).sum() / (s[-1] - s[0]))
 
 
+def configured_plateau(
+    window, steps: np.ndarray, lcand: np.ndarray, log_k: float, z_onset: int | None
+) -> Plateau:
+    """`plateau` with the fractions of `diagnostics.plateau` (`window`,
+    `mbc.core.sections.Plateau`), ended at `z_onset` (None: the loss onset alone): the run
+    summaries and the sensitivity table read one window definition."""
+    return plateau(
+        steps,
+        lcand,
+        log_k,
+        start_fraction=window.start_fraction,
+        onset_fraction=window.onset_fraction,
+        z_onset=z_onset,
+    )
+
+
 def plateau_height(steps: np.ndarray, lcand: np.ndarray, log_k: float, **window) -> float:
     """Mean L_cand over the plateau window (see `plateau` for the window's keywords)."""
     return plateau(steps, lcand, log_k, **window).height

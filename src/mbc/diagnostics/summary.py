@@ -25,9 +25,9 @@ from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec
 from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics, sampled_bound
 from mbc.diagnostics.series import (
     DIP_COLUMNS,
+    configured_plateau,
     dip_duration,
     last_step_above_before,
-    plateau_height,
     transition_window,
     z_usage_onset,
 )
@@ -155,14 +155,9 @@ def summarize_run(
     loss_onset = first_crossing(steps, lcand, lead_cfg.loss_onset_fraction * log_k)
     dz = m["delta_z"].to_numpy()
     dz_onset = z_usage_onset(steps, dz, lead_cfg.delta_z_onset)
-    height = plateau_height(
-        steps,
-        lcand,
-        log_k,
-        start_fraction=plat.start_fraction,
-        onset_fraction=plat.onset_fraction,
-        z_onset=dz_onset if plat.end_at_z_onset else None,
-    )
+    height = configured_plateau(
+        plat, steps, lcand, log_k, dz_onset if plat.end_at_z_onset else None
+    ).height
     lead = None if loss_onset is None or dz_onset is None else loss_onset - dz_onset
     author = author_statistics(steps, m, log_k, diag)
     out = {

@@ -168,12 +168,36 @@ def numbers_file(values: dict) -> str:
 
 def fits_table(fits: pd.DataFrame, labels: dict | None = None) -> str:
     """A Tobit fit's R^2 (least squares' measure, against censored points) means nothing:
-    its cell is left empty and the caption says why."""
-    rows = fits.assign(
+    its cell is left empty and the caption says why. A fit with too few uncensored runs
+    has no row: one sentence under the table names them all."""
+    named = fits.assign(
         name=[tex_text(readable(n, labels or {})) for n in fits.name],
         r2=fits.r2.where(fits.method != "tobit"),
     )
-    return booktabs_table(rows, **LAYOUTS["fits"])
+    short = named.method == "insufficient"
+    names = list(named.name[short])
+    note = (
+        f"Too few uncensored runs to fit {'it' if len(names) == 1 else 'them'}, no row: "
+        + "; ".join(names)
+        + "."
+        if names
+        else None
+    )
+    return booktabs_table(named[~short], **LAYOUTS["fits"], notes=Raw(note) if note else None)
+
+
+def experiments_table(tau: pd.DataFrame, questions: dict[str, str]) -> str:
+    """Every experiment of the config once (`questions`: id -> its `question`), with its
+    runs in this report's tau table, so that the text can cite an id in brackets."""
+    runs = tau.groupby("experiment")["run_id"].nunique() if len(tau) else pd.Series(dtype=int)
+    rows = pd.DataFrame(
+        {
+            "experiment": list(questions),
+            "question": list(questions.values()),
+            "runs": [int(runs.get(n, 0)) for n in questions],
+        }
+    )
+    return booktabs_table(rows, **LAYOUTS["experiments"])
 
 
 def ci_cells(df: pd.DataFrame, value: str, lo: str, hi: str, spec: str = ".3g") -> list[str]:

@@ -259,13 +259,16 @@ def timing_lines(
     cores: int | None,
     executor: str = "local",
     retrain: AbstractSet[str] = frozenset(),
+    deadline: str | None = None,
 ) -> list[str]:
     """The banner's timed lines alone (the steps/s of the most common shape left to train,
     measured in 5 steps or cached, and the expected wall time), for Snakemake's `onstart`:
     it runs them only when it runs jobs, so `-n`, `--lint` and `--list-changes` time
     nothing. The lines the untimed banner printed at start-up are left out."""
     untimed = set(banner_lines(cfg, cores=cores, executor=executor, measure=False, retrain=retrain))
-    timed = banner_lines(cfg, cores=cores, executor=executor, measure=True, retrain=retrain)
+    timed = banner_lines(
+        cfg, cores=cores, executor=executor, measure=True, retrain=retrain, deadline=deadline
+    )
     return [line for line in timed if line not in untimed]
 
 
@@ -332,8 +335,11 @@ def banner_lines(
     dry_run: bool = False,
     retrain: AbstractSet[str] = frozenset(),
     from_store: AbstractSet[str] = frozenset(),
+    deadline: str | None = None,
 ) -> list[str]:
     """The banner's lines. `measure=False` skips the steps/s measurement (no time shown);
+    `deadline`: the invocation's (`--config deadline=`): the wall time of every run left is
+    said to be more than it starts;
     `dry_run` writes nothing (the measurement is not cached); `retrain`: runs whose resume
     state the start-up repair moves aside (they train again, whatever their logs say);
     `from_store`: runs the run store restores (in a dry run, before they are in the outdir)."""
@@ -443,9 +449,14 @@ def banner_lines(
             # a rate read from a cache was measured earlier: say so, not "in 0.1 s"
             took = time.perf_counter() - t0
             how = f"measured in {took:.1f} s" if timed else "measured earlier here"
+            scope = (
+                f" for every run left (the deadline {deadline} starts only the runs it named)"
+                if deadline
+                else ""
+            )
             lines.append(
-                f"mbc: expected training wall time {bound}{duration(wall)} with {jobs} parallel "
-                f"job(s), training only: diagnostics, figures and the report come on top "
+                f"mbc: expected training wall time {bound}{duration(wall)}{scope} with {jobs} "
+                f"parallel job(s), training only: diagnostics, figures and the report come on top "
                 f"({duration(total)} of training in all; {rate:.1f} steps/s on the most common "
                 f"shape, {how}; `python -m mbc.estimate` measures every shape)"
             )

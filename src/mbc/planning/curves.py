@@ -16,8 +16,10 @@ from __future__ import annotations
 import io
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -29,21 +31,6 @@ from mbc.core.artifacts import write_bytes_atomic
 from mbc.core.layout import Layout
 from mbc.core.spec import RunSpec
 
-SHORT = {
-    "task.k": "K",
-    "task.n_groups": "G",
-    "task.z_length": "z",
-    "task.sharing": "sharing",
-    "task.n_supergroups": "G_z",
-    "task.label_noise": "p",
-    "task.direction": "dir",
-    "model.kind": "model",
-    "model.init": "init",
-    "model.init_std": "init std",
-    "train.lr": "lr",
-    "train.batch_size": "batch",
-    "train.max_steps": "budget",
-}
 # how the end of a curve shows the run's state (mbc.status's states; "diverged" from the log)
 END_MARK = {
     "running": dict(marker="o", markerfacecolor="white", markersize=5),
@@ -116,8 +103,12 @@ def varied_keys(specs: list[RunSpec]) -> list[str]:
     return keys
 
 
-def _label(key: str, value) -> str:
-    name = SHORT.get(key, "D" if key == "d" else key.split(".")[-1])
+def _label(key: str, value, labels: Mapping[str, str]) -> str:
+    """A run setting in a legend, named by config `labels` (`task.unique_first_chars`:
+    "distinct first characters: no"); a setting it lacks keeps its field name."""
+    name = labels.get(key, key.split(".")[-1])
+    if isinstance(value, bool):
+        return f"{name}: {'yes' if value else 'no'}"
     if value is None:
         value = "default"
     return f"{name}={value:g}" if isinstance(value, float) else f"{name}={value}"
@@ -141,7 +132,14 @@ def _state_of(state: str, curve: Curve) -> str:
     return "stopped" if state in STOPPED else state
 
 
-def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: dict) -> int:
+def panel(
+    ax,
+    exp: str,
+    runs: list[tuple[str, RunSpec]],
+    curves: dict,
+    states: dict,
+    labels: Mapping[str, str] = MappingProxyType({}),
+) -> int:
     """Draw one experiment's runs on `ax`; returns how many curves it drew (a run with no
     evaluation in its log yet has none). Each curve's line has gid `curve:<run_id>`."""
     keys = varied_keys([s for _, s in runs])
@@ -196,10 +194,12 @@ def panel(ax, exp: str, runs: list[tuple[str, RunSpec]], curves: dict, states: d
         ax.set_xlim(1, 10)
     if keys and drawn:
         handles = [Line2D([], [], color=colour[c], lw=1.5) for c in combos]
-        labels = [", ".join(_label(k, v) for k, v in zip(keys, c, strict=True)) for c in combos]
+        names = [
+            ", ".join(_label(k, v, labels) for k, v in zip(keys, c, strict=True)) for c in combos
+        ]
         ax.legend(
             handles,
-            labels,
+            names,
             fontsize=5.5,
             loc="lower left",
             ncol=1 + len(combos) // 8,
@@ -225,7 +225,7 @@ def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[s
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
     drawn = {}
     for ax, (exp, runs) in zip(axes, exps.items(), strict=False):
-        drawn[exp] = panel(ax, exp, runs, curves, states)
+        drawn[exp] = panel(ax, exp, runs, curves, states, cfg.raw.get("labels", {}))
     for i, ax in enumerate(axes):
         if i >= len(exps):
             ax.set_visible(False)

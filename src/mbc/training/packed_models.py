@@ -33,6 +33,9 @@ class _PackedModel(nn.Module):
 
     kind: type[nn.Module]
     ordinary = False  # one run with the ordinary model's arithmetic (set by `PackedRuns`)
+    # whether `evaluate` may run each context's common prefix once for its K candidates
+    # (`_eval_logits` takes (R, c, K, T) then)
+    shares_prefix = False
 
     def __init__(self, models: list[nn.Module]):
         super().__init__()
@@ -113,6 +116,43 @@ class _PackedModel(nn.Module):
                 f"expected tokens for {self.r if runs is None else len(runs)} runs, got {r}"
             )
 
+    @torch.no_grad()
+    def evaluate(
+        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
+    ) -> list[dict]:
+        """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
+        one shape), in one batched forward per chunk of at most `max_seqs` sequences over
+        all runs: with train.engine `fast` and a model that `shares_prefix` each context's K
+        candidates share one run of their common prefix (the forward's `answers`, as
+        `evaluate_shared_prefix`), otherwise every candidate runs in full (as `evaluate`);
+        equal to float32 rounding. For GPUs, where R evaluations one after another are bound
+        by kernel launches."""
+        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
+        n, k, n_t = batches[0].n_contexts, batches[0].task.k, batches[0].task.n_targets
+        w = self.weights(idx)
+
+        def logprobs(seqs: torch.Tensor, per_seq: int) -> torch.Tensor:
+            """seqs (R, m, ...) -> target log-probs (R, m, ..., n_t), chunked along m."""
+            chunk = max(1, max_seqs // (len(runs) * per_seq))
+            out = []
+            for i in range(0, seqs.shape[1], chunk):
+                s = seqs[:, i : i + chunk]
+                out.append(token_logprobs(self._eval_logits(w, idx, s), s[..., -n_t:]))
+            return torch.cat(out, dim=1)
+
+        cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)
+        if engine == "fast" and self.shares_prefix:
+            lp = logprobs(cands.view(len(runs), n, k, -1), k)  # (R, n, K, n_t)
+        else:
+            lp = logprobs(cands, 1).view(len(runs), n, k, -1)
+        shuffled = None
+        if batches[0].shuffled is not None:
+            shuffled = logprobs(torch.stack([b.shuffled for b in batches]), 1)
+        return [
+            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
+            for j, b in enumerate(batches)
+        ]
+
     def losses(
         self, tokens: torch.Tensor, low: dict[str, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,47 +199,17 @@ class PackedTransformer(_PackedModel):
             return forward(_alone(w), tokens[0], self.spec, self.task.first_pred_pos)[None]
         return forward(w, tokens, self.spec, self.task.first_pred_pos)
 
-    @torch.no_grad()
-    def evaluate(
-        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
-    ) -> list[dict]:
-        """The in-loop metrics of runs `runs` on their evaluation batches (`EvalBatch`es of
-        one shape), in one batched forward per chunk of at most `max_seqs` sequences over
-        all runs: with train.engine `fast` each context's K candidates share one run of their
-        common prefix (the forward's `answers`, as `evaluate_shared_prefix`), with `plain`
-        every candidate runs in full (as `evaluate`); equal to float32 rounding. For GPUs,
-        where R evaluations one after another are bound by kernel launches."""
-        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
-        task = batches[0].task
-        n, k, n_t, p = batches[0].n_contexts, task.k, task.n_targets, task.first_pred_pos
-        w = self.weights(idx)
+    shares_prefix = True
 
-        def logprobs(seqs: torch.Tensor, per_seq: int) -> torch.Tensor:
-            """seqs (R, m, ...) -> target log-probs (R, m, ..., n_t), chunked along m."""
-            chunk = max(1, max_seqs // (len(runs) * per_seq))
-            out = []
-            for i in range(0, seqs.shape[1], chunk):
-                s = seqs[:, i : i + chunk]
-                if per_seq == 1:  # whole sequences
-                    logits, targets = forward(w, s, self.spec, p), s[..., -n_t:]
-                else:  # (R, c, K, T): prefix once, the K answers behind it
-                    targets = s[..., -n_t:]
-                    logits = forward(w, s[:, :, 0, : p + 1], self.spec, p, answers=targets)
-                out.append(token_logprobs(logits, targets))
-            return torch.cat(out, dim=1)
-
-        cands = torch.stack([b.candidates for b in batches])  # (R, n K, T)
-        if engine == "fast":
-            lp = logprobs(cands.view(len(runs), n, k, -1), k)  # (R, n, K, n_t)
-        else:
-            lp = logprobs(cands, 1).view(len(runs), n, k, -1)
-        shuffled = None
-        if batches[0].shuffled is not None:
-            shuffled = logprobs(torch.stack([b.shuffled for b in batches]), 1)
-        return [
-            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
-            for j, b in enumerate(batches)
-        ]
+    def _eval_logits(self, w, runs: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+        """`evaluate`'s forward of the stacked weights `w`: whole sequences (R, c, T), or
+        (R, c, K, T) candidates as their prefix once and the K answers behind it."""
+        p = self.task.first_pred_pos
+        if seqs.dim() == 3:
+            return forward(w, seqs, self.spec, p)
+        return forward(
+            w, seqs[:, :, 0, : p + 1], self.spec, p, answers=seqs[..., -self.task.n_targets :]
+        )
 
 
 class PackedLinear(_PackedModel):
@@ -228,32 +238,10 @@ class PackedLinear(_PackedModel):
         y = linear(h, w["w2.weight"], w["w2.bias"])
         return y.view(r, n, self.task.n_targets, VOCAB)
 
-    @torch.no_grad()
-    def evaluate(
-        self, runs: list[int], batches: list, max_seqs: int = 1 << 15, engine: str = "fast"
-    ) -> list[dict]:
-        """`PackedTransformer.evaluate` for linear runs: every candidate in full (the linear
-        model reads no prefix to share; `engine` changes nothing)."""
-        idx = torch.as_tensor(runs, device=batches[0].candidates.device)
-        task = batches[0].task
-        n, k, n_t = batches[0].n_contexts, task.k, task.n_targets
-
-        def logprobs(seqs: torch.Tensor) -> torch.Tensor:
-            chunk = max(1, max_seqs // len(runs))
-            out = [
-                token_logprobs(self.forward(s, idx), s[..., -n_t:])
-                for s in seqs.split(chunk, dim=1)
-            ]
-            return torch.cat(out, dim=1)
-
-        lp = logprobs(torch.stack([b.candidates for b in batches])).view(len(runs), n, k, -1)
-        shuffled = None
-        if batches[0].shuffled is not None:
-            shuffled = logprobs(torch.stack([b.shuffled for b in batches]))
-        return [
-            metrics_from_logprobs(lp[j], None if shuffled is None else shuffled[j], b)
-            for j, b in enumerate(batches)
-        ]
+    def _eval_logits(self, w, runs: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
+        """`evaluate`'s forward: every candidate in full through `forward` (the linear model
+        reads no prefix to share)."""
+        return self.forward(seqs, runs)
 
 
 def packed_model(models: list[nn.Module]) -> _PackedModel:

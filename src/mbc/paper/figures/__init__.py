@@ -10,7 +10,9 @@ Robustness contract (each figure):
 - an empty table or a missing experiment draws a "no data" panel instead of failing;
 - a censored run (tau missing) is drawn explicitly as a hollow upward triangle at its step
   budget, with the legend entry ``censored (tau > budget)``;
-- NaN values are skipped (and log axes skip non-positive values).
+- NaN values are skipped (and log axes skip non-positive values);
+- no legend or inset covers a data point (an inset takes the freest corner, `free_corner`);
+- the caption says what was drawn, and what was asked for and could not be (`captions`).
 
 `FIGURES` maps a figure name to its function ``fig_<name>(tables, out_pdf, out_png, entry)``;
 `TABLES_NEEDED` says which tables each one reads: `mbc.paper.figure_tables`' declaration,

@@ -63,7 +63,7 @@ _METRICS_NUMERIC = (
     "grad_norm",
     "wall_s",
 )
-_FIT_NUMERIC = (
+FIT_NUMERIC = (
     "exponent",
     "ci_low",
     "ci_high",
@@ -76,7 +76,7 @@ _FIT_NUMERIC = (
 )
 
 
-def _numeric(df: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:
+def numeric_cols(df: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:
     """A copy with `cols` numeric (bad values -> NaN); absent columns are added as NaN."""
     df = df.copy()
     for c in cols:
@@ -84,46 +84,46 @@ def _numeric(df: pd.DataFrame, cols: Iterable[str]) -> pd.DataFrame:
     return df
 
 
-def _as_bool(s: pd.Series) -> pd.Series:
+def as_bool(s: pd.Series) -> pd.Series:
     """CSV booleans (True/False, true/false, 1/0, strings) -> bool; missing -> False."""
     if s.dtype == bool:
         return s
     return s.map(lambda v: str(v).strip().lower() in {"true", "1", "1.0", "yes"}).astype(bool)
 
 
-def _text_col(df: pd.DataFrame, col: str) -> pd.Series:
+def text_col(df: pd.DataFrame, col: str) -> pd.Series:
     return df[col].astype(str) if col in df.columns else pd.Series("", index=df.index)
 
 
-def _flag_col(df: pd.DataFrame, col: str) -> np.ndarray:
+def flag_col(df: pd.DataFrame, col: str) -> np.ndarray:
     """A boolean column as an array; False throughout where an older table lacks it."""
-    return _as_bool(df[col]).to_numpy() if col in df.columns else np.zeros(len(df), bool)
+    return as_bool(df[col]).to_numpy() if col in df.columns else np.zeros(len(df), bool)
 
 
-def _tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd.DataFrame:
+def tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd.DataFrame:
     """Rows of the tau table (of `experiments`, when given) with typed columns.
 
     `censored` is True where the table says so or tau is missing; such a run is drawn at its
     step budget (`steps`).
     """
-    df = _numeric(tau, _TAU_NUMERIC)
+    df = numeric_cols(tau, _TAU_NUMERIC)
     for c in ("run_id", "experiment", "task", "model", "init", "sharing"):
-        df[c] = _text_col(df, c)
+        df[c] = text_col(df, c)
     if experiments is not None:
         df = df[df["experiment"].isin(list(experiments))]
-    flag = _as_bool(df["censored"]) if "censored" in df.columns else False
-    df["diverged"] = _as_bool(df["diverged"]) if "diverged" in df.columns else False
+    flag = as_bool(df["censored"]) if "censored" in df.columns else False
+    df["diverged"] = as_bool(df["diverged"]) if "diverged" in df.columns else False
     df["censored"] = (flag | df["tau"].isna()) & ~df["diverged"]  # diverged: never censored
     return df.reset_index(drop=True)
 
 
-def _metrics_rows(metrics: pd.DataFrame) -> pd.DataFrame:
-    df = _numeric(metrics, _METRICS_NUMERIC)
-    df["run_id"] = _text_col(df, "run_id")
+def metrics_rows(metrics: pd.DataFrame) -> pd.DataFrame:
+    df = numeric_cols(metrics, _METRICS_NUMERIC)
+    df["run_id"] = text_col(df, "run_id")
     return df
 
 
-def _one_seed_per(df: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
+def one_seed_per(df: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     """The lowest-seed row of each value of `by` (a representative curve per setting)."""
     if df.empty:
         return df
@@ -131,27 +131,27 @@ def _one_seed_per(df: pd.DataFrame, by: str | list[str]) -> pd.DataFrame:
     return df.sort_values([*by, "seed", "run_id"]).drop_duplicates(by).reset_index(drop=True)
 
 
-def _fit_row(fits: pd.DataFrame, name: str) -> pd.Series | None:
+def fit_row(fits: pd.DataFrame, name: str) -> pd.Series | None:
     if fits is None or fits.empty or "name" not in fits.columns:
         return None
-    df = _numeric(fits, _FIT_NUMERIC)
+    df = numeric_cols(fits, FIT_NUMERIC)
     rows = df[df["name"].astype(str) == name]
     return None if rows.empty else rows.iloc[0]
 
 
-def _names(experiments: Iterable[str]) -> str:
+def experiment_names(experiments: Iterable[str]) -> str:
     """A role's experiments in a label: E1/E2."""
     return "/".join(experiments)
 
 
-def _fmt(v: float) -> str:
+def fmt_value(v: float) -> str:
     """A number for a label: integers without a decimal point, others in %g."""
     if v is None or not np.isfinite(v):
         return "n/a"
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def _finite(*arrays: np.ndarray) -> np.ndarray:
+def all_finite(*arrays: np.ndarray) -> np.ndarray:
     out = np.ones(len(arrays[0]), dtype=bool)
     for a in arrays:
         out &= np.isfinite(np.asarray(a, dtype=float))

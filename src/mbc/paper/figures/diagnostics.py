@@ -18,24 +18,24 @@ from mbc.core.report_sections import FigureEntry
 from mbc.diagnostics.hessian_table import long_table
 from mbc.paper.figures.common import (
     TWO_COL,
-    _as_bool,
-    _finite,
-    _fit_row,
-    _fmt,
-    _names,
-    _numeric,
-    _tau_rows,
-    _text_col,
+    all_finite,
+    as_bool,
+    experiment_names,
+    fit_row,
+    fmt_value,
+    numeric_cols,
+    tau_rows,
+    text_col,
 )
 from mbc.paper.figures.drawing import (
-    _censored_runs_entry,
-    _colors,
-    _fit_line,
-    _hollow,
-    _legend,
-    _no_data,
+    add_legend,
+    censored_runs_entry,
+    colors_for,
+    fit_line,
+    hollow_markers,
+    no_data,
 )
-from mbc.paper.figures.registry import _register
+from mbc.paper.figures.registry import paper_figure
 
 
 def _tau_fraction(df: pd.DataFrame) -> np.ndarray:
@@ -48,8 +48,8 @@ def _tau_fraction(df: pd.DataFrame) -> np.ndarray:
 def _along_training(df: pd.DataFrame, values: Iterable[str]) -> pd.DataFrame:
     """Rows of runs along training: k, tau, step, tau_fraction and `values` numeric, run_id
     as text, and (when there are rows) x = step / tau."""
-    df = _numeric(df, ("k", "tau", "step", "tau_fraction", *values))
-    df["run_id"] = _text_col(df, "run_id")
+    df = numeric_cols(df, ("k", "tau", "step", "tau_fraction", *values))
+    df["run_id"] = text_col(df, "run_id")
     if not df.empty:
         df["x"] = _tau_fraction(df)
     return df
@@ -57,7 +57,7 @@ def _along_training(df: pd.DataFrame, values: Iterable[str]) -> pd.DataFrame:
 
 def _runs_by_k(df: pd.DataFrame) -> Iterator[tuple[pd.DataFrame, float, tuple | str]]:
     """Each run with a tau, in order of K: its rows sorted by x, its K and its K colour."""
-    kcol = _colors(df["k"])
+    kcol = colors_for(df["k"])
     runs = df[np.isfinite(df["x"])].groupby("run_id")
     for _, g in sorted(runs, key=lambda kv: kv[1]["k"].min()):
         g = g.sort_values("x")
@@ -65,7 +65,7 @@ def _runs_by_k(df: pd.DataFrame) -> Iterator[tuple[pd.DataFrame, float, tuple | 
         yield g, k, kcol.get(k, "0.5")
 
 
-@_register("collective", ["collective", "collective_summary"])
+@paper_figure("collective")
 def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Collective transition (E8): fraction of accurate groups and mean accuracy vs step / tau;
     histograms of per-group accuracy at 0.25, 0.5, 0.75 and 1.0 tau."""
@@ -78,11 +78,11 @@ def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
         tables["collective_summary"], ("frac_accurate", "mean_accuracy", "accurate_threshold")
     )
     if s.empty:
-        _no_data(a, "empty collective_summary")
+        no_data(a, "empty collective_summary")
     else:
         seen_k: set[float] = set()
         for g, k, col in _runs_by_k(s):
-            lab = None if k in seen_k else f"K={_fmt(k)}"
+            lab = None if k in seen_k else f"K={fmt_value(k)}"
             seen_k.add(k)
             a.plot(g["x"], g["frac_accurate"], "-o", ms=2.5, color=col, label=lab)
             a.plot(g["x"], g["mean_accuracy"], "--", color=col)
@@ -105,13 +105,13 @@ def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
         a.set_ylabel("fraction / accuracy")
         a.set_ylim(-0.03, 1.03)
         # Censored runs have no tau to normalise by: named in the legend, not dropped silently.
-        style += _censored_runs_entry(s.loc[~np.isfinite(s["x"]), "run_id"])
-        _legend(a, extra=style, loc="upper left")
+        style += censored_runs_entry(a, s.loc[~np.isfinite(s["x"]), "run_id"])
+        add_legend(a, extra=style, loc="upper left")
         if not np.isfinite(s["x"]).any():
-            _no_data(a, "no run with a tau")
+            no_data(a, "no run with a tau")
 
     c = _along_training(tables["collective"], ("accuracy",))
-    kcol = _colors(c["k"]) if not c.empty else {}
+    kcol = colors_for(c["k"]) if not c.empty else {}
     bins = np.linspace(0.0, 1.0, 21)
     for i, f in enumerate(fractions):
         ax = axes[f"h{i}"]
@@ -119,7 +119,7 @@ def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
         rows = c[np.isclose(c["x"], f, atol=1e-6)] if not c.empty else c
         rows = rows[np.isfinite(rows["accuracy"])] if not rows.empty else rows
         if rows.empty:
-            _no_data(ax, "no groups")
+            no_data(ax, "no groups")
             continue
         for k, g in rows.groupby("k"):
             ax.hist(
@@ -129,7 +129,7 @@ def fig_collective(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
                 alpha=0.45,
                 color=kcol.get(float(k), "0.5"),
                 edgecolor=kcol.get(float(k), "0.5"),
-                label=f"K={_fmt(k)}",
+                label=f"K={fmt_value(k)}",
             )
         if not s.empty and s["accurate_threshold"].notna().any():
             for t in s["accurate_threshold"].dropna().unique():
@@ -157,8 +157,8 @@ def _heatmap(ax: Axes, df: pd.DataFrame, value: str, *, signed: bool, label: str
         norm = Normalize(vals.min(), vals.max()) if vals.size else Normalize(0, 1)
     cmap = cmap.with_extremes(bad="0.85")
     im = ax.imshow(data, cmap=cmap, norm=norm, aspect="auto", origin="upper")
-    ax.set_xticks(range(grid.shape[1]), [_fmt(h) for h in grid.columns])
-    ax.set_yticks(range(grid.shape[0]), [_fmt(v) for v in grid.index])
+    ax.set_xticks(range(grid.shape[1]), [fmt_value(h) for h in grid.columns])
+    ax.set_yticks(range(grid.shape[0]), [fmt_value(v) for v in grid.index])
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     ax.spines[:].set_visible(False)
@@ -181,53 +181,56 @@ def _heatmap(ax: Axes, df: pd.DataFrame, value: str, *, signed: bool, label: str
     cb.ax.tick_params(labelsize=6.5)
 
 
-@_register("routing", ["routing_attention", "routing_ablation", "tau"])
+@paper_figure("routing")
 def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Selector routing (E9): attention to z and zero-ablation effect per head at tau; lead of
     the delta_z onset over the loss onset per run of the `onsets` experiments (E1)."""
-    onsets = _names(entry.experiments_of("onsets"))
+    onsets = experiment_names(entry.experiments_of("onsets"))
     fig, (a, b, c) = plt.subplots(1, 3, figsize=(TWO_COL, 2.5))
     a.set_title("(a) attention to z, mid", loc="left")
     b.set_title("(b) zero-ablation $\\Delta$loss, mid", loc="left")
     c.set_title(f"(c) onsets ({onsets})", loc="left")
     cols = ("k", "tau", "step", "layer", "head")
-    att = _numeric(tables["routing_attention"], (*cols, "attn_to_z"))
-    att = att[_text_col(att, "phase") == "mid"].dropna(subset=["layer", "head"])
+    att = numeric_cols(tables["routing_attention"], (*cols, "attn_to_z"))
+    att = att[text_col(att, "phase") == "mid"].dropna(subset=["layer", "head"])
     if att.empty or not att["attn_to_z"].notna().any():
-        _no_data(a, "no mid-phase attention")
+        no_data(a, "no mid-phase attention")
     else:
         _heatmap(a, att, "attn_to_z", signed=False, label="attention to z")
         n_runs = att["run_id"].nunique() if "run_id" in att.columns else 0
         runs = "1 run" if n_runs == 1 else f"mean of {n_runs} runs"
         a.set_title(f"(a) attention to z, mid ({runs})", loc="left")
-    abl = _numeric(tables["routing_ablation"], (*cols, "delta_loss", "delta_delta_z"))
-    keep = (_text_col(abl, "phase") == "mid") & (_text_col(abl, "kind") == "zero")
+    abl = numeric_cols(tables["routing_ablation"], (*cols, "delta_loss", "delta_delta_z"))
+    keep = (text_col(abl, "phase") == "mid") & (text_col(abl, "kind") == "zero")
     abl = abl[keep].dropna(subset=["layer", "head"])
     if abl.empty or not abl["delta_loss"].notna().any():
-        _no_data(b, "no mid-phase zero ablation")
+        no_data(b, "no mid-phase zero ablation")
     else:
         _heatmap(b, abl, "delta_loss", signed=True, label="$\\Delta$ loss (nats)")
 
-    tau = _tau_rows(tables["tau"], entry.experiments_of("onsets")).drop_duplicates("run_id")
+    tau = tau_rows(tables["tau"], entry.experiments_of("onsets")).drop_duplicates("run_id")
     if tau.empty:
-        _no_data(c, f"no {onsets} runs")
+        no_data(c, f"no {onsets} runs")
         return fig
     lo, dz, budget = (tau[col].to_numpy(float) for col in ("loss_onset", "delta_z_onset", "steps"))
-    both = _finite(lo, dz)
+    both = all_finite(lo, dz)
     # A run whose onset never came is drawn at its budget on that axis (hollow triangle).
     part = ~both & np.isfinite(budget)
     x_part = np.where(np.isfinite(lo), lo, budget)
     y_part = np.where(np.isfinite(dz), dz, budget)
     if not (both.any() or part.any()):
-        _no_data(c, "no onsets")
+        no_data(c, "no onsets")
         return fig
-    kcol = _colors(tau["k"])
+    kcol = colors_for(tau["k"])
     for k in sorted(kcol):
         sel = tau["k"].to_numpy(float) == k
         col = kcol[k]
-        c.scatter(lo[sel & both], dz[sel & both], s=14, color=col, label=f"K={_fmt(k)}", zorder=3)
+        c.scatter(
+            lo[sel & both], dz[sel & both], s=14, color=col, label=f"K={fmt_value(k)}", zorder=3
+        )
         if (sel & part).any():
-            _hollow(c, x_part[sel & part], y_part[sel & part], col, s=18, marker="^")
+            hollow_markers(c, x_part[sel & part], y_part[sel & part], col, element="onset_not_reached",
+                    s=18, marker="^")  # fmt: skip
     vals = np.concatenate([lo[both], dz[both], x_part[part], y_part[part]])
     vals = vals[np.isfinite(vals) & (vals > 0)]
     if vals.size:
@@ -250,11 +253,11 @@ def fig_routing(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                 label="onset not reached (at budget)",
             )
         )
-    _legend(c, extra=extra, loc="upper left", fontsize=6.5)
+    add_legend(c, extra=extra, below=True, fontsize=6.5)  # under the panel: it covers no point
     return fig
 
 
-@_register("hessian", ["hessian", "fits"])
+@paper_figure("hessian")
 def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Hessian extremes along training (E10) by the first estimator (config
     `diagnostics.hessian.methods`); anisotropy vs K at the plateau phase by every estimator,
@@ -267,15 +270,15 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         ("lambda_max", "lambda_min", "residual_max", "residual_min", "anisotropy"),
     )
     for col in ("converged_max", "converged_min"):
-        h[col] = _as_bool(h[col]) if col in h.columns else False
+        h[col] = as_bool(h[col]) if col in h.columns else False
     if h.empty:
-        _no_data(a, "empty hessian table")
-        _no_data(b, "empty hessian table")
+        no_data(a, "empty hessian table")
+        no_data(b, "empty hessian table")
         return fig
-    methods = list(dict.fromkeys(_text_col(h, "method")))  # the table's order: config's
+    methods = list(dict.fromkeys(text_col(h, "method")))  # the table's order: config's
     h["abs_min"] = h["lambda_min"].abs()
-    plateau = h[_text_col(h, "phase") == "plateau"]
-    h = h[_text_col(h, "method") == methods[0]]
+    plateau = h[text_col(h, "phase") == "plateau"]
+    h = h[text_col(h, "method") == methods[0]]
     seen: set[float] = set()
     any_hollow = False
     for g, k, col in _runs_by_k(h):
@@ -283,11 +286,11 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
             ("lambda_max", "residual_max", "converged_max", "-", "o"),
             ("abs_min", "residual_min", "converged_min", "--", "s"),
         ):
-            ok = _finite(g["x"], g[ycol]) & (g[ycol].to_numpy(float) > 0)
+            ok = all_finite(g["x"], g[ycol]) & (g[ycol].to_numpy(float) > 0)
             gg = g[ok]
             if gg.empty:
                 continue
-            lab = f"K={_fmt(k)}" if (ycol == "lambda_max" and k not in seen) else None
+            lab = f"K={fmt_value(k)}" if (ycol == "lambda_max" and k not in seen) else None
             if lab:
                 seen.add(k)
             a.plot(gg["x"], gg[ycol], ls=ls, color=col, lw=0.9, label=lab)
@@ -307,7 +310,9 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
             )
             conv = gg[ccol].to_numpy(bool)
             a.scatter(gg["x"][conv], y[conv], marker=mk, s=12, color=col, zorder=3)
-            _hollow(a, gg["x"][~conv], y[~conv], col, marker=mk, s=12)
+            hollow_markers(
+                a, gg["x"][~conv], y[~conv], col, element="not_converged", marker=mk, s=12
+            )
             any_hollow |= bool((~conv).any())
     if seen:
         a.set_yscale("log")
@@ -331,18 +336,18 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                     label="not converged (hollow)",
                 )
             )
-        extra += _censored_runs_entry(h.loc[~np.isfinite(h["x"]), "run_id"])
-        _legend(a, extra=extra, below=True, ncol=3, columnspacing=1.0)
+        extra += censored_runs_entry(a, h.loc[~np.isfinite(h["x"]), "run_id"])
+        add_legend(a, extra=extra, below=True, ncol=3, columnspacing=1.0)
     else:
-        _no_data(a, "no positive eigenvalue estimates")
+        no_data(a, "no positive eigenvalue estimates")
 
-    p = plateau[_finite(plateau["k"], plateau["anisotropy"]) & (plateau["k"] > 0)]
+    p = plateau[all_finite(plateau["k"], plateau["anisotropy"]) & (plateau["k"] > 0)]
     p = p[p["anisotropy"] > 0]
     if p.empty:
-        _no_data(b, "no plateau-phase estimates")
+        no_data(b, "no plateau-phase estimates")
         return fig
     for i, (method, marker) in enumerate(zip(methods, "o^sDv<>", strict=False)):
-        pm, color = p[_text_col(p, "method") == method], f"C{i}"
+        pm, color = p[text_col(p, "method") == method], f"C{i}"
         conv = (pm["converged_max"] & pm["converged_min"]).to_numpy(bool)
         b.scatter(
             pm["k"][conv],
@@ -354,21 +359,22 @@ def fig_hessian(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
             zorder=3,
         )
         if (~conv).any():
-            _hollow(
+            hollow_markers(
                 b,
                 pm["k"][~conv],
                 pm["anisotropy"][~conv],
                 color,
+                element="not_converged",
                 marker=marker,
                 s=16,
                 label=f"{method}, not converged",
             )
         if (fit := entry.fits.get(method)) is not None:  # no role: drawn without a line
-            row = _fit_row(tables["fits"], fit)
-            _fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit")
+            row = fit_row(tables["fits"], fit)
+            fit_line(b, row, pm["k"], color=color, prefix=f"{method} fit", unit="estimate")
     b.set_xscale("log")
     b.set_yscale("log")
     b.set_xlabel("K")
     b.set_ylabel(r"$|\lambda_\max / \lambda_\min|$")
-    _legend(b, below=True, ncol=2)
+    add_legend(b, below=True, ncol=2)
     return fig

@@ -10,15 +10,17 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.collections import PathCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 from matplotlib.transforms import offset_copy
 
-from mbc.paper.figures.common import CENSORED_LABEL, DIVERGED_LABEL, DIVERGED_STYLE, _finite
+from mbc.paper.figures.common import CENSORED_LABEL, DIVERGED_LABEL, DIVERGED_STYLE, all_finite
+from mbc.paper.figures.drawn import absent, drew
 
 
-def _no_data(ax: Axes, what: str) -> None:
+def no_data(ax: Axes, what: str) -> None:
     """Mark a panel that has nothing to show (empty table or missing experiment)."""
     ax.text(
         0.5,
@@ -35,13 +37,13 @@ def _no_data(ax: Axes, what: str) -> None:
     ax.set_yticks([])
 
 
-def _note(ax: Axes, text: str, loc: str = "lower right") -> None:
+def note(ax: Axes, text: str, loc: str = "lower right") -> None:
     x, ha = (0.98, "right") if "right" in loc else (0.02, "left")
     y, va = (0.02, "bottom") if "lower" in loc else (0.98, "top")
     ax.text(x, y, text, transform=ax.transAxes, ha=ha, va=va, fontsize=6.5, color="0.35")
 
 
-def _colors(values: Iterable[float], cmap: str = "viridis") -> dict[float, tuple]:
+def colors_for(values: Iterable[float], cmap: str = "viridis") -> dict[float, tuple]:
     """One colour per distinct value, ordered (viridis, without its faint yellow end)."""
     vals = sorted({float(v) for v in values if np.isfinite(v)})
     cm = plt.get_cmap(cmap)
@@ -50,11 +52,11 @@ def _colors(values: Iterable[float], cmap: str = "viridis") -> dict[float, tuple
     return {v: cm(0.85 * i / (len(vals) - 1)) for i, v in enumerate(vals)}
 
 
-def _censored_handle(color: str = "0.3") -> Line2D:
+def censored_handle(color: str = "0.3") -> Line2D:
     return Line2D([], [], marker="^", ls="none", mfc="none", mec=color, ms=5, label=CENSORED_LABEL)
 
 
-def _legend(
+def add_legend(
     ax: Axes,
     *,
     censored: bool = False,
@@ -80,7 +82,7 @@ def _legend(
         handles.append(h)
         labels.append(h.get_label())
     if censored:
-        h = _censored_handle()
+        h = censored_handle()
         handles.append(h)
         labels.append(h.get_label())
     if not handles:
@@ -95,6 +97,47 @@ def _legend(
     ax.legend(handles, labels, **kw)
 
 
+def data_points(ax: Axes) -> np.ndarray:
+    """The markers `ax` draws (scatter offsets, marked lines), in axes fraction."""
+    pts = [
+        c.get_offset_transform().transform(np.asarray(c.get_offsets(), float))
+        for c in ax.collections
+        if isinstance(c, PathCollection) and len(c.get_offsets())
+    ] + [
+        ln.get_transform().transform(ln.get_xydata())
+        for ln in ax.lines
+        if ln.get_marker() not in (None, "None", "", " ") and len(ln.get_xydata())
+    ]
+    if not pts:
+        return np.empty((0, 2))
+    p = ax.transAxes.inverted().transform(np.concatenate(pts))
+    return p[np.isfinite(p).all(axis=1)]
+
+
+def free_corner(
+    ax: Axes, size: tuple[float, float], labels: tuple[float, float] = (0.1, 0.08)
+) -> list[float]:
+    """Bounds (axes fraction) for an inset of `size` in the corner of `ax` whose box, with
+    room for the inset's tick labels (`labels`, left and below it), covers the fewest of
+    `ax`'s markers: upper left, upper right, lower right, lower left, first on a tie."""
+    ax.autoscale_view()
+    pts = data_points(ax)
+    (w, h), (lx, ly), edge = size, labels, 0.03
+    corners = [
+        (lx, 1 - h - edge),
+        (1 - w - edge, 1 - h - edge),
+        (1 - w - edge, ly),
+        (lx, ly),
+    ]
+
+    def covered(x0: float, y0: float) -> int:
+        inside = (pts[:, 0] >= x0 - lx) & (pts[:, 0] <= x0 + w)
+        return int((inside & (pts[:, 1] >= y0 - ly) & (pts[:, 1] <= y0 + h)).sum())
+
+    x0, y0 = min(corners, key=lambda c: covered(*c))
+    return [x0, y0, w, h]
+
+
 def _log_label(v: float, _pos=None) -> str:
     """Compact log-axis tick label: plain numbers in [0.01, 10^4), else a x 10^n."""
     if not (np.isfinite(v) and v > 0):
@@ -106,7 +149,7 @@ def _log_label(v: float, _pos=None) -> str:
     return f"$10^{{{e}}}$" if abs(m - 1) < 1e-6 else f"${m:g}\\times10^{{{e}}}$"
 
 
-def _tidy_log_axes(fig: Figure) -> None:
+def tidy_log_axes(fig: Figure) -> None:
     """Readable log axes: a few labelled majors (1-2-5 on short spans), unlabelled minors."""
     axes = list(fig.axes)
     axes += [c for a in fig.axes for c in a.child_axes]
@@ -138,12 +181,15 @@ def _tidy_log_axes(fig: Figure) -> None:
             axis.set_major_formatter(FuncFormatter(_log_label))
 
 
-def _hollow(ax: Axes, x, y, color, **kw) -> None:
-    """Hollow markers (censored, onset not reached, not converged): edge colour only."""
+def hollow_markers(ax: Axes, x, y, color, *, element: str, **kw) -> None:
+    """Hollow markers (censored, onset not reached, not converged): edge colour only;
+    `element`: what they are, for the caption (`mbc.paper.figures.drawn`)."""
     ax.scatter(x, y, facecolors="none", edgecolors=color, zorder=3, **kw)
+    if np.size(x):
+        drew(ax, element)
 
 
-def _tau_points(
+def tau_points(
     ax: Axes,
     x: np.ndarray,
     tau: np.ndarray,
@@ -165,28 +211,29 @@ def _tau_points(
     x, tau, budget = (np.asarray(a, dtype=float) for a in (x, tau, budget))
     censored = np.asarray(censored, dtype=bool)
     dv = np.zeros_like(censored) if diverged is None else np.array(diverged, dtype=bool)
-    obs = ~censored & ~dv & _finite(x, tau)
-    cen = censored & ~dv & _finite(x, budget)
-    dv &= _finite(x, budget)
+    obs = ~censored & ~dv & all_finite(x, tau)
+    cen = censored & ~dv & all_finite(x, budget)
+    dv &= all_finite(x, budget)
     if positive:
         obs &= (x > 0) & (tau > 0)
         cen &= (x > 0) & (budget > 0)
         dv &= (x > 0) & (budget > 0)
     if dv.any():
         ax.scatter(x[dv], budget[dv], s=size * 1.5, label=DIVERGED_LABEL, **DIVERGED_STYLE)
+        drew(ax, "diverged")
     if obs.any() or (label and not cen.any()):
         ax.scatter(x[obs], tau[obs], s=size, marker=marker, color=color, label=label, zorder=3)
     if cen.any():
         lab = None if obs.any() else label
-        _hollow(ax, x[cen], budget[cen], color, s=size * 1.3, marker="^", linewidths=0.9, label=lab)
+        hollow_markers(ax, x[cen], budget[cen], color, element="censored", s=size * 1.3, marker="^",
+                linewidths=0.9, label=lab)  # fmt: skip
     return int(obs.sum()), int(cen.sum())
 
 
 def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
-    """Legend text of a `fits` row: the exponent on line 1, its CI and censoring on line 2."""
+    """Legend text of a drawn `fits` row: the exponent on line 1, its CI and censoring on
+    line 2."""
     e, lo, hi = row["exponent"], row["ci_low"], row["ci_high"]
-    if not np.isfinite(e):
-        return f"{prefix}: unavailable"
     level = row["ci_level"]
     details = []
     if np.isfinite(lo) and np.isfinite(hi):
@@ -199,30 +246,52 @@ def _fit_label(row: pd.Series, prefix: str = "fit") -> str:
     return f"{prefix}: slope {e:.3f}{tail}"
 
 
-def _fit_line(
-    ax: Axes, row: pd.Series | None, xs: Iterable[float], *, color="0.2", prefix: str = "fit"
+def _no_fit_reason(row: pd.Series, unit: str) -> str:
+    """Why a `fits` row has no line, in words: its uncensored `unit`s, too few for a fit."""
+    n = row.get("n", math.nan)
+    n = 0 if not np.isfinite(n) else int(n - (row.get("n_censored", 0) or 0))
+    return f"{n} {unit}{'' if n == 1 else 's'}"
+
+
+def fit_line(
+    ax: Axes,
+    row: pd.Series | None,
+    xs: Iterable[float],
+    *,
+    color="0.2",
+    prefix: str = "fit",
+    element: str = "fit",
+    unit: str = "uncensored run",
 ) -> bool:
-    """Draw prefactor * x**exponent from a `fits` row over the range of `xs` (log axes)."""
+    """Draw prefactor * x**exponent from a `fits` row over the range of `xs` (log axes).
+    A row with no exponent draws nothing and no legend entry: it is recorded as absent,
+    with its uncensored runs (`unit`), for the caption (`element`, `mbc.paper.figures.drawn`)."""
     if row is None:
+        absent(ax, element, f"{prefix}: not fitted")
         return False
     xs = np.asarray([v for v in xs if np.isfinite(v) and v > 0], dtype=float)
     e, c = row["exponent"], row["prefactor"]
-    label = _fit_label(row, prefix)
-    if xs.size == 0 or not (np.isfinite(e) and np.isfinite(c) and c > 0):
-        ax.plot([], [], ls="--", color=color, label=label)
+    if not (np.isfinite(e) and np.isfinite(c) and c > 0):
+        absent(ax, element, f"{prefix}: {_no_fit_reason(row, unit)}")
+        return False
+    if xs.size == 0:
+        absent(ax, element, f"{prefix}: no run to draw it over")
         return False
     lo, hi = xs.min(), xs.max()
     if lo == hi:
         lo, hi = lo / 1.5, hi * 1.5
     grid = np.geomspace(lo, hi, 64)
-    ax.plot(grid, c * grid**e, ls="--", lw=0.9, color=color, label=label, zorder=2)
+    ax.plot(
+        grid, c * grid**e, ls="--", lw=0.9, color=color, label=_fit_label(row, prefix), zorder=2
+    )
+    drew(ax, element)
     return True
 
 
-def _tau_budget_arrays(
+def tau_budget_arrays(
     df: pd.DataFrame, x: str, tau: str = "tau", censored: str = "censored"
 ) -> tuple[np.ndarray, ...]:
-    """`_tau_points`' arrays: x, a tau column (the candidate tau, or another crossing with
+    """`tau_points`' arrays: x, a tau column (the candidate tau, or another crossing with
     its own censoring column), the budget (`steps`), censored and diverged."""
     floats = [df[c].to_numpy(float) for c in (x, tau, "steps")]
     return (*floats, *(df[c].to_numpy(bool) for c in (censored, "diverged")))
@@ -236,13 +305,13 @@ def _normalised_loss(m: pd.DataFrame, k: float) -> np.ndarray:
 
 
 def _value_at(steps: np.ndarray, values: np.ndarray, at: float) -> float:
-    ok = _finite(steps, values)
+    ok = all_finite(steps, values)
     if not ok.any() or not np.isfinite(at):
         return math.nan
     return float(np.interp(at, steps[ok], values[ok]))
 
 
-def _run_curves(
+def run_curves(
     ax_loss: Axes,
     ax_dz: Axes | None,
     m: pd.DataFrame,
@@ -264,12 +333,13 @@ def _run_curves(
     if ax_dz is not None:
         ax_dz.plot(steps, m["delta_z"].to_numpy(float), ls=ls, color=color, label=label)
     if row.get("diverged", False):
-        ok = _finite(steps, y)
+        ok = all_finite(steps, y)
         if ok.any():
             last = np.flatnonzero(ok)[-1]
             ax_loss.plot(
                 [steps[last]], [y[last]], ls="none", label=DIVERGED_LABEL, **DIVERGED_STYLE
             )
+            drew(ax_loss, "diverged")
         return False
     if not row["censored"]:
         t = row["tau"]
@@ -283,26 +353,28 @@ def _run_curves(
         return False
     kw = dict(marker="^", ls="none", mfc="none", mec=color, ms=5, mew=0.9)
     ax_loss.plot([b], [_value_at(steps, y, b)], **kw)
+    drew(ax_loss, "censored")
     if ax_dz is not None:
         ax_dz.plot([b], [_value_at(steps, m["delta_z"].to_numpy(float), b)], **kw)
     return True
 
 
-def _censored_runs_entry(run_ids: Iterable[str]) -> list[Line2D]:
-    """A legend entry naming censored runs that a step / tau axis cannot place."""
+def censored_runs_entry(ax: Axes, run_ids: Iterable[str]) -> list[Line2D]:
+    """A legend entry (for `ax`) naming censored runs that a step / tau axis cannot place."""
     ids = sorted({str(r) for r in run_ids})
     if not ids:
         return []
+    drew(ax, "censored_named")
     shown = ", ".join(ids[:4]) + (f" (+{len(ids) - 4})" if len(ids) > 4 else "")
     label = f"{CENSORED_LABEL}, not shown: {shown}"
     return [Line2D([], [], marker="^", ls="none", mfc="none", mec="0.3", ms=5, label=label)]
 
 
-def _tau_marker_handle() -> Line2D:
+def tau_marker_handle() -> Line2D:
     return Line2D([], [], marker="o", ls="none", color="0.3", mec="white", label="tau")
 
 
-def _tau_axes(ax: Axes, xlabel: str) -> None:
+def tau_axes(ax: Axes, xlabel: str) -> None:
     """Log-log axes of tau (steps) against `xlabel`."""
     ax.set_xscale("log")
     ax.set_yscale("log")
@@ -310,7 +382,7 @@ def _tau_axes(ax: Axes, xlabel: str) -> None:
     ax.set_ylabel("tau (steps)")
 
 
-def _threshold_lines(ax: Axes, thresholds: Iterable[float]) -> None:
+def threshold_lines(ax: Axes, thresholds: Iterable[float]) -> None:
     ax.axhline(1.0, color="0.4", ls=":", lw=0.8, label="log K (plateau)")
     for thr in sorted({float(t) for t in thresholds if np.isfinite(t)}):
         ax.axhline(thr, color="0.4", ls="--", lw=0.8, label=f"threshold {thr:g} log K")

@@ -17,56 +17,58 @@ from mbc.paper.figures.common import (
     DIVERGED_LABEL,
     ONE_COL,
     TWO_COL,
-    _as_bool,
-    _finite,
-    _fit_row,
-    _flag_col,
-    _fmt,
-    _metrics_rows,
-    _names,
-    _one_seed_per,
-    _tau_rows,
+    all_finite,
+    as_bool,
+    experiment_names,
+    fit_row,
+    flag_col,
+    fmt_value,
+    metrics_rows,
+    one_seed_per,
+    tau_rows,
 )
 from mbc.paper.figures.drawing import (
-    _censored_handle,
-    _colors,
-    _fit_line,
-    _legend,
-    _no_data,
-    _note,
-    _run_curves,
-    _tau_axes,
-    _tau_budget_arrays,
-    _tau_marker_handle,
-    _tau_points,
-    _threshold_lines,
+    add_legend,
+    censored_handle,
+    colors_for,
+    fit_line,
+    free_corner,
+    no_data,
+    note,
+    run_curves,
+    tau_axes,
+    tau_budget_arrays,
+    tau_marker_handle,
+    tau_points,
+    threshold_lines,
 )
-from mbc.paper.figures.registry import _register
+from mbc.paper.figures.drawn import drew
+from mbc.paper.figures.registry import paper_figure
 
 
-@_register("loss_curves", ["metrics", "tau"])
+@paper_figure("loss_curves")
 def fig_loss_curves(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """L_cand / log K and delta_z vs step of the `runs` experiments (E1), one seed per K
     (colour), tau marked."""
     fig, (ax, axd) = plt.subplots(1, 2, figsize=(TWO_COL, 2.6))
     ax.set_title("(a) candidate loss", loc="left")
     axd.set_title(r"(b) z-shuffle gap $\Delta_z$", loc="left")
-    names = _names(entry.experiments_of("runs"))
-    tau = _tau_rows(tables["tau"], entry.experiments_of("runs"))
-    m = _metrics_rows(tables["metrics"])
-    runs = _one_seed_per(tau[tau["run_id"].isin(set(m["run_id"]))], "k")
+    names = experiment_names(entry.experiments_of("runs"))
+    tau = tau_rows(tables["tau"], entry.experiments_of("runs"))
+    m = metrics_rows(tables["metrics"])
+    runs = one_seed_per(tau[tau["run_id"].isin(set(m["run_id"]))], "k")
     if runs.empty:
         what = f"no {names} runs in tau" if tau.empty else f"no metrics for {names} runs"
-        _no_data(ax, what)
-        _no_data(axd, what)
+        no_data(ax, what)
+        no_data(axd, what)
         return fig
-    colors = _colors(runs["k"])
+    colors = colors_for(runs["k"])
     any_cens = False
     for _, row in runs.iterrows():
         c = colors.get(float(row["k"]), "0.5")
-        lab = f"K={_fmt(row['k'])}"
-        any_cens |= _run_curves(ax, axd, m[m["run_id"] == row["run_id"]], row, color=c, label=lab)
-    _threshold_lines(ax, runs["threshold"])
+        lab = f"K={fmt_value(row['k'])}"
+        any_cens |= run_curves(ax, axd, m[m["run_id"] == row["run_id"]], row, color=c, label=lab)
+    threshold_lines(ax, runs["threshold"])
     for a in (ax, axd):
         a.set_xscale("log")
         a.set_xlabel("step")
@@ -77,7 +79,7 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figu
     handles = [h for h in ax.get_lines() if h.get_label().startswith(("log K", "threshold"))]
     diverged = [h for h in ax.get_lines() if h.get_label() == DIVERGED_LABEL][:1]
     ax.legend(
-        [*handles, _tau_marker_handle(), *([_censored_handle()] if any_cens else []), *diverged],
+        [*handles, tau_marker_handle(), *([censored_handle()] if any_cens else []), *diverged],
         [h.get_label() for h in handles]
         + ["tau"]
         + ([CENSORED_LABEL] if any_cens else [])
@@ -88,7 +90,7 @@ def fig_loss_curves(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figu
     return fig
 
 
-@_register("tau_vs_d", ["tau", "fits"])
+@paper_figure("tau_vs_d")
 def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """tau vs D of the `n_groups_fixed` (E1) and `d_fixed` (E2) experiments, with the `line`
     fit (tau_vs_d); the author's tau on his sampled evaluation (`tau_sampled`, where logged)
@@ -96,53 +98,54 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     inset: our tau vs K at each fixed D, with the `inset` fit (tau_vs_k, by d)."""
     fig, ax = plt.subplots(figsize=(ONE_COL, 4.4))
     n_fixed, d_fixed = entry.experiments_of("n_groups_fixed"), entry.experiments_of("d_fixed")
-    tau = _tau_rows(tables["tau"], n_fixed + d_fixed)
+    tau = tau_rows(tables["tau"], n_fixed + d_fixed)
     e1, e2 = tau[tau["experiment"].isin(n_fixed)], tau[tau["experiment"].isin(d_fixed)]
     if tau.empty:
-        _no_data(ax, f"no {_names(n_fixed + d_fixed)} runs")
+        no_data(ax, f"no {experiment_names(n_fixed + d_fixed)} runs")
         return fig
     any_cens = False
     for df, marker, color, label in (
-        (e1, "o", "C0", f"{_names(n_fixed)} (n_groups fixed, D ∝ K)"),
-        (e2, "s", "C1", f"{_names(d_fixed)} (fixed D)"),
+        (e1, "o", "C0", f"groups fixed, D ∝ K ({experiment_names(n_fixed)})"),
+        (e2, "s", "C1", f"D fixed ({experiment_names(d_fixed)})"),
     ):
         if df.empty:
             continue
-        _, nc = _tau_points(
-            ax, *_tau_budget_arrays(df, "d"), color=color, marker=marker, label=label
-        )
+        _, nc = tau_points(ax, *tau_budget_arrays(df, "d"), color=color, marker=marker, label=label)
         any_cens |= nc > 0
-    _fit_line(ax, _fit_row(tables["fits"], entry.fit_of("line")), tau["d"])
+    fit_line(ax, fit_row(tables["fits"], entry.fit_of("line")), tau["d"])
     if "tau_sampled" in tau and tau["tau_sampled"].notna().any():
         d, t = tau["d"].to_numpy(float), tau["tau_sampled"].to_numpy(float)
-        ok = _finite(d, t) & (t > 0) & ~tau["diverged"].to_numpy(bool)
+        ok = all_finite(d, t) & (t > 0) & ~tau["diverged"].to_numpy(bool)
         ax.scatter(d[ok], t[ok], marker="+", s=22, lw=0.8, color="C4", zorder=4,
                    label="author's tau (his sampled evaluation)")  # fmt: skip
-        author = _fit_row(tables["fits"], entry.fit_of("author_line"))
-        _fit_line(ax, author, tau["d"], color="C4", prefix="author's fit")
-    _tau_axes(ax, "dataset size D (examples)")
-    missing = [_names(e) for e, df in ((n_fixed, e1), (d_fixed, e2)) if df.empty]
+        drew(ax, "author")
+        author = fit_row(tables["fits"], entry.fit_of("author_line"))
+        fit_line(ax, author, tau["d"], color="C4", prefix="author's fit", element="author_fit")
+    tau_axes(ax, "dataset size D (examples)")
+    missing = [experiment_names(e) for e, df in ((n_fixed, e1), (d_fixed, e2)) if df.empty]
     if missing:
-        _note(ax, "missing: " + ", ".join(missing))
+        note(ax, "missing: " + ", ".join(missing))
 
     # Inset: tau vs K at each fixed D (E2's); its entries join the main legend ("inset").
-    ins = ax.inset_axes([0.12, 0.62, 0.34, 0.34])
+    # In the corner where it covers no point of the main panel (the fewest, if none is free)
+    ins = ax.inset_axes(free_corner(ax, (0.34, 0.34)))
     ins.tick_params(labelsize=6.5, length=2, pad=1)
     if e2.empty:
-        _no_data(ins, f"no {_names(d_fixed)}")
+        no_data(ins, f"no {experiment_names(d_fixed)}")
     else:
-        dcol = _colors(e2["d"], "cividis")
+        dcol = colors_for(e2["d"], "cividis")
+        drew(ins, "inset")
         for d, g in e2.groupby("d"):
             c = dcol.get(float(d), "0.5")
-            _, nc = _tau_points(ins, *_tau_budget_arrays(g, "k"), color=c, marker="s", size=8)
+            _, nc = tau_points(ins, *tau_budget_arrays(g, "k"), color=c, marker="s", size=8)
             any_cens |= nc > 0
             # Direct label at the right-most point of the series (no legend inside the inset).
             xs = np.where(g["censored"], g["steps"], g["tau"]).astype(float)
-            ok = _finite(g["k"], xs) & (xs > 0)
+            ok = all_finite(g["k"], xs) & (xs > 0)
             if ok.any():
                 i = int(np.argmax(np.where(ok, g["k"], -np.inf)))
                 ins.annotate(
-                    f"D={_fmt(d)}",
+                    f"D={fmt_value(d)}",
                     (g["k"].iloc[i], xs[i]),
                     xytext=(3, 0),
                     textcoords="offset points",
@@ -150,18 +153,18 @@ def fig_tau_vs_d(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
                     color=c,
                     va="center",
                 )
-            row = _fit_row(tables["fits"], f"{entry.fit_of('inset')}_at_d{_fmt(d)}")
-            if row is not None:
-                _fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={_fmt(d)}")
+            row = fit_row(tables["fits"], f"{entry.fit_of('inset')}_at_d{fmt_value(d)}")
+            fit_line(ins, row, g["k"], color=c, prefix=f"inset, D={fmt_value(d)}",
+                      element="inset_fit")  # fmt: skip
         ins.set_xscale("log")
         ins.set_yscale("log")
         ins.set_xlabel("K", fontsize=6.5, labelpad=0)
         ins.set_ylabel("tau", fontsize=6.5, labelpad=0)
-    _legend(ax, censored=any_cens, also=[ins], below=True)
+    add_legend(ax, censored=any_cens, also=[ins], below=True)
     return fig
 
 
-@_register("noise", ["tau", "fits"])
+@paper_figure("noise")
 def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """Noise sweeps in two rows. Top, the author's statistics, which the lr and batch rows
     and H2 read: (a) the transition window on his sampled evaluation against lr (the `lr`
@@ -171,11 +174,14 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     ours: (d-f) the candidate tau against the same (fits `lr`, `batch_steps`,
     `batch_examples`). A window that never closed, or closed without a start, has no
     duration: it is left out (his script drops it) and counted in the panel."""
-    lr, batch = _names(entry.experiments_of("lr")), _names(entry.experiments_of("batch_size"))
+    lr, batch = (
+        experiment_names(entry.experiments_of("lr")),
+        experiment_names(entry.experiments_of("batch_size")),
+    )
     fig, axes = plt.subplots(2, 3, figsize=(TWO_COL, 6.6))
     fits = tables["fits"]
-    e6 = _tau_rows(tables["tau"], entry.experiments_of("lr"))
-    e7 = _tau_rows(tables["tau"], entry.experiments_of("batch_size"))
+    e6 = tau_rows(tables["tau"], entry.experiments_of("lr"))
+    e7 = tau_rows(tables["tau"], entry.experiments_of("batch_size"))
     rows = (
         ("author's", "author_", ("window", "transition_duration_sampled"), "logged 1st-target tau"),
         ("ours", "", ("candidate tau", "tau"), "candidate tau"),
@@ -186,10 +192,10 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
         a.set_title(f"({letters[0]}) {whose}: {lr_what}, {lr}", loc="left")
         b.set_title(f"({letters[1]}) {whose}: {batch_what}, {batch}", loc="left")
         c.set_title(f"({letters[2]}) the same in examples", loc="left")
-        _noise_lr(a, e6, lr, lr_col, _fit_row(fits, entry.fit_of(f"{role}lr")))
+        _noise_lr(a, e6, lr, lr_col, fit_row(fits, entry.fit_of(f"{role}lr")), letters[0])
         if e7.empty:
-            _no_data(b, f"no {batch} runs")
-            _no_data(c, f"no {batch} runs")
+            no_data(b, f"no {batch} runs")
+            no_data(c, f"no {batch} runs")
             continue
         first = role == "author_"
         _noise_batch(
@@ -199,28 +205,31 @@ def fig_noise(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     return fig
 
 
-def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series | None) -> None:
-    """One lr panel: `col` per run (tau, or the author's sampled window) and its fit."""
+def _noise_lr(
+    ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series | None, letter: str
+) -> None:
+    """One lr panel (`letter`): `col` per run (tau, or the author's sampled window) and its
+    fit."""
     if e6.empty:
-        _no_data(ax, f"no {names} runs")
+        no_data(ax, f"no {names} runs")
         return
     if col == "tau":
-        _, nc = _tau_points(ax, *_tau_budget_arrays(e6, "lr"), color="C0", label=f"{names} runs")
+        _, nc = tau_points(ax, *tau_budget_arrays(e6, "lr"), color="C0", label=f"runs ({names})")
         censored = nc > 0
     else:
         y = e6[col].to_numpy(float) if col in e6 else np.full(len(e6), np.nan)
-        never = _flag_col(e6, "transition_sampled_censored")
+        never = flag_col(e6, "transition_sampled_censored")
         dv = e6["diverged"].to_numpy(bool)
         closed = (
             e6["transition_end_sampled"].notna().to_numpy()
             if "transition_end_sampled" in e6
             else np.zeros(len(e6), bool)
         )
-        ok = _finite(e6["lr"], y) & (y > 0) & ~dv
+        ok = all_finite(e6["lr"], y) & (y > 0) & ~dv
         if not ok.any():
-            _no_data(ax, "no sampled windows")
+            no_data(ax, "no sampled windows")
             return
-        ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"{names} runs")
+        ax.scatter(e6["lr"][ok], y[ok], s=16, color="C3", marker="D", label=f"runs ({names})")
         rest = ~ok & ~never & ~dv
         left = [
             f"{n} {what}"
@@ -233,14 +242,15 @@ def _noise_lr(ax: Axes, e6: pd.DataFrame, names: str, col: str, fit: pd.Series |
             if n
         ]
         if left:
-            _note(ax, "not drawn:\n" + "\n".join(left), loc="lower right")
+            note(ax, "not drawn:\n" + "\n".join(left), loc="lower right")
+            drew(ax, "windows_not_drawn")
         censored = False
-    _fit_line(ax, fit, e6.loc[~e6["diverged"], "lr"])
+    fit_line(ax, fit, e6.loc[~e6["diverged"], "lr"], prefix=f"({letter}) fit")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("learning rate")
     ax.set_ylabel("window (steps)" if col != "tau" else "tau (steps)")
-    _legend(ax, censored=censored, below=True)
+    add_legend(ax, censored=censored, below=True)
 
 
 def _noise_batch(
@@ -256,73 +266,73 @@ def _noise_batch(
     """The batch panels of one row: `what` (the author's logged first-target tau when
     `first`, else the candidate tau) in steps (b) and in examples seen (c), one colour and
     fit per K."""
-    kcol = _colors(e7["k"])
+    kcol = colors_for(e7["k"])
     cens = {"b": False, "c": False}
     cols = ("first_target_tau_log", "first_target_log_censored") if first else ("tau", "censored")
     for k, g in e7.groupby("k"):
-        g = g.assign(**{cols[1]: _as_bool(g[cols[1]]) | g[cols[0]].isna()})
+        g = g.assign(**{cols[1]: as_bool(g[cols[1]]) | g[cols[0]].isna()})
         col = kcol.get(float(k), "0.5")
-        x, t, budget, cen, dv = _tau_budget_arrays(g, "batch_size", *cols)
-        _, nc = _tau_points(b, x, t, budget, cen, dv, color=col, label=f"K={_fmt(k)}")
+        x, t, budget, cen, dv = tau_budget_arrays(g, "batch_size", *cols)
+        _, nc = tau_points(b, x, t, budget, cen, dv, color=col, label=f"K={fmt_value(k)}")
         cens["b"] |= nc > 0
         # Display only: examples seen = steps x batch size (tau and budget alike).
-        _, nc = _tau_points(c, x, t * x, budget * x, cen, dv, color=col, label=f"K={_fmt(k)}")
+        _, nc = tau_points(c, x, t * x, budget * x, cen, dv, color=col, label=f"K={fmt_value(k)}")
         cens["c"] |= nc > 0
         for ax, name in ((b, steps_fit), (c, examples_fit)):
-            _fit_line(ax, _fit_row(fits, f"{name}_at_k{_fmt(k)}"), g["batch_size"], color=col,
-                      prefix=f"K={_fmt(k)} fit")  # fmt: skip
+            fit_line(ax, fit_row(fits, f"{name}_at_k{fmt_value(k)}"), g["batch_size"], color=col,
+                      prefix=f"K={fmt_value(k)} fit")  # fmt: skip
     for ax, key, ylabel in ((b, "b", f"{what} (steps)"), (c, "c", f"{what} x batch")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("batch size")
         ax.set_ylabel(ylabel)
-        _legend(ax, censored=cens[key], below=True)
+        add_legend(ax, censored=cens[key], below=True)
 
 
-@_register("init_scale", ["tau", "fits"])
+@paper_figure("init_scale")
 def fig_init_scale(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figure:
     """(a) tau vs init std of the `sweep` experiments (E15) with the `sweep` fit; (b) tau vs
     D under the default init (`default_init`: E1 + E2) and the alternative (`alternative_init`:
     E15_E1 + E15_E2), each with its role's fit."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(TWO_COL, 3.0))
     fits = tables["fits"]
-    names = _names(entry.experiments_of("sweep"))
-    sweep = _tau_rows(tables["tau"], entry.experiments_of("sweep"))
+    names = experiment_names(entry.experiments_of("sweep"))
+    sweep = tau_rows(tables["tau"], entry.experiments_of("sweep"))
     any_cens = False
     placed = 0  # runs a log-log panel can place (a tau, or a budget > 0 if censored)
     if sweep.empty:
-        _no_data(a, f"no {names} runs")
+        no_data(a, f"no {names} runs")
     else:
-        no, nc = _tau_points(
-            a, *_tau_budget_arrays(sweep, "init_std"), color="C2", label=f"{names} runs"
+        no, nc = tau_points(
+            a, *tau_budget_arrays(sweep, "init_std"), color="C2", label=f"runs ({names})"
         )
         any_cens |= nc > 0
         if no + nc == 0:
-            _no_data(a, f"no {names} run with a tau or a budget > 0")
+            no_data(a, f"no {names} run with a tau or a budget > 0")
         else:
-            _fit_line(a, _fit_row(fits, entry.fit_of("sweep")), sweep["init_std"])
+            fit_line(a, fit_row(fits, entry.fit_of("sweep")), sweep["init_std"])
             _tau_panel(a, "init std (every weight matrix)", "(a) tau vs init scale", any_cens)
     drawn = False
     for role, color, marker, label in (
         ("default_init", "C0", "o", "default init"),
         ("alternative_init", "C3", "s", "alternative init"),
     ):
-        df = _tau_rows(tables["tau"], entry.experiments_of(role)).drop_duplicates("run_id")
+        df = tau_rows(tables["tau"], entry.experiments_of(role)).drop_duplicates("run_id")
         if df.empty:
             continue
         scheme = ", ".join(sorted(set(df["init"].astype(str))))
-        no, nc = _tau_points(
-            b, *_tau_budget_arrays(df, "d"), color=color, marker=marker, label=f"{label} ({scheme})"
+        no, nc = tau_points(
+            b, *tau_budget_arrays(df, "d"), color=color, marker=marker, label=f"{label} ({scheme})"
         )
         any_cens |= nc > 0
         placed += no + nc
-        _fit_line(b, _fit_row(fits, entry.fit_of(role)), df["d"], color=color, prefix=label)
+        fit_line(b, fit_row(fits, entry.fit_of(role)), df["d"], color=color, prefix=label)
         drawn = True
     if not drawn or not placed:
         both = " or ".join(
-            _names(entry.experiments_of(r)) for r in ("default_init", "alternative_init")
+            experiment_names(entry.experiments_of(r)) for r in ("default_init", "alternative_init")
         )
-        _no_data(b, f"no {both} run with a tau or a budget > 0")
+        no_data(b, f"no {both} run with a tau or a budget > 0")
     else:
         _tau_panel(b, "dataset size D (examples)", "(b) tau vs D under both inits", any_cens)
     return fig
@@ -330,6 +340,6 @@ def fig_init_scale(tables: dict[str, pd.DataFrame], entry: FigureEntry) -> Figur
 
 def _tau_panel(ax: Axes, xlabel: str, title: str, censored: bool) -> None:
     """Log-log axes of tau (steps) against `xlabel`, titled, legend below."""
-    _tau_axes(ax, xlabel)
+    tau_axes(ax, xlabel)
     ax.set_title(title, fontsize=8)
-    _legend(ax, censored=censored, below=True)
+    add_legend(ax, censored=censored, below=True)
