@@ -1235,8 +1235,10 @@ def test_a_missing_log_of_a_finished_run_retrains_it_and_the_banner_counts_it(sm
     out = _copy(smoke, tmp_path)
     run = _a_finished_run(out)
     (out / "runs" / run / "state" / "log.jsonl").unlink()
-    res = _tables(out, "--allowed-rules", "train", "summarize_run", "tau_table", "aggregate",
-                  "statistics", "hypotheses", "scorecard", "routing_heads", "fits")  # fmt: skip
+    # (the tables alone: the figures and tex built from the old tau.csv are deleted by the
+    # repair, stale, and a later `all` rebuilds them; --allowed-rules would refuse `all`'s
+    # missing inputs even with other targets named)
+    res = _tables(out)
     assert f"{N_SMOKE - 1} trained, 1 to train" in res.stderr
     assert "log.jsonl: missing beside the run's tables: the run is trained again" in res.stderr
     assert (out / "runs" / run / "state" / "log.jsonl").is_file()

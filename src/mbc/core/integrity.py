@@ -46,8 +46,9 @@ from mbc.core.artifacts import (
     read_sidecar,
     read_sidecar_sha256,
     sha256_file,
+    sidecar,
 )
-from mbc.core.built_by import OUTDATED, derived_files, differs, other_inputs
+from mbc.core.built_by import MISSING_INPUT, OUTDATED, derived_files, differs, other_inputs
 from mbc.core.layout import METRICS, RunPaths
 from mbc.core.runlog import damage, finished, read_log
 
@@ -341,15 +342,35 @@ def repair_all(
     """The start-up's whole repair, one console line per action: the outdir's altered tables
     moved aside (`move_aside`), then the runs' broken links (`repair`, which also moves the
     unverified tables aside), then, pass after pass, every derived file built from one of
-    them, now missing (`altered_tables`; `checked`: its `built_under` and `inputs_of`).
+    them, now missing (`altered_tables`, deleted by `drop_stale`; `checked`: its
+    `built_under` and `inputs_of`).
     Snakemake does not rebuild a missing file under a present one it trusts (a deleted tau.csv
     under statistics.csv, when scorecard.csv is asked for): each file on the way from the
     damage to any target must be missing for the DAG to rebuild it. Under `dry_run` nothing
     changes and the lines say what a real run would do (its first pass only)."""
     lines = [*move_aside(altered, dry_run), *repair(findings, runs, aggregates, dry_run, built)]
     while lines and not dry_run and (more := altered_tables(outdir, built=built, **checked)):
-        lines += move_aside(more)
+        lines += drop_stale(more)
     return [f"mbc: repair: {x}" for x in lines]
+
+
+def drop_stale(found: list[tuple[Path, str]]) -> list[str]:
+    """Delete each derived file built from one the repair removed, with its sidecar: it is
+    regenerable and now stale, and Snakemake would not rebuild the removed file under it.
+    Any other finding (an edited table) is moved aside, as before (`move_aside`)."""
+    stale = [p for p, why in found if why.endswith(MISSING_INPUT)]
+    lines = move_aside([f for f in found if f[0] not in stale])
+    for p in stale:
+        p.unlink()
+        sidecar(p).unlink(missing_ok=True)
+    if stale:  # one line: they are many (every figure above a rebuilt tau.csv), and derived
+        names = ", ".join(p.name for p in stale[:MAX_LISTED])
+        more = f" and {len(stale) - MAX_LISTED} more" if len(stale) > MAX_LISTED else ""
+        lines.append(
+            f"{len(stale)} file(s) built from what the repair removed, deleted so that they "
+            f"are rebuilt: {names}{more}"
+        )
+    return lines
 
 
 def repair(
