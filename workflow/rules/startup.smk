@@ -1,30 +1,38 @@
-# What an invocation does before its first job, in two halves (mbc.core.integrity; the
-# outdir lock, mbc.core.outdir_hold):
+# What an invocation does before Snakemake plans its first job, all while the Snakefile is
+# parsed, in the main process (mbc.core.integrity; the outdir lock, mbc.core.outdir_hold;
+# which invocation runs jobs, mbc.core.invocation):
 #
-# - first, while another invocation holds the outdir, it stops in one line (a dry run goes on
-#   and says so): that one's jobs change the files this one would plan from;
-# - while the Snakefile is parsed, it only reads: every run's chain of files is checked
-#   (`scan`), the jobs of the broken links are forced (so that Snakemake runs `onstart`
-#   even under up-to-date tables), and the banner says what is about to happen, untimed.
-#   A dry run (-n: Snakemake's own flag) lists what the repair would do; `-n`, `--lint`
-#   and `--list-changes` change nothing and time nothing;
-# - in `onstart`, which Snakemake runs only when it runs jobs: the outdir is held (one
-#   invocation at a time) and checked writable, the repair moves damage aside and deletes
-#   what derives from it, and, if it did, Snakemake starts again on the same command line
-#   (once) so that its DAG is planned from the repaired files: a file moved aside under an
-#   up-to-date table would otherwise not be rebuilt. Then the banner's timed lines.
+# - an invocation that runs jobs checks that the outdir can be written and holds it (one
+#   invocation at a time, for the life of this process), or stops in one line; any other
+#   invocation stops in one line while another holds it (its jobs change the files this one
+#   would read), except a dry run, which goes on and says so;
+# - every run's chain of files is checked (`scan`), and the outdir's tables against their
+#   checksums and settings; an invocation that runs jobs then repairs: damage is moved aside
+#   and what derives from it deleted, so that Snakemake, planning its DAG from the repaired
+#   outdir afterwards, rebuilds all of it in this same process. A dry run (-n, Snakemake's
+#   own setting) lists what the repair would do; a dry run, `--lint`, `--summary`,
+#   `--list-changes` and the other inspection commands change nothing and time nothing;
+# - the banner says what is about to happen, untimed; in `onstart` (Snakemake runs it only
+#   when it runs jobs) come the checks that need the executor and the banner's timed lines.
 import mbc.core.integrity
+import mbc.core.invocation
 import mbc.core.outdir_hold
 import mbc.planning.banner
 import mbc.core.runlog
 import mbc.stored_runs
 
 if MAIN_PROCESS:
-    # another invocation holds the outdir: stop before planning from files it is changing
-    # (its jobs replace and delete outputs while this one would read them); a dry run only
-    # reads, so it goes on and says so
-    if mbc.core.outdir_hold.held_elsewhere(OUT):
-        if not workflow.output_settings.dryrun:
+    _DRY_RUN = workflow.output_settings.dryrun  # -n/--dry-run, or dryrun: in a profile
+    # True: the invocation runs jobs (repairs); False: a dry run or an inspection command
+    # (changes nothing); None: not Snakemake's command line (changes nothing, says so)
+    _RUNS_JOBS = mbc.core.invocation.runs_jobs(workflow)
+    if _RUNS_JOBS:
+        # checked writable, then held: before the store, the check and the repair touch it
+        mbc.core.outdir_hold.take_outdir(OUT)
+    elif mbc.core.outdir_hold.held_elsewhere(OUT):
+        # another invocation holds the outdir: stop before planning from files it is
+        # changing; a dry run only reads, so it goes on and says so
+        if not _DRY_RUN:
             sys.exit(mbc.core.outdir_hold.busy_line(OUT))
         print(
             f"mbc: another snakemake is running on {OUT}/: this dry run reads files it may "
@@ -33,9 +41,9 @@ if MAIN_PROCESS:
         )
     # the run store (mbc.stored_runs): the stored runs that the outdir lacks come back before
     # anything is checked or planned, so that none of them trains and none of their
-    # diagnostics reruns; a dry run only counts them
-    _STORE = mbc.stored_runs.restore(CFG, dry_run=workflow.output_settings.dryrun)
-    for line in _STORE.lines(dry_run=workflow.output_settings.dryrun):
+    # diagnostics reruns; an invocation that runs no jobs only counts them
+    _STORE = mbc.stored_runs.restore(CFG, dry_run=not _RUNS_JOBS)
+    for line in _STORE.lines(dry_run=not _RUNS_JOBS):
         print(line, file=sys.stderr)
     _RUNS = [
         mbc.core.integrity.RunFiles(
@@ -91,34 +99,42 @@ if MAIN_PROCESS:
     # the files the workflow builds: one without its sidecar is rebuilt, a user's own left;
     # one deleted takes the tables built from it along (superseded, rebuilt after it)
     _TABLES_BUILT = {Path(t) for t in ALL_TARGETS}
+    # the stacked tables against the runs they stack now (`only=` changed since)
+    _INPUTS_OF = {
+        Path(L.table("tau")): [L.summary(r) for r in SPECS],
+        **{Path(L.table(t)): files for t, files in TABLES.items()},
+    }
     _ALTERED = mbc.core.integrity.altered_tables(
         OUT,
         skip=_SKIP,
         rebuilt=_AGGREGATES,
         built=_TABLES_BUILT,
         built_under=_BUILT_UNDER,
-        # the stacked tables against the runs they stack now (`only=` changed since)
-        inputs_of={
-            Path(L.table("tau")): [L.summary(r) for r in SPECS],
-            **{Path(L.table(t)): files for t, files in TABLES.items()},
-        },
+        inputs_of=_INPUTS_OF,
     )
     _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
-    # jobs for the broken links, forced, so that Snakemake runs `onstart` (the repair) even
-    # where the tables above them look up to date; once repaired, it plans again
-    mbc.core.integrity.force_when_planned(
-        workflow,
-        mbc.core.integrity.first_broken_outputs(_FINDINGS, _RUNS)
-        | {p for p in _UNVERIFIED if p in _TABLES_BUILT}
-        | {p for p, _ in _ALTERED if p in _TABLES_BUILT},
-    )
-    if workflow.output_settings.dryrun:
-        for line in mbc.core.integrity.move_aside(_ALTERED, dry_run=True):
-            print(f"mbc: repair: {line}", file=sys.stderr)
-        for line in mbc.core.integrity.repair(
-            _FINDINGS, _RUNS, _AGGREGATES, dry_run=True, built=_TABLES_BUILT
+    # the repair, before Snakemake plans: every file it moves aside or deletes is missing
+    # when the DAG is built, so Snakemake rebuilds it and reruns what derives from it; a
+    # dry run lists it, an inspection command neither lists nor changes
+    if _RUNS_JOBS or _DRY_RUN:
+        for line in mbc.core.integrity.repair_all(
+            OUT,
+            _ALTERED,
+            _FINDINGS,
+            _RUNS,
+            _AGGREGATES,
+            _TABLES_BUILT,
+            dry_run=not _RUNS_JOBS,
+            built_under=_BUILT_UNDER,
+            inputs_of=_INPUTS_OF,
         ):
-            print(f"mbc: repair: {line}", file=sys.stderr)
+            print(line, file=sys.stderr)
+    elif _RUNS_JOBS is None and (_FINDINGS or _ALTERED or _UNVERIFIED):
+        print(
+            f"mbc: repair: skipped: {OUT}/ has damaged or outdated files, and this is not "
+            "Snakemake's command line, which alone says whether jobs run: run snakemake on it",
+            file=sys.stderr,
+        )
     # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
     # to start; say which outdir and how to clear it
     if not mbc.core.outdir_hold.outdir_in_use(OUT) and mbc.core.outdir_hold.stale_lock(
@@ -130,8 +146,8 @@ if MAIN_PROCESS:
             file=sys.stderr,
         )
     # What this invocation is about to do (also under -n). Untimed: the steps/s and the
-    # wall time come in `onstart`. A run whose resume state the repair will move aside
-    # counts as to train.
+    # wall time come in `onstart`. A run whose resume state the repair moved aside (or would
+    # move) counts as to train.
     for line in mbc.planning.banner.banner_lines(
         CFG,
         cores=workflow.resource_settings.cores,
@@ -173,24 +189,6 @@ onstart:
             f"mbc: config key 'threads' = {CFG.raw['threads']}: more than this machine's "
             f"{os.cpu_count()} cores (threads per training job)"
         )
-    # an outdir nothing can be written to (read-only, not a directory): one line
-    if why := mbc.core.artifacts.unwritable(OUT):
-        sys.exit(f"mbc: outdir '{OUT}' cannot be written to: {why}")
-    # one invocation per outdir, whatever path reached it: a second one would rerun the
-    # jobs the first is running
-    if not mbc.core.outdir_hold.hold_outdir(OUT):
-        sys.exit(mbc.core.outdir_hold.busy_line(OUT))
-    for line in mbc.core.integrity.move_aside(_ALTERED):
-        print(f"mbc: repair: {line}", file=sys.stderr)
-    for line in mbc.core.integrity.repair(
-        _FINDINGS, _RUNS, _AGGREGATES, built=_TABLES_BUILT
-    ):
-        print(f"mbc: repair: {line}", file=sys.stderr)
-    if (_FINDINGS or _ALTERED or _UNVERIFIED) and not os.environ.get(
-        mbc.core.integrity.REPLANNED
-    ):
-        print("mbc: repair: done; planning the jobs again", file=sys.stderr)
-        mbc.core.integrity.replan(workflow)
     for line in mbc.planning.banner.timing_lines(
         CFG,
         cores=workflow.resource_settings.cores,

@@ -20,6 +20,7 @@ from mbc.core.artifacts import (
 
 # how `differs` and `other_inputs` begin a reason for a file that is intact but outdated
 OUTDATED = ("was built under other settings", "holds ")
+MISSING_INPUT = ", which is missing"  # a file built from one that is gone
 
 
 def derived_files(outdir: str | os.PathLike) -> list[Path]:
@@ -63,7 +64,7 @@ def differs(
             continue  # rebuilt first, then this table again (its input is newer)
         if not src.is_file() and src in built:
             # intact, built from a table since deleted: goes with it, rebuilt after it
-            return f"holds what {rel} gave, which is missing"
+            return f"holds what {rel} gave{MISSING_INPUT}"
         if not src.is_file():
             return f"was built from {rel}, which this outdir does not have, by its checksum"
         if digest_of(src) != digest and src.stat().st_mtime <= path.stat().st_mtime:

@@ -13,8 +13,10 @@ outdir's (a file swapped in with its own sidecar), a run's table or diagnostic w
 sidecar is gone while the run's tables have theirs, a log with a line that is not JSON
 before its last, a snapshot listed in checkpoints.csv that is missing (or, with
 `verify=full`, whose sha256 differs from the index) in a run that a diagnostic reads. A
-dry run lists what the repair would do, and changes nothing. In `onstart` (Snakemake runs
-it only when it runs jobs), under the outdir's hold, `repair` moves a corrupt file aside
+dry run lists what the repair would do, and changes nothing; an inspection command
+(`--lint`, `--summary`, ...) neither lists nor changes. An invocation that runs jobs repairs
+while the Snakefile is parsed, under the outdir's hold (`outdir_hold.take_outdir`), before
+Snakemake plans anything: `repair` moves a corrupt file aside
 (`*.corrupt-<time>`, nothing is lost; an outdir table without a sidecar,
 `*.unverified-<time>`), deletes what was derived from it (the run's later links and the
 aggregated tables, all regenerable) and keeps `state/` (training resumes from it) unless a
@@ -23,16 +25,16 @@ CPU; its old `state/` is kept as `state.corrupt-<time>`, or `state.replaced-<tim
 its snapshots were only missing, as for a run trained on a lent device). A packed run
 (`pack.enabled`) to be trained again also has its pack's manifest deleted, so that its pack
 runs again. The outdir's own tables are checked the same way (`altered_tables`, `move_aside`,
-`unverified_tables`). Snakemake then starts again on the same command line (`replan`), and
-the DAG it plans from the repaired files rebuilds exactly the broken chain and every table
-depending on it.
+`unverified_tables`). Every file a repair touches is then missing, and so is every
+aggregated table above a broken run: Snakemake, planning from the repaired outdir, rebuilds
+the missing files that the targets need, and every job downstream of a rebuilt file runs
+again, in this one process (no forced job, no second start).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -44,10 +46,10 @@ from mbc.core.artifacts import (
     read_sidecar,
     read_sidecar_sha256,
     sha256_file,
+    sidecar,
 )
-from mbc.core.built_by import OUTDATED, derived_files, differs, other_inputs
+from mbc.core.built_by import MISSING_INPUT, OUTDATED, derived_files, differs, other_inputs
 from mbc.core.layout import METRICS, RunPaths
-from mbc.core.outdir_hold import hand_over
 from mbc.core.runlog import damage, finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
@@ -107,7 +109,7 @@ def scan(
     tables exist, or that has any file of its own. A later link merely absent before any
     table built from it exists (a trained run whose summary or a diagnostic is still to
     come, as in a long run stopped and resumed) is no finding: the tables' jobs want it, so
-    Snakemake builds it, and a repair there would only plan the jobs again. Built from the
+    Snakemake builds it: there is nothing to repair. Built from the
     summaries and diagnostics: every aggregated table but metrics.csv (the train link's)."""
     tables_exist = any(p.exists() for p in aggregates)
     later_tables_exist = any(p.exists() for p in aggregates if p.name != METRICS)
@@ -327,55 +329,48 @@ def _pack_again(f: RunFiles, fd: Finding) -> bool:
     )
 
 
-REPLANNED = "MBC_REPLANNED"  # set in the environment of a Snakemake started again by `replan`
+def repair_all(
+    outdir: str | os.PathLike,
+    altered: list[tuple[Path, str]],
+    findings: list[Finding],
+    runs: list[RunFiles],
+    aggregates: list[Path],
+    built: set[Path],
+    dry_run: bool = False,
+    **checked,
+) -> list[str]:
+    """The start-up's whole repair, one console line per action: the outdir's altered tables
+    moved aside (`move_aside`), then the runs' broken links (`repair`, which also moves the
+    unverified tables aside), then, pass after pass, every derived file built from one of
+    them, now missing (`altered_tables`, deleted by `drop_stale`; `checked`: its
+    `built_under` and `inputs_of`).
+    Snakemake does not rebuild a missing file under a present one it trusts (a deleted tau.csv
+    under statistics.csv, when scorecard.csv is asked for): each file on the way from the
+    damage to any target must be missing for the DAG to rebuild it. Under `dry_run` nothing
+    changes and the lines say what a real run would do (its first pass only)."""
+    lines = [*move_aside(altered, dry_run), *repair(findings, runs, aggregates, dry_run, built)]
+    while lines and not dry_run and (more := altered_tables(outdir, built=built, **checked)):
+        lines += drop_stale(more)
+    return [f"mbc: repair: {x}" for x in lines]
 
 
-def force_when_planned(workflow, paths: set[Path]) -> bool:
-    """Have Snakemake force the jobs that write `paths` (its `forcerun`) when it plans its
-    DAG, so that an invocation whose targets look up to date still runs `onstart`, where
-    the repair is (Snakemake runs it only when it runs jobs; a broken run under an
-    up-to-date table would otherwise be "Nothing to be done"). The Snakefile cannot set it
-    itself: Snakemake hands the workflow its DAG settings only after parsing it. A dry run
-    lists the forced jobs and changes nothing. False where this Snakemake plans otherwise
-    (the repair then waits for an invocation that runs a job)."""
-    prepare = getattr(workflow, "_prepare_dag", None)
-    if prepare is None or not paths:
-        return False
-
-    def with_forced(*args, **kwargs):
-        settings = workflow.dag_settings
-        settings.forcerun = frozenset({*settings.forcerun, *map(str, paths)})
-        return prepare(*args, **kwargs)
-
-    workflow._prepare_dag = with_forced
-    return True
-
-
-def first_broken_outputs(findings: list[Finding], runs: list[RunFiles]) -> set[Path]:
-    """The outputs of each run's first broken link (a dataset or a diagnostic is its own
-    output; a snapshot, a log or a run directory belongs to the train link)."""
-    by_id = {f.run_id: f for f in runs}
-    out: set[Path] = set()
-    for fd in findings:
-        f = by_id[fd.run_id]
-        out.update({0: [fd.path], 1: f.train, 2: [f.summary], 3: [fd.path]}[fd.level])
-    return out
-
-
-def replan(workflow) -> None:
-    """Start this Snakemake process again on its own command line, once (`REPLANNED`), so
-    that the DAG is planned from the files the repair left: Snakemake planned this one
-    before `onstart`, from the damaged outdir. Its lock files are removed first (the new
-    process takes them again); the outdir lock goes across the exec, to `hold_outdir`."""
-    os.environ[REPLANNED] = "1"
-    hand_over()
-    workflow.persistence.unlock()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    argv = sys.argv
-    if Path(argv[0]).name == "__main__.py":  # `python -m snakemake ...`
-        argv = ["-m", "snakemake", *argv[1:]]
-    os.execv(sys.executable, [sys.executable, *argv])
+def drop_stale(found: list[tuple[Path, str]]) -> list[str]:
+    """Delete each derived file built from one the repair removed, with its sidecar: it is
+    regenerable and now stale, and Snakemake would not rebuild the removed file under it.
+    Any other finding (an edited table) is moved aside, as before (`move_aside`)."""
+    stale = [p for p, why in found if why.endswith(MISSING_INPUT)]
+    lines = move_aside([f for f in found if f[0] not in stale])
+    for p in stale:
+        p.unlink()
+        sidecar(p).unlink(missing_ok=True)
+    if stale:  # one line: they are many (every figure above a rebuilt tau.csv), and derived
+        names = ", ".join(p.name for p in stale[:MAX_LISTED])
+        more = f" and {len(stale) - MAX_LISTED} more" if len(stale) > MAX_LISTED else ""
+        lines.append(
+            f"{len(stale)} file(s) built from what the repair removed, deleted so that they "
+            f"are rebuilt: {names}{more}"
+        )
+    return lines
 
 
 def repair(

@@ -1,45 +1,38 @@
 """One invocation at a time on an outdir: the lock `<outdir>/.mbc/outdir.lock`.
 
-The main Snakemake process takes it in `onstart` (`hold_outdir`) and keeps it until it exits,
-across `replan`'s exec (`HELD_FD`); while the Snakefile is parsed it only probes
-(`held_elsewhere`, `outdir_in_use`), so that planning holds nothing. `stale_lock` tells a
-killed run's Snakemake locks from a live invocation's. The repair that runs under the lock is
-`mbc.core.integrity`'s.
+The main Snakemake process of an invocation that runs jobs takes it while the Snakefile is
+parsed (`take_outdir`), before it repairs or plans anything, and keeps it until it exits; any
+other invocation (a dry run, `--lint`, `--summary`, ...) only probes (`held_elsewhere`,
+`outdir_in_use`) and holds nothing. `stale_lock` tells a killed run's Snakemake locks from a
+live invocation's, to say how to clear them (a message only: nothing depends on Snakemake's
+lock format). The repair that runs under the lock is `mbc.core.integrity`'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import os
 import time
 from pathlib import Path
 
 from mbc.core import run_lock
+from mbc.core.artifacts import unwritable
 from mbc.core.layout import Layout
 
-HELD_FD = "MBC_OUTDIR_LOCK_FD"  # `<lock path>=<fd>`: an outdir lock held across `replan`'s exec
 _HELD: dict[Path, object] = {}  # outdir lock path -> its open file, held by this process
 
 
 def hold_outdir(outdir: str | os.PathLike) -> bool:
     """Hold `<outdir>/.mbc/outdir.lock` for the rest of this process (the main Snakemake
-    process of an invocation, from `onstart`): False when another invocation holds it.
+    process of an invocation that runs jobs): False when another invocation holds it.
     Repair and jobs run only under it, so a second `snakemake` on a running outdir, by
-    whatever path, stops before it deletes or writes anything. A process started again by
-    `replan` takes over the lock its predecessor held (the same open file, so no second
-    invocation gets in between). A lock that cannot be opened (a directory in its place)
-    stops the process in one line (SystemExit), before any repair."""
+    whatever path, stops before it deletes or writes anything. The file is not inherited by
+    the jobs (Python opens files non-inheritable), so the lock ends with this process. A lock
+    that cannot be opened (a directory in its place) stops the process in one line
+    (SystemExit), before any repair."""
     path = Layout(str(outdir)).lock.resolve()
     if path in _HELD:  # (the Snakefile parsed again in this process)
         return True
-    inherited = os.environ.get(HELD_FD, "")
-    if inherited.rpartition("=")[0] == str(path):
-        with contextlib.suppress(OSError, ValueError):
-            fd = int(inherited.rpartition("=")[2])
-            os.set_inheritable(fd, False)  # not to the jobs: the lock ends with this process
-            _HELD[path] = os.fdopen(fd, "a")
-            return True
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fh = open(path, "a")  # noqa: SIM115 - held open on purpose until the process exits
@@ -60,13 +53,14 @@ def hold_outdir(outdir: str | os.PathLike) -> bool:
     return True
 
 
-def hand_over() -> None:
-    """Let the outdir lock this process holds survive an exec (`integrity.replan`): the
-    process started again takes it over in `hold_outdir`, so that no second invocation gets
-    in between."""
-    for path, fh in _HELD.items():
-        os.set_inheritable(fh.fileno(), True)
-        os.environ[HELD_FD] = f"{path}={fh.fileno()}"
+def take_outdir(outdir: str | os.PathLike) -> None:
+    """What an invocation that runs jobs does first, before the repair: check that the outdir
+    can be written, then hold it (`hold_outdir`) for the rest of the process. Either failure
+    stops it in one line naming the outdir (SystemExit), having changed nothing."""
+    if why := unwritable(outdir):
+        raise SystemExit(f"mbc: outdir '{outdir}' cannot be written to: {why}")
+    if not hold_outdir(outdir):
+        raise SystemExit(busy_line(outdir))
 
 
 def busy_line(outdir: str | os.PathLike) -> str:
@@ -79,18 +73,17 @@ def busy_line(outdir: str | os.PathLike) -> str:
 
 def outdir_in_use(outdir: str | os.PathLike) -> bool:
     """Whether an invocation holds the outdir now (`held_elsewhere`), or its lock cannot be
-    opened (`hold_outdir` says why, in one line, in `onstart`)."""
+    opened (`hold_outdir` says why, in one line)."""
     path = Layout(str(outdir)).lock.resolve()
     return (path.exists() and not path.is_file()) or held_elsewhere(outdir)
 
 
 def held_elsewhere(outdir: str | os.PathLike) -> bool:
     """Whether another invocation holds the outdir now: probed and released at once, so that
-    the Snakefile plans without holding anything (`hold_outdir` comes in `onstart`). This
-    process's own lock, or the one its predecessor handed over across `replan`, is not
+    an invocation that runs no jobs holds nothing. This process's own lock is not
     another's."""
     path = Layout(str(outdir)).lock.resolve()
-    if path in _HELD or os.environ.get(HELD_FD, "").rpartition("=")[0] == str(path):
+    if path in _HELD:
         return False
     if not path.is_file():
         return False
