@@ -6,10 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
+from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+from mbc.core.integrity import RunFiles
 from mbc.core.runlog import read_log
 from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 
@@ -100,3 +103,29 @@ def snakemake(*args, check=True, full_console=False) -> subprocess.CompletedProc
     if check and res.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}")
     return res
+
+
+def planted_run(root: Path, tau: int = 30) -> RunFiles:
+    """A finished run `r` under `root` as the workflow leaves it: its dataset, train tables,
+    log, summary (tau `tau`) and one Hessian diagnostic (lam = `tau`), each table with its
+    sidecar naming its inputs."""
+    run = root / "runs" / "r"
+    files = RunFiles(
+        "r",
+        root / "datasets" / "d.pt",
+        [run / "metrics.csv", run / "checkpoints.csv"],
+        run / "summary.json",
+        [root / "diagnostics" / "hessian" / "r.csv"],
+    )
+    files.dataset.parent.mkdir(parents=True)
+    files.dataset.write_bytes(b"a dataset")
+    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
+    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
+    log = run / "state" / "log.jsonl"  # the log its tables were written from
+    log.parent.mkdir(parents=True)
+    log.write_text('{"event": "start", "step": 0}\n{"event": "done", "step": 10}\n')
+    with built_from(files.train):
+        write_json_atomic(files.summary, {"run_id": "r", "tau": tau})
+    with built_from([files.dataset, files.train[1], files.summary]):
+        write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [tau]}))
+    return files

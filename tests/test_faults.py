@@ -1130,31 +1130,11 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
     with its sidecar names inputs (the run's dataset, snapshot index, summary) that are not
     this outdir's. A run whose tables all predate sidecars is not checked (nothing to
     compare; its diagnostics are as old as its summary or older, and Snakemake reruns those)."""
-    from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
-    from mbc.core.integrity import RunFiles, repair, scan
+    from helpers import planted_run
 
-    def outdir(root: Path, tau: int) -> RunFiles:
-        run = root / "runs" / "r"
-        files = RunFiles(
-            "r",
-            root / "datasets" / "d.pt",
-            [run / "metrics.csv", run / "checkpoints.csv"],
-            run / "summary.json",
-            [root / "diagnostics" / "hessian" / "r.csv"],
-        )
-        files.dataset.parent.mkdir(parents=True)
-        files.dataset.write_bytes(b"a dataset")
-        write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
-        write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
-        write_json_atomic(files.summary, {"run_id": "r", "tau": tau})
-        log = run / "state" / "log.jsonl"  # the log its tables were written from
-        log.parent.mkdir(parents=True)
-        log.write_text('{"event": "start", "step": 0}\n{"event": "done", "step": 10}\n')
-        with built_from([files.dataset, files.train[1], files.summary]):
-            write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [tau]}))
-        return files
+    from mbc.core.integrity import repair, scan
 
-    files, theirs = outdir(tmp_path / "here", 30), outdir(tmp_path / "there", 3000)
+    files, theirs = planted_run(tmp_path / "here", 30), planted_run(tmp_path / "there", 3000)
     (diag,) = files.diagnostics
     assert scan([files], []) == []
     for suffix in ("", ".sha256"):

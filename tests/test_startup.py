@@ -12,11 +12,11 @@ from types import SimpleNamespace
 
 import pandas as pd
 import pytest
-from helpers import REPO, smoke_args, snakemake
+from helpers import REPO, planted_run, smoke_args, snakemake
 
 from mbc import config as mbc_config
 from mbc.core import outdir_hold
-from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
+from mbc.core.artifacts import built_from, write_csv_atomic
 from mbc.core.integrity import RunFiles, altered_tables, repair_all, scan
 from mbc.core.invocation import command_line_runs_jobs, runs_jobs
 from mbc.core.layout import Layout
@@ -65,28 +65,9 @@ def _workflow(dryrun: bool = False):
 
 
 def _planted(root: Path) -> tuple[RunFiles, list[Path]]:
-    """A finished run as the workflow leaves it (dataset, train tables, summary, one
-    diagnostic, each with its sidecar naming its inputs) and the aggregated tau.csv built
-    from it, all up to date."""
-    run = root / "runs" / "r"
-    files = RunFiles(
-        "r",
-        root / "datasets" / "d.pt",
-        [run / "metrics.csv", run / "checkpoints.csv"],
-        run / "summary.json",
-        [root / "diagnostics" / "hessian" / "r.csv"],
-    )
-    files.dataset.parent.mkdir(parents=True)
-    files.dataset.write_bytes(b"a dataset")
-    write_csv_atomic(files.train[0], pd.DataFrame({"step": [0, 10]}))
-    write_csv_atomic(files.train[1], pd.DataFrame({"step": [], "path": [], "sha256": []}))
-    log = run / "state" / "log.jsonl"
-    log.parent.mkdir(parents=True)
-    log.write_text('{"event": "start", "step": 0}\n{"event": "done", "step": 10}\n')
-    with built_from(files.train):
-        write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
-    with built_from([files.dataset, files.train[1], files.summary]):
-        write_csv_atomic(files.diagnostics[0], pd.DataFrame({"step": [10], "lam": [1.0]}))
+    """A finished run as the workflow leaves it (`helpers.planted_run`) and the aggregated
+    tau.csv built from it, all up to date."""
+    files = planted_run(root)
     tau = root / "tau.csv"
     with built_from([files.summary]):
         write_csv_atomic(tau, pd.DataFrame({"run_id": ["r"], "tau": [30]}))
