@@ -165,11 +165,11 @@ def experiments_md(cfg: Config) -> str:
     from (`like`) and how many distinct runs it expands to; then the preset's total."""
     declared = cfg.raw["experiments"]
     out = ["| experiment | question | like | runs |", "|---|---|---|---|"]
-    names = list(dict.fromkeys(r.experiment for r in cfg.runs))
+    questions = cfg.questions()  # the report's table of experiments reads the same
+    names = list(questions)
     for name in names:
-        exp = declared[name]
         out.append(
-            f"| {name} | {cell(exp.get('question', '–'))} | {exp.get('like') or '–'} "
+            f"| {name} | {cell(questions[name] or '–')} | {declared[name].get('like') or '–'} "
             f"| {len(cfg.run_ids(name))} |"
         )
     listed = sum(len(cfg.run_ids(n)) for n in names)

@@ -137,14 +137,16 @@ def _stored_of(measured: Path, config: Path) -> tuple[int, int] | None:
 
 
 def lead_sentence(
-    measured: Path, config: Path, agree: tuple[int, int], match: tuple[int, int]
+    measured: Path,
+    stored: tuple[int, int] | None,
+    agree: tuple[int, int],
+    match: tuple[int, int],
 ) -> list[str]:
     """The block's first sentence, in plain words: what the committed tables show
     (`agree`: the paper's rows that agree, of all; `match`: verdicts that match, of all),
     and whether they are complete, stale, or a partial re-measure (N of M runs stored)."""
     prov = _provenance(measured / "PROVENANCE")
     runs = prov.get("runs", "").split(" ")[0]
-    stored = _stored_of(measured, config)
     partial = stored is not None and stored[0] < stored[1]
     claims = f"{agree[0]} of the paper's {agree[1]} claims"
     verdicts = f"{match[0]} of its {match[1]} verdicts"
@@ -168,11 +170,10 @@ def lead_sentence(
     return _prose(text + ".")
 
 
-def store_sentence(measured: Path, config: Path, link: str) -> list[str]:
+def store_sentence(measured: Path, stored: tuple[int, int] | None, link: str) -> list[str]:
     """Where the report's run store holds fewer runs than the preset has: where they are and
     what a clone does with them, so that a partial measurement never reads as whole (none
     without a store, or with every run stored)."""
-    stored = _stored_of(measured, config)
     if stored is None or stored[0] == stored[1]:
         return []
     return _prose(
@@ -197,8 +198,9 @@ def render(measured: Path, config: Path, link: str) -> str:
     differ = [h for h, r in verdicts.items() if r["verdict"] != paper[h]]
     n_match = len(verdicts) - len(differ)
 
-    out = lead_sentence(measured, config, (n_agree, len(papers_rows)), (n_match, len(verdicts)))
-    out += store_sentence(measured, config, link)
+    stored = _stored_of(measured, config)  # loads the config: once
+    out = lead_sentence(measured, stored, (n_agree, len(papers_rows)), (n_match, len(verdicts)))
+    out += store_sentence(measured, stored, link)
     stale = measured / "STALE"
     if stale.is_file():
         reason = " ".join(stale.read_text().split()) or "no reason given"
