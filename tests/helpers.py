@@ -12,7 +12,7 @@ import yaml
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
 from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
-from mbc.core.integrity import RunFiles
+from mbc.workflow.integrity import RunFiles
 from mbc.core.runlog import read_log
 from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 

@@ -1,5 +1,5 @@
-"""A quiet, useful console: jobs' output goes to their logs (mbc.core.rule_log), Snakemake's
-per-job chatter to its log file (mbc.core.console), and the banner says what its time covers."""
+"""A quiet, useful console: jobs' output goes to their logs (mbc.workflow.rule_log), Snakemake's
+per-job chatter to its log file (mbc.workflow.console), and the banner says what its time covers."""
 
 import logging
 import re
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mbc.core.console import QuietConsole, quiet_console
-from mbc.core.rule_log import console, logged
+from mbc.workflow.console import QuietConsole, quiet_console
+from mbc.workflow.rule_log import console, logged
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -188,7 +188,7 @@ def test_the_banner_warns_when_the_disk_is_smaller_than_the_runs_need(tmp_path, 
 def test_a_stale_snakemake_lock_on_the_outdir_is_recognised(tmp_path):
     """After kill -9, Snakemake's lock files name the outdir's files; asked while no
     invocation holds the outdir, that is a stale lock (the start-up says how to clear it)."""
-    from mbc.core.outdir_hold import stale_lock
+    from mbc.workflow.outdir_hold import stale_lock
 
     locks, out, other = tmp_path / "locks", tmp_path / "out", tmp_path / "other"
     locks.mkdir()
@@ -483,7 +483,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
     too. Once the first ends, the run resumes."""
     from helpers import tiny_spec
 
-    from mbc.core.outdir_hold import hold_outdir
+    from mbc.workflow.outdir_hold import hold_outdir
     from mbc.core.run_lock import RunBusyError
     from mbc.training.record import RunRecord
 
@@ -499,7 +499,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
         assert str(exc.value).startswith(f"{run.resolve()}: process {holder.pid} on ")
         assert "\n" not in str(exc.value) and log.read_bytes() == before
         with _held(
-            "import sys, time; from mbc.core.outdir_hold import hold_outdir; "
+            "import sys, time; from mbc.workflow.outdir_hold import hold_outdir; "
             "print(hold_outdir(sys.argv[1]), flush=True); time.sleep(600)",
             out,
             ready="True",
@@ -513,7 +513,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
 _JOB = """
 import errno, sys
 from mbc.core.artifacts import CorruptArtifactError, write_text_atomic
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 with logged(sys.argv[1]):
     print("a job's own output")
     if sys.argv[2] == "corrupt":
@@ -914,7 +914,7 @@ def _trained_run(root: Path, diagnostics: list[Path] | None = None):
     """A run of `root` as its training leaves it: its dataset and its train tables (each
     with its sidecar), no summary yet; `diagnostics`: the paths its diagnostics would have."""
     from mbc.core.artifacts import write_csv_atomic
-    from mbc.core.integrity import RunFiles
+    from mbc.workflow.integrity import RunFiles
 
     run = root / "runs" / "r"
     dataset = root / "datasets" / "d.pt"
@@ -940,7 +940,7 @@ def test_a_runs_table_whose_checksum_is_gone_is_unverified_when_its_siblings_hav
     have theirs: the start-up check takes it as unverified and rebuilds it (it trusted
     it). A run whose tables all predate sidecars is not checked (nothing to compare)."""
     from mbc.core.artifacts import write_json_atomic
-    from mbc.core.integrity import scan
+    from mbc.workflow.integrity import scan
 
     files = _trained_run(tmp_path)
     write_json_atomic(files.summary, {"run_id": "r", "tau": 30})
@@ -961,7 +961,7 @@ def test_a_trained_run_whose_later_links_are_still_to_come_is_no_finding(tmp_pat
     it: Snakemake builds it), so the start-up neither says "repair" nor plans again. Once a
     table exists, the same absence is a finding (the table may be up to date without it)."""
     from mbc.core.artifacts import write_csv_atomic, write_json_atomic
-    from mbc.core.integrity import scan
+    from mbc.workflow.integrity import scan
 
     diag = tmp_path / "diagnostics" / "hessian" / "r.csv"
     files = _trained_run(tmp_path, [diag])
@@ -991,7 +991,7 @@ def test_a_damaged_training_log_table_is_rebuilt_with_the_runs_tables(tmp_path):
     aside, and the run's tables go too, so that its job writes them all again from the
     run's log (which says the run finished: nothing is retrained)."""
     from mbc.core.artifacts import write_csv_atomic
-    from mbc.core.integrity import repair, scan
+    from mbc.workflow.integrity import repair, scan
 
     files = _trained_run(tmp_path)
     run = files.run_dir
@@ -1014,7 +1014,7 @@ def test_a_file_system_without_locks_trains_unguarded_and_says_so(tmp_path, monk
     import fcntl
 
     from mbc.core import run_lock
-    from mbc.core.outdir_hold import hold_outdir
+    from mbc.workflow.outdir_hold import hold_outdir
 
     def no_locks(fh, op):
         raise OSError(errno.ENOLCK, "No locks available")
@@ -1036,7 +1036,7 @@ def test_the_outdir_lock_is_probed_without_being_held(tmp_path):
     """An invocation that runs no jobs asks whether another holds the outdir (to stop before planning
     from files another one is changing, or to tell a stale Snakemake lock) and holds nothing
     itself; an invocation that runs jobs holds it (`take_outdir`)."""
-    from mbc.core.outdir_hold import held_elsewhere, outdir_in_use
+    from mbc.workflow.outdir_hold import held_elsewhere, outdir_in_use
 
     out = tmp_path / "out"
     assert not outdir_in_use(out), "no lock file yet"
@@ -1078,7 +1078,7 @@ def test_a_table_copied_in_from_another_outdir_with_its_checksum_is_not_trusted(
     import os
 
     from mbc.core.artifacts import read_sidecar, sha256_file, write_csv_atomic
-    from mbc.core.integrity import altered_tables, move_aside
+    from mbc.workflow.integrity import altered_tables, move_aside
 
     def move_altered_aggregates(outdir, dry_run=False, skip=()):
         """What the start-up does with the outdir's tables (startup.smk)."""
@@ -1132,7 +1132,7 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
     compare; its diagnostics are as old as its summary or older, and Snakemake reruns those)."""
     from helpers import planted_run
 
-    from mbc.core.integrity import repair, scan
+    from mbc.workflow.integrity import repair, scan
 
     files, theirs = planted_run(tmp_path / "here", 30), planted_run(tmp_path / "there", 3000)
     (diag,) = files.diagnostics

@@ -13,8 +13,13 @@ SRC = ROOT / "src"
 # mbc.<package> -> its layer; a module may import from a lower layer or its own package.
 # diagnostics reads trained models (training); analysis reads the diagnostics' tables
 # (through core's columns); the paper and the planning read what is below them, not each
-# other. Top-level modules (mbc.pipeline, mbc.config, the commands) sit above all of them.
-LAYERS = {"core": 0, "training": 1, "diagnostics": 2, "analysis": 3, "paper": 4, "planning": 4}
+# other. The Snakemake-facing machinery (workflow) reads only core but sits above the layers:
+# none of them may lean on Snakemake. Top-level modules (mbc.pipeline, mbc.config, the
+# commands) sit above all of them.
+LAYERS = {
+    "core": 0, "training": 1, "diagnostics": 2, "analysis": 3, "paper": 4, "planning": 4,
+    "workflow": 5,
+}  # fmt: skip
 TOP = max(LAYERS.values()) + 1
 
 
@@ -128,8 +133,30 @@ def test_the_check_finds_an_upward_import_and_a_command_import(tmp_path):
     assert any("fake.py:2: mbc.core.fake (layer 0) imports mbc.analysis.stats" in p for p in found)
     assert any("p.py:2: imports the command-line module mbc.estimate" in p for p in found)
     assert any(
-        "p.py:2: mbc.planning.fake (layer 4) imports mbc.estimate (layer 5)" in p for p in found
+        f"p.py:2: mbc.planning.fake (layer 4) imports mbc.estimate (layer {TOP})" in p
+        for p in found
     )
+
+
+def test_the_workflow_machinery_reads_only_core_and_nothing_below_imports_it():
+    """`mbc.workflow` (start-up repair, outdir hold, console, a job's log) binds Snakemake to
+    the domain: it reads `mbc.core` only, and `mbc.core` never reads Snakemake."""
+    modules = parsed()
+    upward = [
+        f"{name}:{line}: {imported}"
+        for name, (_, tree) in modules.items()
+        if package(name) == "workflow"
+        for line, imported in imports(tree)
+        if package(imported) not in {"core", "workflow"}
+    ]
+    assert upward == []
+    snakemake_in_core = [
+        name
+        for name, (path, _) in modules.items()
+        if package(name) == "core"
+        and re.search(r"^\s*(from|import) snakemake", path.read_text(), re.M)
+    ]
+    assert snakemake_in_core == []
 
 
 def test_loading_the_paper_config_imports_no_scipy():

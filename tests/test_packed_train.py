@@ -13,7 +13,7 @@ import torch
 from helpers import tiny_spec
 
 from mbc.core.artifacts import write_json_atomic
-from mbc.core.integrity import RunFiles, repair, scan
+from mbc.workflow.integrity import RunFiles, repair, scan
 from mbc.core.packing import make_packs, pack_key, pack_priority
 from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset

@@ -22,7 +22,7 @@ from mbc.core.artifacts import (
     sha256_file,
     write_csv_atomic,
 )
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
 

@@ -15,10 +15,10 @@ import pytest
 from helpers import REPO, planted_run, smoke_args, snakemake
 
 from mbc import config as mbc_config
-from mbc.core import outdir_hold
+from mbc.workflow import outdir_hold
 from mbc.core.artifacts import built_from, write_csv_atomic
-from mbc.core.integrity import RunFiles, altered_tables, repair_all, scan
-from mbc.core.invocation import command_line_runs_jobs, runs_jobs
+from mbc.workflow.integrity import RunFiles, altered_tables, repair_all, scan
+from mbc.workflow.invocation import command_line_runs_jobs, runs_jobs
 from mbc.core.layout import Layout
 
 
@@ -99,7 +99,7 @@ def _release_holds():
 
 def _held_by_another_process(out: Path) -> bool:
     probe = (
-        "import sys; from mbc.core.outdir_hold import held_elsewhere as h; print(h(sys.argv[1]))"
+        "import sys; from mbc.workflow.outdir_hold import held_elsewhere as h; print(h(sys.argv[1]))"
     )
     res = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True)
     return res.stdout.strip() == "True"
@@ -163,7 +163,7 @@ def test_another_invocation_holding_the_outdir_stops_this_one_in_one_line(tmp_pa
     files, aggregates = _planted(tmp_path)
     files.summary.write_text("{}")  # damaged: the holder's repair or jobs deal with it
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from mbc.core.outdir_hold import take_outdir; "
+        [sys.executable, "-c", "import sys, time; from mbc.workflow.outdir_hold import take_outdir; "
          "take_outdir(sys.argv[1]); print('held', flush=True); time.sleep(600)", str(tmp_path)],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip

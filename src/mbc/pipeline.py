@@ -5,7 +5,7 @@ arguments, paths in/out. From the aggregated tables on (fits, verdicts, the pape
 
 Each function reads its inputs, calls the science modules and writes its outputs
 atomically; a table derived from other files is written inside `built_from` them, so that
-its sidecar names what it was built from (`mbc.core.integrity` compares). Nothing here
+its sidecar names what it was built from (`mbc.workflow.integrity` compares). Nothing here
 imports Snakemake.
 """
 
@@ -34,7 +34,7 @@ from mbc.core.artifacts import (
 )
 from mbc.core.config import Run
 from mbc.core.layout import RunPaths
-from mbc.core.rule_log import console
+from mbc.workflow.rule_log import console
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.sections import (
     CollectiveDiagnostic,

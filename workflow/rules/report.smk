@@ -191,17 +191,17 @@ rule paper:
 
 
 # The console of a run: Snakemake's per-job blocks and counters go to its log file only
-# (mbc.core.console); a dry run keeps them, they are its plan, and MBC_CONSOLE=full keeps
+# (mbc.workflow.console); a dry run keeps them, they are its plan, and MBC_CONSOLE=full keeps
 # them on the console (what tests that read Snakemake's own lines set).
 if (
     MAIN_PROCESS
     and not workflow.output_settings.dryrun
     and os.environ.get("MBC_CONSOLE") != "full"
 ):
-    import mbc.core.console
+    import mbc.workflow.console
     from snakemake.logging import logger as _snakemake_logger
 
-    mbc.core.console.quiet_console(_snakemake_logger)
+    mbc.workflow.console.quiet_console(_snakemake_logger)
 
 
 # The console's last line names the report. Snakemake prints its log's path and the run

@@ -1,6 +1,6 @@
 # What an invocation does before Snakemake plans its first job, all while the Snakefile is
-# parsed, in the main process (mbc.core.integrity; the outdir lock, mbc.core.outdir_hold;
-# which invocation runs jobs, mbc.core.invocation):
+# parsed, in the main process (mbc.workflow.integrity; the outdir lock, mbc.workflow.outdir_hold;
+# which invocation runs jobs, mbc.workflow.invocation):
 #
 # - an invocation that runs jobs checks that the outdir can be written and holds it (one
 #   invocation at a time, for the life of this process), or stops in one line; any other
@@ -14,9 +14,9 @@
 #   `--list-changes` and the other inspection commands change nothing and time nothing;
 # - the banner says what is about to happen, untimed; in `onstart` (Snakemake runs it only
 #   when it runs jobs) come the checks that need the executor and the banner's timed lines.
-import mbc.core.integrity
-import mbc.core.invocation
-import mbc.core.outdir_hold
+import mbc.workflow.integrity
+import mbc.workflow.invocation
+import mbc.workflow.outdir_hold
 import mbc.planning.banner
 import mbc.core.runlog
 import mbc.stored_runs
@@ -25,15 +25,15 @@ if MAIN_PROCESS:
     _DRY_RUN = workflow.output_settings.dryrun  # -n/--dry-run, or dryrun: in a profile
     # True: the invocation runs jobs (repairs); False: a dry run or an inspection command
     # (changes nothing); None: not Snakemake's command line (changes nothing, says so)
-    _RUNS_JOBS = mbc.core.invocation.runs_jobs(workflow)
+    _RUNS_JOBS = mbc.workflow.invocation.runs_jobs(workflow)
     if _RUNS_JOBS:
         # checked writable, then held: before the store, the check and the repair touch it
-        mbc.core.outdir_hold.take_outdir(OUT)
-    elif mbc.core.outdir_hold.held_elsewhere(OUT):
+        mbc.workflow.outdir_hold.take_outdir(OUT)
+    elif mbc.workflow.outdir_hold.held_elsewhere(OUT):
         # another invocation holds the outdir: stop before planning from files it is
         # changing; a dry run only reads, so it goes on and says so
         if not _DRY_RUN:
-            sys.exit(mbc.core.outdir_hold.busy_line(OUT))
+            sys.exit(mbc.workflow.outdir_hold.busy_line(OUT))
         print(
             f"mbc: another snakemake is running on {OUT}/: this dry run reads files it may "
             "be changing",
@@ -46,7 +46,7 @@ if MAIN_PROCESS:
     for line in _STORE.lines(dry_run=not _RUNS_JOBS):
         print(line, file=sys.stderr)
     _RUNS = [
-        mbc.core.integrity.RunFiles(
+        mbc.workflow.integrity.RunFiles(
             run_id=r,
             dataset=Path(L.dataset(s.dataset_id)),
             train=[Path(L.metrics(r)), Path(L.checkpoints(r))],
@@ -86,7 +86,7 @@ if MAIN_PROCESS:
             for r in DIAGNOSED[kind]
         },
     }
-    _FINDINGS = mbc.core.integrity.scan(
+    _FINDINGS = mbc.workflow.integrity.scan(
         _RUNS,
         _AGGREGATES,
         verify_snapshots=CFG.raw.get("verify") == "full",
@@ -104,7 +104,7 @@ if MAIN_PROCESS:
         Path(L.table("tau")): [L.summary(r) for r in SPECS],
         **{Path(L.table(t)): files for t, files in TABLES.items()},
     }
-    _ALTERED = mbc.core.integrity.altered_tables(
+    _ALTERED = mbc.workflow.integrity.altered_tables(
         OUT,
         skip=_SKIP,
         rebuilt=_AGGREGATES,
@@ -112,12 +112,12 @@ if MAIN_PROCESS:
         built_under=_BUILT_UNDER,
         inputs_of=_INPUTS_OF,
     )
-    _UNVERIFIED = mbc.core.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
+    _UNVERIFIED = mbc.workflow.integrity.unverified_tables({Path(OUT)}, _TABLES_BUILT)
     # the repair, before Snakemake plans: every file it moves aside or deletes is missing
     # when the DAG is built, so Snakemake rebuilds it and reruns what derives from it; a
     # dry run lists it, an inspection command neither lists nor changes
     if _RUNS_JOBS or _DRY_RUN:
-        for line in mbc.core.integrity.repair_all(
+        for line in mbc.workflow.integrity.repair_all(
             OUT,
             _ALTERED,
             _FINDINGS,
@@ -137,7 +137,7 @@ if MAIN_PROCESS:
         )
     # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
     # to start; say which outdir and how to clear it
-    if not mbc.core.outdir_hold.outdir_in_use(OUT) and mbc.core.outdir_hold.stale_lock(
+    if not mbc.workflow.outdir_hold.outdir_in_use(OUT) and mbc.workflow.outdir_hold.stale_lock(
         ".snakemake/locks", OUT
     ):
         print(

@@ -1,4 +1,4 @@
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 from mbc.pipeline import concat_tables
 
 with logged(snakemake.log[0], snakemake.params):

@@ -1,4 +1,4 @@
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 from mbc.core.spec import TaskSpec
 from mbc.pipeline import make_dataset
 

@@ -1,5 +1,5 @@
 from mbc.core.layout import Layout
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import train_pack
 

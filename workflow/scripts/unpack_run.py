@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from mbc.core.rule_log import logged
+from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
 from mbc.pipeline import unpack_run
 

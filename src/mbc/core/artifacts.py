@@ -29,7 +29,7 @@ class CorruptArtifactError(RuntimeError):
     """An artefact on disk is truncated, unreadable or does not have the expected shape.
 
     `path` is the bad file; `invalidate` lists what must be regenerated with it (moved
-    aside by `mbc.core.rule_log.logged`, so the next workflow run rebuilds it and nothing is lost).
+    aside by `mbc.workflow.rule_log.logged`, so the next workflow run rebuilds it and nothing is lost).
     """
 
     def __init__(self, message: str, path=None, invalidate=()):
@@ -146,7 +146,7 @@ def config_digest(config_id: str) -> str:
 
 def _write_table(path: str | os.PathLike, text: str) -> None:
     """A table and then its `.sha256` sidecar: a table cut or edited after it was written
-    no longer matches, and the start-up check rebuilds it (`mbc.core.integrity`). A kill
+    no longer matches, and the start-up check rebuilds it (`mbc.workflow.integrity`). A kill
     between the two writes leaves a mismatch too: rebuilt, never trusted. Inside
     `built_from`, the sidecar names the inputs too; inside `built_under`, the config."""
     data = text.encode("utf-8")

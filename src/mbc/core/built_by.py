@@ -1,6 +1,6 @@
 """What built a derived file, against what would build it now: its `.sha256` sidecar
 (`mbc.core.artifacts`: bytes, identity, inputs, config) compared with this outdir's files
-and this invocation's config. The start-up check (`mbc.core.integrity`), the run store
+and this invocation's config. The start-up check (`mbc.workflow.integrity`), the run store
 (`mbc.stored_runs`) and `mbc.measured` ask here."""
 
 from __future__ import annotations

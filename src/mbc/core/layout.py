@@ -141,7 +141,7 @@ class Layout:
 
     @property
     def lock(self) -> Path:
-        """Held by the invocation that may repair the outdir (mbc.core.integrity)."""
+        """Held by the invocation that may repair the outdir (mbc.workflow.integrity)."""
         return self.cache / "outdir.lock"
 
     @property
@@ -176,7 +176,7 @@ def canonical_outdir(written: str) -> str:
     inside it (Snakemake matches a target as written, and the README's targets are
     relative), else absolute. Locks, Snakemake's records and messages all see this name.
     A symlink keeps its own name (a target named through it must match the outputs; the
-    outdir's lock resolves it, `mbc.core.outdir_hold`, and every table's sidecar binds it
+    outdir's lock resolves it, `mbc.workflow.outdir_hold`, and every table's sidecar binds it
     to what built it, so no record filed under the other name is trusted). A path that
     cannot be an outdir is refused in one line naming the key and the value as written."""
     can_be_a_directory("outdir", written)

@@ -5,7 +5,7 @@ parsed (`take_outdir`), before it repairs or plans anything, and keeps it until 
 other invocation (a dry run, `--lint`, `--summary`, ...) only probes (`held_elsewhere`,
 `outdir_in_use`) and holds nothing. `stale_lock` tells a killed run's Snakemake locks from a
 live invocation's, to say how to clear them (a message only: nothing depends on Snakemake's
-lock format). The repair that runs under the lock is `mbc.core.integrity`'s.
+lock format). The repair that runs under the lock is `mbc.workflow.integrity`'s.
 """
 
 from __future__ import annotations
