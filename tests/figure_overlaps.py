@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from matplotlib.figure import Figure
 
-from mbc.core.report_sections import Figures
 from mbc.paper import figures
+from mbc.paper.config_sections import Figures
 from mbc.paper.figures.drawing import data_points
 
 

@@ -12,9 +12,9 @@ import yaml
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
 from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
-from mbc.workflow.integrity import RunFiles
 from mbc.core.runlog import read_log
 from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
+from mbc.workflow.integrity import RunFiles
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

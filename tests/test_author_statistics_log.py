@@ -13,8 +13,8 @@ import torch
 from helpers import tiny_spec
 from torch import nn
 
-from mbc.core.sections import Dip, Lag, Lead, Plateau, Summary, Transition
 from mbc.core.spec import B_LEN, VOCAB, EvalSpec, TaskSpec, TrainSpec
+from mbc.diagnostics.config_sections import Dip, Lag, Lead, Plateau, Summary, Transition
 from mbc.diagnostics.logged import logged_statistics
 from mbc.diagnostics.summary import TAU_COLUMNS
 from mbc.training import train_log
@@ -333,8 +333,8 @@ def test_a_censored_sampled_tau_is_bounded_only_by_a_budget_run_to_its_end():
 
 
 def test_the_d_law_fit_reads_the_sampled_tau_and_leaves_out_an_unbounded_censored_run():
+    from mbc.analysis.config_sections import Bootstrap
     from mbc.analysis.fit_tables import _fit
-    from mbc.core.sections import Bootstrap
 
     d = np.array([1000, 2000, 4000, 8000, 16000])
     rows = pd.DataFrame(
@@ -354,7 +354,7 @@ def test_the_d_law_fit_reads_the_sampled_tau_and_leaves_out_an_unbounded_censore
 def test_a_summary_written_before_the_sampled_tau_is_not_measured_not_censored():
     """An outdir's older summary.json (no tau_sampled keys): its run is left out of the
     author's fits as unmeasured, and the censoring column stays boolean."""
-    from mbc.core.config import Run
+    from mbc.core.config_loader import Run
     from mbc.diagnostics.summary import tau_table
 
     new, older = tiny_spec(k=5), tiny_spec(k=7)
@@ -411,8 +411,8 @@ def test_e4_reads_the_sampled_tau_at_every_threshold_with_tau_csvs_bound():
 def test_e4s_sampled_sweep_recovers_a_planted_d_law_beside_ours():
     """A planted tau = c D^1.2 law in the sampled series (and D^1.0 in the fixed one): the
     table's sampled rows recover 1.2 at every threshold, its fixed rows 1.0."""
+    from mbc.analysis.config_sections import Bootstrap, ThresholdSensitivity
     from mbc.analysis.fit_tables import threshold_table
-    from mbc.core.sections import Bootstrap, ThresholdSensitivity
 
     d = np.array([3000, 5000, 10000, 20000, 36000])
     steps = np.arange(0, 400_001, 50)

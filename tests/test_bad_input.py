@@ -10,7 +10,7 @@ import sys
 import pytest
 from helpers import REPO
 
-from mbc.core.config import ConfigError, ConfigFileError, load, read_yaml
+from mbc.config import ConfigError, ConfigFileError, load, read_yaml
 from mbc.core.layout import canonical_outdir
 
 

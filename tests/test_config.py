@@ -7,7 +7,7 @@ import yaml
 from helpers import fixture_config
 
 from mbc.config import ConfigError, load, schema
-from mbc.core.config import resolve
+from mbc.core.config_loader import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -220,7 +220,7 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
     """One source for defaults: a RunSpec built without config is the paper setting."""
     import dataclasses
 
-    from mbc.core.config import SECTIONS
+    from mbc.core.config_loader import SECTIONS
 
     assert set(SECTIONS) == set(raw["defaults"]) == {"task", "model", "train", "eval"}
     for name, cls in SECTIONS.items():
@@ -230,7 +230,7 @@ def test_dataclass_defaults_are_config_yaml_defaults(raw):
 def test_run_fields_are_declared_once_in_the_dataclasses():
     """The schema's run sections are generated from the dataclasses (their fields, types
     and `run_field` constraints); the schema file declares none of them a second time."""
-    from mbc.core.config import SECTIONS
+    from mbc.core.config_loader import SECTIONS
     from mbc.core.spec import section_schema
 
     text = (ROOT / "src" / "mbc" / "core" / "config.schema.yaml").read_text()

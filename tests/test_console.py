@@ -1,4 +1,4 @@
-"""A quiet, useful console: jobs' output goes to their logs (mbc.workflow.rule_log), Snakemake's
+"""A quiet, useful console: jobs' output goes to their logs (mbc.workflow.job_log), Snakemake's
 per-job chatter to its log file (mbc.workflow.console), and the banner says what its time covers."""
 
 import logging
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from mbc.workflow.console import QuietConsole, quiet_console
-from mbc.workflow.rule_log import console, logged
+from mbc.workflow.job_log import console, logged
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,8 +76,8 @@ def test_the_filter_sits_on_the_console_handler_only(tmp_path):
 
 
 def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path, monkeypatch):
+    import mbc.config as mbc_config
     import mbc.planning.banner as banner
-    from mbc.core import config as mbc_config
 
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(ROOT / "config.yaml")),
@@ -100,8 +100,8 @@ def test_the_banners_time_says_training_only_and_never_in_zero_seconds(tmp_path,
 def test_under_a_deadline_the_wall_time_says_it_is_every_run_lefts(tmp_path, monkeypatch):
     """The timed line under `deadline=` names its scope: every run left, not the runs the
     deadline starts (its own line, at parse time, gives those)."""
+    import mbc.config as mbc_config
     import mbc.planning.banner as banner
-    from mbc.core import config as mbc_config
 
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(ROOT / "config.yaml")),

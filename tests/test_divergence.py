@@ -16,16 +16,16 @@ from helpers import fixture_config, tiny_spec
 from test_figures import NAMES, _all_tables, _render_all, _run, _write
 from test_statistics import BOOT, no_rows, tau_rows
 
+from mbc.analysis.config_sections import Fit, Scorecard, Statistics
 from mbc.analysis.fit_tables import fit_table
 from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import write_json_atomic
-from mbc.core.config import Run
-from mbc.core.report_sections import Scorecard
+from mbc.core.config_loader import Run
 from mbc.core.runlog import finished, logged_divergence, read_log
-from mbc.core.sections import Fit, Statistics, Summary
+from mbc.diagnostics.config_sections import Summary
 from mbc.paper import figures
-from mbc.pipeline import make_tau_table, summarize
+from mbc.runs_pipeline import make_tau_table, summarize
 from mbc.status import run_state
 from mbc.training.data import build_dataset
 from mbc.training.record import RunRecord

@@ -483,9 +483,9 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
     too. Once the first ends, the run resumes."""
     from helpers import tiny_spec
 
-    from mbc.workflow.outdir_hold import hold_outdir
     from mbc.core.run_lock import RunBusyError
     from mbc.training.record import RunRecord
+    from mbc.workflow.outdir_hold import hold_outdir
 
     out, link = tmp_path / "out", tmp_path / "link"
     run = out / "runs" / "r"
@@ -513,7 +513,7 @@ def test_a_run_in_training_refuses_a_second_writer_reached_by_another_path(tmp_p
 _JOB = """
 import errno, sys
 from mbc.core.artifacts import CorruptArtifactError, write_text_atomic
-from mbc.workflow.rule_log import logged
+from mbc.workflow.job_log import logged
 with logged(sys.argv[1]):
     print("a job's own output")
     if sys.argv[2] == "corrupt":
@@ -597,7 +597,7 @@ def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkey
     """latexmk writes paths as bytes (a non-Latin outdir in Latin-1, say): its output was
     decoded as UTF-8 and the paper job died in a UnicodeDecodeError; now its failure is
     reported with the output, undecodable bytes replaced."""
-    from mbc import pipeline_report
+    from mbc import report_pipeline
 
     fake = tmp_path / "bin" / "latexmk"
     fake.parent.mkdir()
@@ -605,7 +605,7 @@ def test_tex_output_in_another_encoding_is_read_not_a_traceback(tmp_path, monkey
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     with pytest.raises(RuntimeError, match="latexmk failed \\(12\\)") as exc:
-        pipeline_report.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
+        report_pipeline.compile_paper(tmp_path / "main.tex", [], tmp_path / "main.pdf")
     assert "cannot open /tmp/r\ufffdsultats/main.tex" in str(exc.value)
 
 
@@ -635,7 +635,7 @@ def test_a_dataset_file_names_its_identity_and_a_swapped_one_is_refused(tmp_path
     from helpers import tiny_spec
 
     from mbc.core.artifacts import CorruptArtifactError, read_sidecar
-    from mbc.pipeline import load_dataset, make_dataset
+    from mbc.runs_pipeline import load_dataset, make_dataset
 
     a, b = tiny_spec(), tiny_spec(n_groups=13)
     pa, pb = (tmp_path / f"{s.dataset_id}.pt" for s in (a, b))
@@ -654,7 +654,7 @@ def _least_used_dataset(out) -> tuple[Path, Path]:
     """(the dataset file fewest runs train on, another dataset's file)."""
     from collections import Counter
 
-    from mbc.core import config as mbc_config
+    import mbc.config as mbc_config
 
     cfg = mbc_config.load(
         mbc_config.read_yaml(str(REPO / "config.yaml")), {"preset": "smoke", "outdir": str(out)}
@@ -762,7 +762,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
     removed after (it was a FileNotFoundError traceback from tempfile)."""
     import tempfile
 
-    from mbc import pipeline_report
+    from mbc import report_pipeline
 
     fake = tmp_path / "bin" / "latexmk"
     fake.parent.mkdir()
@@ -774,7 +774,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
     monkeypatch.setattr(tempfile, "tempdir", "/sys/kernel/mbc-test-tmp")
     pdf = tmp_path / "paper" / "main.pdf"
-    pipeline_report.compile_paper(tmp_path / "main.tex", [], pdf)
+    report_pipeline.compile_paper(tmp_path / "main.tex", [], pdf)
     assert pdf.read_text() == "pdf\n" and sorted(p.name for p in pdf.parent.iterdir()) == [
         "main.log",
         "main.pdf",
@@ -1060,7 +1060,7 @@ def _planted_outdir(out: Path, tau: int) -> Path:
     """A run's hessian diagnostic, and the aggregated hessian.csv built from it by the
     `aggregate` rule's function."""
     from mbc.core.artifacts import write_csv_atomic
-    from mbc.pipeline import concat_tables
+    from mbc.runs_pipeline import concat_tables
 
     diag = out / "diagnostics" / "hessian" / "r.csv"
     write_csv_atomic(diag, pd.DataFrame({"run_id": ["r"], "tau": [tau]}))
@@ -1159,14 +1159,14 @@ def test_a_diagnostic_without_its_checksum_or_from_another_outdir_is_not_trusted
 
 
 def test_every_derived_table_records_what_it_was_built_from():
-    """Every table `mbc.pipeline` and `mbc.pipeline_report` write from other files (a run's
+    """Every table `mbc.runs_pipeline` and `mbc.report_pipeline` write from other files (a run's
     summary, its diagnostics, every aggregated table, the fits and verdicts) is written
     inside `built_from` its inputs, so that its sidecar names them; only a pack's manifest
     (a source: what its training did) is not."""
     import ast
 
     writes = {"write_csv_atomic", "write_json_atomic"}
-    modules = [REPO / "src" / "mbc" / f"{m}.py" for m in ("pipeline", "pipeline_report")]
+    modules = [REPO / "src" / "mbc" / f"{m}.py" for m in ("pipeline", "report_pipeline")]
     tree = ast.Module([n for m in modules for n in ast.parse(m.read_text()).body], [])
 
     def calls(node, names):

@@ -19,11 +19,11 @@ from mbc.analysis.fit_tables import FIT_COLUMNS
 from mbc.analysis.stats import COLUMNS as STAT_COLUMNS
 from mbc.config import load, read_yaml
 from mbc.core.artifacts import write_csv_atomic
-from mbc.core.report_sections import Figures
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
 from mbc.diagnostics.plateau_sensitivity import LOSS_ONSET_ONLY, PLATEAU_SENSITIVITY_COLUMNS
 from mbc.diagnostics.summary import TAU_COLUMNS
 from mbc.paper import figures
+from mbc.paper.config_sections import Figures
 from mbc.paper.figure_tables import FIGURE_ROLES, FIGURE_TABLES, OPEN_ROLES
 from mbc.paper.figures.captions import CAPTIONS
 
@@ -882,7 +882,7 @@ def test_every_run_censored_at_a_budget_of_zero_renders(tmp_path):
 def test_aggregating_per_run_tables_that_are_all_empty_gives_an_empty_table(tmp_path):
     """Every diagnosed run censored: each per-run table is header-only; the aggregate is an
     empty table with those columns (it raised "No objects to concatenate")."""
-    from mbc.pipeline import concat_tables
+    from mbc.runs_pipeline import concat_tables
 
     paths = []
     for i in range(3):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from helpers import fixture_config
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mbc.core.sections import Diagnostics
+from mbc.diagnostics.config_sections import Diagnostics
 from mbc.diagnostics.hessian import (
     author_power_rule,
     checkpoint_estimates,

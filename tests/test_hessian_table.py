@@ -15,18 +15,19 @@ import torch
 from matplotlib.legend import Legend
 
 from mbc import config as mbc_config
+from mbc.analysis.config_sections import Statistic
 from mbc.analysis.fit_tables import fit_table
 from mbc.analysis.stats import statistic
 from mbc.core.artifacts import write_csv_atomic
 from mbc.core.config_references import ConfigError
 from mbc.core.frozen import content_id, freeze
-from mbc.core.sections import FIRST_HESSIAN_METHODS, HessianDiagnostic, Statistic
-from mbc.diagnostics import hessian
+from mbc.diagnostics import config_sections, hessian
+from mbc.diagnostics.config_sections import FIRST_HESSIAN_METHODS, HessianDiagnostic
 from mbc.diagnostics.hessian import checkpoint_estimates, checkpoint_rows, estimator
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, long_table, read_hessian
 from mbc.diagnostics.spectrum import SpectrumEstimate
 from mbc.paper import figures
-from mbc.pipeline import concat_tables
+from mbc.runs_pipeline import concat_tables
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -147,8 +148,12 @@ def dense(matvec, n, cfg: HessianDiagnostic, *, seed: int, device) -> SpectrumEs
     return SpectrumEstimate(float(w[-1]), float(w[0]), 0.0, 0.0, True, True, n, "dense")
 
 
-def test_a_new_estimator_is_one_function_and_one_config_line(tmp_path, monkeypatch):
+def test_a_new_estimator_is_its_name_one_function_and_one_config_line(tmp_path, monkeypatch):
     monkeypatch.setattr(hessian, "ESTIMATORS", dict(hessian.ESTIMATORS))  # undone after
+    with pytest.raises(ValueError, match="declare the Hessian estimator 'dense'"):
+        estimator("dense")(dense)  # a name config cannot check is refused
+    known = (*config_sections.HESSIAN_ESTIMATORS, "dense")  # its name, declared once
+    monkeypatch.setattr(config_sections, "HESSIAN_ESTIMATORS", known)
     estimator("dense")(dense)
     raw = mbc_config.read_yaml(ROOT / "config.yaml")
     raw["diagnostics"]["hessian"]["methods"].append("dense")  # the config line
@@ -249,3 +254,17 @@ def test_hessian_readers_name_a_configured_estimator(change, key):
     with pytest.raises(ConfigError) as err:
         mbc_config.load(raw, {"preset": "smoke"})
     assert re.fullmatch(key, err.value.key), str(err.value)
+
+
+def test_a_misspelt_estimator_stops_the_config_at_load_naming_its_key():
+    """An unknown name in `diagnostics.hessian.methods` is refused before any job runs (not
+    by the Hessian job after hours of training); a declared one loads."""
+    raw = mbc_config.read_yaml(ROOT / "config.yaml")
+    raw["diagnostics"]["hessian"]["methods"] = ["lanczos", "lanczoz"]
+    with pytest.raises(
+        ConfigError, match=r"diagnostics\.hessian\.methods' = 'lanczoz'.*known: lanczos, power"
+    ):
+        mbc_config.load(raw, {"preset": "smoke"})
+    raw["diagnostics"]["hessian"]["methods"] = ["power", "lanczos"]
+    cfg = mbc_config.load(raw, {"preset": "smoke"})
+    assert cfg.diagnostics.hessian.methods == ("power", "lanczos")

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from mbc.analysis.config_sections import Hypotheses, Scorecard
 from mbc.analysis.hypotheses import combine, decide, evaluate_hypotheses, verdicts
 from mbc.analysis.scorecard import agreement, scorecard, tolerance_text
 from mbc.analysis.stats import COLUMNS as STATISTICS_COLUMNS
-from mbc.core.report_sections import Hypotheses, Scorecard
 
 ROOT = Path(__file__).resolve().parents[1]
 # the live config on purpose: its own decision rules and scorecard rows are under test

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from mbc.config import read_yaml
-from mbc.core.report_sections import Figures
+from mbc.paper.config_sections import Figures
 from mbc.paper.figures.captions import CAPTIONS, caption_tex
 from mbc.paper.figures.drawn import Drawn
 from mbc.paper.latex import (

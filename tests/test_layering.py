@@ -14,7 +14,7 @@ SRC = ROOT / "src"
 # diagnostics reads trained models (training); analysis reads the diagnostics' tables
 # (through core's columns); the paper and the planning read what is below them, not each
 # other. The Snakemake-facing machinery (workflow) reads only core but sits above the layers:
-# none of them may lean on Snakemake. Top-level modules (mbc.pipeline, mbc.config, the
+# none of them may lean on Snakemake. Top-level modules (mbc.runs_pipeline, mbc.config, the
 # commands) sit above all of them.
 LAYERS = {
     "core": 0, "training": 1, "diagnostics": 2, "analysis": 3, "paper": 4, "planning": 4,
@@ -29,7 +29,7 @@ def module_name(path: Path) -> str:
 
 
 def package(module: str) -> str:
-    """`mbc.core.spec` -> core; a top-level module (mbc.pipeline, mbc.config...) -> ''."""
+    """`mbc.core.spec` -> core; a top-level module (mbc.runs_pipeline, mbc.config...) -> ''."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and parts[1] in LAYERS else ""
 

@@ -13,12 +13,12 @@ import torch
 from helpers import tiny_spec
 
 from mbc.core.artifacts import write_json_atomic
-from mbc.workflow.integrity import RunFiles, repair, scan
 from mbc.core.packing import make_packs, pack_key, pack_priority
 from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset
 from mbc.training.packed import PackedRuns
 from mbc.training.train import train_pack, train_run
+from mbc.workflow.integrity import RunFiles, repair, scan
 
 CPU = torch.device("cpu")
 QUIET = {"say": lambda m: None}
@@ -273,7 +273,7 @@ def test_a_packed_run_to_train_again_reruns_its_pack(tmp_path):
     assert manifest.exists(), lines
     train_pack([spec], [build_dataset(spec.task, spec.seed)], [run_dir], CPU, **QUIET)
     assert not (run_dir / "metrics.csv").exists(), "a finished run's tables are unpack_run's"
-    from mbc.pipeline import unpack_run
+    from mbc.runs_pipeline import unpack_run
 
     unpack_run(spec, run_dir)
     next((run_dir / "state" / "snapshots").glob("*.pt")).unlink()

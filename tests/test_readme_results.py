@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from mbc import readme_results as rr
-from mbc.core.report_sections import CAUSES
+from mbc.paper.config_sections import CAUSES
 
 ROOT = Path(__file__).resolve().parents[1]
 MEASURED = ROOT / "measured" / "paper_cpu"

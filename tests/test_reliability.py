@@ -22,9 +22,9 @@ from mbc.core.artifacts import (
     sha256_file,
     write_csv_atomic,
 )
-from mbc.workflow.rule_log import logged
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
+from mbc.workflow.job_log import logged
 
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = str(Path(sys.executable).parent / "snakemake")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from mbc.core.report_sections import Macro, Report
+from mbc.paper.config_sections import Macro, Report
 from mbc.paper.report import statistic_macros
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,14 +10,13 @@ import pandas as pd
 import pytest
 import yaml
 
+from mbc.analysis.config_sections import Bootstrap, Fit, FitDifference, Scorecard
 from mbc.analysis.fit_tables import fit_table
 from mbc.analysis.fits import exponent_difference, fit_power_law
 from mbc.analysis.hypotheses import decide
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
 from mbc.analysis.scorecard import scorecard
 from mbc.config import ConfigError, load
-from mbc.core.report_sections import Scorecard
-from mbc.core.sections import Bootstrap, Fit, FitDifference
 from mbc.core.spec import ModelSpec
 from mbc.diagnostics.summary import TAU_COLUMNS
 

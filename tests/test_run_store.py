@@ -11,7 +11,7 @@ from helpers import REPO, smoke_args, snakemake
 
 from mbc import config as mbc_config
 from mbc import stored_runs as run_store
-from mbc.core.config import ConfigError
+from mbc.core.config_loader import ConfigError
 from mbc.core.layout import Layout
 from mbc.planning.deadline import choose, parse_deadline
 

@@ -87,7 +87,7 @@ SUBMITTED = re.compile(r"has been submitted with SLURM jobid (\d+) \(log: (\S+?\
 
 def _config_args(out: Path, **overrides) -> list[str]:
     """--config for the smoke preset into `out`; values are YAML to Snakemake (so nested
-    dicts work: mbc.core.config deep-merges them over the preset)."""
+    dicts work: mbc.core.config_loader deep-merges them over the preset)."""
     items = {"preset": "smoke", **overrides, "outdir": str(out)}
     items["paper_pdf"] = f"{out}/paper/main.pdf"
     return ["--config"] + [

@@ -15,11 +15,11 @@ import pytest
 from helpers import REPO, planted_run, smoke_args, snakemake
 
 from mbc import config as mbc_config
-from mbc.workflow import outdir_hold
 from mbc.core.artifacts import built_from, write_csv_atomic
+from mbc.core.layout import Layout
+from mbc.workflow import outdir_hold
 from mbc.workflow.integrity import RunFiles, altered_tables, repair_all, scan
 from mbc.workflow.invocation import command_line_runs_jobs, runs_jobs
-from mbc.core.layout import Layout
 
 
 def test_a_dry_run_times_nothing_and_writes_nothing(tmp_path, monkeypatch):
@@ -98,9 +98,7 @@ def _release_holds():
 
 
 def _held_by_another_process(out: Path) -> bool:
-    probe = (
-        "import sys; from mbc.workflow.outdir_hold import held_elsewhere as h; print(h(sys.argv[1]))"
-    )
+    probe = "import sys; from mbc.workflow.outdir_hold import held_elsewhere as h; print(h(sys.argv[1]))"
     res = subprocess.run([sys.executable, "-c", probe, str(out)], capture_output=True, text=True)
     return res.stdout.strip() == "True"
 

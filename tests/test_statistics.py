@@ -5,11 +5,11 @@ import pandas as pd
 import pytest
 from helpers import fixture_config
 
+from mbc.analysis.config_sections import Bootstrap, Fit, Statistic, Statistics
 from mbc.analysis.fit_tables import FIT_COLUMNS, fit_table
 from mbc.analysis.stat_kinds import KINDS, select
 from mbc.analysis.stats import compute_statistics, statistic
 from mbc.core.frozen import freeze
-from mbc.core.sections import Bootstrap, Fit, Statistic, Statistics
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS
 from mbc.diagnostics.routing import ABLATION_COLUMNS

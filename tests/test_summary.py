@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.core.sections import Lead, PlateauSensitivity, Summary
+from mbc.diagnostics.config_sections import Lead, PlateauSensitivity, Summary
 from mbc.diagnostics.plateau_sensitivity import plateau_sensitivity
 from mbc.diagnostics.series import plateau_height
 from mbc.diagnostics.summary import author_statistics, summarize_run
@@ -246,7 +246,7 @@ def test_logged_lead_on_a_planted_running_mean_series():
 
 
 def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path):
-    from mbc.pipeline import summarize
+    from mbc.runs_pipeline import summarize
     from mbc.training.data import build_dataset
     from mbc.training.train import train_run
 

@@ -359,7 +359,7 @@ def test_on_grid_statistics_equal_the_authors_every_dense_step_evaluation(tmp_pa
     first-crossing statistic equals the one read from an evaluation at every grid step,
     and lies on the grid; without the grid a log-spaced step can report it earlier."""
 
-    from mbc.core.sections import Summary
+    from mbc.diagnostics.config_sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
     diag = Summary.from_raw(fixture_config()["diagnostics"])
@@ -430,7 +430,7 @@ def test_compiled_jobs_share_one_compile_cache_per_outdir(tmp_path, monkeypatch)
     leave the environment alone."""
     import pandas as pd
 
-    import mbc.pipeline as pipeline
+    import mbc.runs_pipeline as pipeline
 
     seen = []
     fake = pd.DataFrame({"step": [0], "candidate_loss": [1.0], "wall_s": [0.0]})
@@ -458,7 +458,7 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     The first-target tau of the run's metrics is the logged crossing, not censored."""
 
     from mbc.core.runlog import logged_first_target_tau, logged_tau, read_log
-    from mbc.core.sections import Summary
+    from mbc.diagnostics.config_sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
     base = _with_train(

@@ -180,7 +180,7 @@ def test_with_shared_selectors_about_one_in_k_get_their_own_z_back_his_way_never
 
 
 def test_a_run_logs_his_shuffle_beside_ours_and_the_logged_lead_reads_his(tmp_path):
-    from mbc.core.sections import Lead
+    from mbc.diagnostics.config_sections import Lead
     from mbc.diagnostics.logged import logged_lead
 
     spec = tiny_spec()

@@ -20,8 +20,8 @@ from mbc.analysis.hypotheses import rule_text
 from mbc.analysis.scorecard import reference_text, tolerance_text
 from mbc.analysis.stat_schema import PARAMS
 from mbc.analysis.stats import what_text
+from mbc.config import Config
 from mbc.core.artifacts import write_text_atomic
-from mbc.core.config import Config
 
 COMMAND = "python -m mbc.doc_tables docs/method.md"
 BLOCK = re.compile(

@@ -33,10 +33,10 @@ import yaml
 
 from mbc.analysis.scorecard import COLUMNS, LATER_COLUMNS
 from mbc.core.artifacts import write_text_atomic
-from mbc.core.report_sections import CAUSES
 from mbc.measured_cost import ResultsError, render_cost  # noqa: F401 (docs/running.md's block)
 from mbc.measured_cost import provenance_fields as _provenance
 from mbc.measured_cost import training_cost as _cost
+from mbc.paper.config_sections import CAUSES
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
@@ -429,7 +429,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="change nothing; fail if it drifted")
     args = ap.parse_args(argv)
     docs = args.docs or args.readme.parent / "docs" / "results.md"
-    from mbc.core.config import ConfigFileError, read_yaml
+    from mbc.config import ConfigFileError, read_yaml
 
     try:
         read_yaml(args.config)  # a missing or broken config: one line, before any page

@@ -313,7 +313,7 @@ def _restore_one(cfg, layout: Layout, entry_dir: Path, entry: dict) -> str | Non
     spec = cfg.specs[run_id]
     dataset = Path(layout.dataset(spec.dataset_id))
     if not dataset.is_file():
-        from mbc.pipeline import make_dataset  # torch: only where a dataset is made
+        from mbc.runs_pipeline import make_dataset  # torch: only where a dataset is made
 
         with contextlib.redirect_stdout(io.StringIO()):  # its job's line, not the banner's
             make_dataset(spec.task, spec.seed, dataset)

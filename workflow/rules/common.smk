@@ -100,7 +100,7 @@ def all_run_ids():
     return list(SPECS)
 
 
-# A rule hands its script the typed config sections it reads (mbc.core.sections) and,
+# A rule hands its script the typed config sections it reads (mbc.config.sections) and,
 # beside them, their content id: Snakemake's rerun record keeps builtin params only, so
 # the id is what reruns a job when one of its sections changes.
 # the ids by rule name (CFG.config_ids), one place for the rules, sidecars and run store

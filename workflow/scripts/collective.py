@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
-from mbc.pipeline import diagnose_collective
+from mbc.runs_pipeline import diagnose_collective
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     diagnose_collective(

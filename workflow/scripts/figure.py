@@ -1,5 +1,5 @@
-from mbc.workflow.rule_log import logged
 from mbc.paper.figures import render
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     render(

@@ -1,5 +1,5 @@
-from mbc.workflow.rule_log import logged
-from mbc.pipeline_report import compile_paper
+from mbc.report_pipeline import compile_paper
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     compile_paper(

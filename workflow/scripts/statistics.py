@@ -1,5 +1,5 @@
-from mbc.workflow.rule_log import logged
-from mbc.pipeline_report import make_statistics
+from mbc.report_pipeline import make_statistics
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     make_statistics(

@@ -1,6 +1,6 @@
-from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
-from mbc.pipeline import summarize
+from mbc.runs_pipeline import summarize
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     summarize(

@@ -1,8 +1,8 @@
 from pathlib import Path
 
-from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
-from mbc.pipeline import train
+from mbc.runs_pipeline import train
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     train(

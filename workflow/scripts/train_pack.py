@@ -1,7 +1,7 @@
 from mbc.core.layout import Layout
-from mbc.workflow.rule_log import logged
 from mbc.core.spec import RunSpec
-from mbc.pipeline import train_pack
+from mbc.runs_pipeline import train_pack
+from mbc.workflow.job_log import logged
 
 with logged(snakemake.log[0], snakemake.params):
     specs = [RunSpec.from_dict(d) for d in snakemake.params.specs]

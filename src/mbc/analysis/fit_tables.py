@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 
 from mbc.analysis import diverged as div
+from mbc.analysis.config_sections import Bootstrap, Fit, FitDifference, ThresholdSensitivity
 from mbc.analysis.fits import PowerLawFit, exponent_difference, fit_power_law
 from mbc.core.crossing import first_crossing
-from mbc.core.sections import Bootstrap, Fit, FitDifference, ThresholdSensitivity
 from mbc.diagnostics.logged import sampled_bound, sampled_series
 
 FIT_COLUMNS = [

@@ -25,7 +25,7 @@ import math
 
 import pandas as pd
 
-from mbc.core.report_sections import Hypotheses, HypothesisTest
+from mbc.analysis.config_sections import Hypotheses, HypothesisTest
 
 COLUMNS = [
     "id",

@@ -22,10 +22,9 @@ import numpy as np
 import pandas as pd
 
 from mbc.analysis import diverged as div
+from mbc.analysis.config_sections import Bootstrap, HypothesisTest, ScorecardRow
 from mbc.analysis.hypotheses import combine, decide_pattern, rule_text, with_diverged
 from mbc.analysis.stat_kinds import bootstrap
-from mbc.core.report_sections import HypothesisTest, ScorecardRow
-from mbc.core.sections import Bootstrap
 
 INIT_SCALE_COLUMNS = [
     "experiment",

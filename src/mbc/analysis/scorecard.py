@@ -39,8 +39,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from mbc.analysis.config_sections import ScorecardRow
 from mbc.analysis.hypotheses import decide
-from mbc.core.report_sections import ScorecardRow
 
 COLUMNS = [
     "claim",

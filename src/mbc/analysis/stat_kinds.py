@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
+from mbc.analysis.config_sections import Bootstrap
 from mbc.analysis.fits import percentile_ci
 from mbc.analysis.stat_schema import PARAMS
-from mbc.core.sections import Bootstrap
 
 NAN = float("nan")
 NO_VALUE = (NAN, NAN, NAN)

@@ -14,8 +14,8 @@ from __future__ import annotations
 import pandas as pd
 
 from mbc.analysis import diverged as div
+from mbc.analysis.config_sections import Bootstrap, Statistic, Statistics
 from mbc.analysis.stat_kinds import KINDS, NAN, select
-from mbc.core.sections import Bootstrap, Statistic, Statistics
 
 COLUMNS = ["name", "value", "ci_low", "ci_high", "n", "n_censored", "n_diverged", "what"]
 

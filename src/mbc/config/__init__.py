@@ -1,7 +1,10 @@
 """The whole config, as the workflow and the commands load it: core's loader
-(`mbc.core.config`: presets, the schema, the runs, the references across sections) with the
-parts that the layers above core own, config `statistics` (the kinds of statistic,
-`mbc.analysis.stat_schema`) and `figures` (each figure's roles, `mbc.paper.figure_tables`).
+(`mbc.core.config_loader`: presets, the schema, the runs, the references across sections)
+with the parts that the layers above core own: their sections' types (`Config`,
+`mbc.config.sections`), their schema parts (config `statistics`: the kinds of statistic,
+`mbc.analysis.stat_schema`; `figures`: each figure's roles, `mbc.paper.figure_tables`) and
+their checks (the Hessian estimators, `mbc.diagnostics.config_sections`; the Hessian rows
+that fits and statistics read, `mbc.analysis.config_sections`; the figures' fit roles).
 Imports no numpy, pandas or scipy: every Snakemake start-up pays for it.
 `python -m mbc.config FILE ...` checks config files before a run (`mbc.config.__main__`)."""
 
@@ -12,10 +15,13 @@ import functools
 import os
 from pathlib import Path
 
+from mbc.analysis.config_sections import check_hessian_rows
 from mbc.analysis.stat_schema import statistics_schema
-from mbc.core import config as core
+from mbc.config.sections import Config
+from mbc.core import config_loader as core
 from mbc.core.arithmetic import Arithmetic
-from mbc.core.config import Config, ConfigError, ConfigFileError, Run, deep_merge, read_yaml
+from mbc.core.config_loader import ConfigError, ConfigFileError, Run, deep_merge, read_yaml
+from mbc.diagnostics.config_sections import check_hessian_methods
 from mbc.paper.figure_tables import check_fit_roles, figures_schema
 
 __all__ = [
@@ -48,12 +54,21 @@ def load(
     given_as: str | None = "--config",
     arithmetic: Arithmetic | None = None,
 ) -> Config:
-    """Validate and expand the whole config (`mbc.core.config.load`, with the whole schema
-    and the figures' checks). Raises ConfigError, naming the key, before any job runs.
-    arithmetic: what `auto` means (default: this machine's; `mbc.core.arithmetic`)."""
-    return core.load(
-        raw, overrides, given_as, schema_fn=schema, checks=(check_fit_roles,), arithmetic=arithmetic
+    """Validate and expand the whole config (`mbc.core.config_loader.load`, with the whole
+    schema, the layers' checks and their sections' types). Raises ConfigError, naming the
+    key, before any job runs. arithmetic: what `auto` means (default: this machine's;
+    `mbc.core.arithmetic`)."""
+    loaded = core.load(
+        raw,
+        overrides,
+        given_as,
+        schema_fn=schema,
+        checks=(check_hessian_methods, check_hessian_rows, check_fit_roles),
+        arithmetic=arithmetic,
+        config_class=Config,
     )
+    assert isinstance(loaded, Config)
+    return loaded
 
 
 def check_files(paths: list[str], base: str | Path = "config.yaml") -> Config:

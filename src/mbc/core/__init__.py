@@ -1,1 +1,2 @@
-"""Run specifications, the config and its validation, file I/O, rule logs, integrity checks."""
+"""The domain every layer shares: the run spec, core's config and its validation, where every
+file lies (layout), how files are written and read (artifacts), a run's journal and lock."""

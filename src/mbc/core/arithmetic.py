@@ -372,7 +372,7 @@ def slow_precision_warning(precision: str, arithmetic: Arithmetic) -> str | None
     )
 
 
-# --- `auto` in a config (mbc.core.config.load): resolved at most once, only if asked
+# --- `auto` in a config (mbc.core.config_loader.load): resolved at most once, only if asked
 
 
 class AutoArithmetic:

@@ -29,7 +29,7 @@ class CorruptArtifactError(RuntimeError):
     """An artefact on disk is truncated, unreadable or does not have the expected shape.
 
     `path` is the bad file; `invalidate` lists what must be regenerated with it (moved
-    aside by `mbc.workflow.rule_log.logged`, so the next workflow run rebuilds it and nothing is lost).
+    aside by `mbc.workflow.job_log.logged`, so the next workflow run rebuilds it and nothing is lost).
     """
 
     def __init__(self, message: str, path=None, invalidate=()):

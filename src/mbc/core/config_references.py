@@ -1,4 +1,4 @@
-"""The config's checks across sections (`mbc.core.config.load` runs them after the schema):
+"""The config's checks across sections (`mbc.core.config_loader.load` runs them after the schema):
 what a section names must be declared elsewhere. And `ConfigError`, the one error every
 config check raises, naming the key where the user wrote it and its value, and which part
 of a snakemake command line (`--config`, `--configfile FILE`) wrote it."""
@@ -9,8 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from mbc.core.sections import FIRST_HESSIAN_METHODS
 
 
 class ConfigError(ValueError):
@@ -70,25 +68,15 @@ def check_references(cfg: dict, written=dotted) -> None:
         src = diag.get("source")
         if src is not None and src not in cfg["experiments"]:
             raise ConfigError(written(("diagnostics", name, "source")), src, "unknown experiment")
-    hessian = cfg.get("diagnostics", {}).get("hessian") or {}
-    methods = list(hessian.get("methods", FIRST_HESSIAN_METHODS))
     for i, fit in enumerate(cfg.get("fits", [])):
         for exp in fit.get("experiments", []):
             if exp not in cfg["experiments"]:
                 raise ConfigError(f"fits[{i}].experiments", exp, "unknown experiment")
-        if fit.get("table") == "hessian" and fit["method"] not in methods:
-            why = f"not in diagnostics.hessian.methods {methods}"
-            raise ConfigError(f"fits[{i}].method", fit["method"], why)
     for name, st in (cfg.get("statistics") or {}).items():
         for exp in st.get("experiments", []):
             if exp not in cfg["experiments"]:
                 key = written(("statistics", name, "experiments"))
                 raise ConfigError(key, exp, "unknown experiment")
-        # hessian.csv has a row per estimator: a statistic reads one estimator's rows
-        method = (st.get("where") or {}).get("method")
-        if st.get("table") == "hessian" and method not in methods:
-            key = written(("statistics", name, "where", "method"))
-            raise ConfigError(key, method, f"need one of diagnostics.hessian.methods {methods}")
     sweep = (cfg.get("robustness") or {}).get("sweep")
     if sweep is not None and sweep not in cfg["experiments"]:
         raise ConfigError(written(("robustness", "sweep")), sweep, "unknown experiment")

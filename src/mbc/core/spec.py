@@ -25,7 +25,7 @@ REVERSE_DIRECTIONS = ("az_to_b", "a_to_b")  # B out; az_to_b is the author's rev
 
 # A run field is declared once, here: its name, type and default, and the JSON-schema
 # constraints config.yaml's values must meet (`run_field`); `section_schema` turns a
-# section into the config schema's definition of it (`mbc.core.config.schema`), and
+# section into the config schema's definition of it (`mbc.core.config_loader.schema`), and
 # config.yaml's `defaults` equal these defaults (tests/test_config.py).
 _JSON_TYPES = {
     "int": "integer",
@@ -388,7 +388,7 @@ class RunSpec:
 
 def dataset_id(task: TaskSpec, seed: int) -> str:
     """The id of the dataset of `task` drawn with `seed` (its file's name, and what the file
-    and its sidecar record: `mbc.pipeline.load_dataset` compares them)."""
+    and its sidecar record: `mbc.runs_pipeline.load_dataset` compares them)."""
     blob = json.dumps({"task": dataclasses.asdict(task), "seed": seed}, sort_keys=True)
     return (
         f"{task.direction}-K{task.k}-G{task.n_groups}-s{seed}-"

@@ -1,6 +1,6 @@
 """The checks of one run's spec that the config schema cannot express (how the key's
 value relates to others: K and the selector space, D and the string space, the batch and D,
-...). `mbc.core.config.check_spec` raises the first problem as a ConfigError naming the key
+...). `mbc.core.config_loader.check_spec` raises the first problem as a ConfigError naming the key
 where the user wrote it."""
 
 from __future__ import annotations

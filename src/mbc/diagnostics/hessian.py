@@ -19,7 +19,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from mbc.core.sections import HessianDiagnostic
+from mbc.diagnostics import config_sections
+from mbc.diagnostics.config_sections import HessianDiagnostic
 from mbc.diagnostics.hessian_table import CHECKPOINT_COLUMNS, ESTIMATE_COLUMNS
 from mbc.diagnostics.spectrum import SpectrumEstimate, extremes_by_power, lanczos
 
@@ -37,7 +38,8 @@ __all__ = [
 # An estimator (matvec, n, cfg, *, seed, device) -> SpectrumEstimate of the Hessian behind
 # `matvec` (n x n, float64 vectors on `device`), its budget and rule read from config
 # `diagnostics.hessian` (`cfg`); config `diagnostics.hessian.methods` names the ones every
-# checkpoint gets, in order. Register one with @estimator("name").
+# checkpoint gets, in order. Register one with @estimator("name"), a name declared in
+# `mbc.diagnostics.config_sections.HESSIAN_ESTIMATORS` (config is checked against those).
 Estimator = Callable[..., SpectrumEstimate]
 ESTIMATORS: dict[str, Estimator] = {}
 
@@ -46,6 +48,8 @@ def estimator(name: str) -> Callable[[Estimator], Estimator]:
     """Register the decorated function as the Hessian estimator `name`."""
 
     def register(fn: Estimator) -> Estimator:
+        if name not in config_sections.HESSIAN_ESTIMATORS:
+            raise ValueError(f"declare the Hessian estimator {name!r} in HESSIAN_ESTIMATORS")
         if name in ESTIMATORS:
             raise ValueError(f"a Hessian estimator named {name!r} is registered already")
         ESTIMATORS[name] = fn

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from mbc.core.crossing import first_crossing
-from mbc.core.sections import Lead, Summary
+from mbc.diagnostics.config_sections import Lead, Summary
 from mbc.diagnostics.series import DIP_COLUMNS, dip_duration, transition_window, z_usage_onset
 
 # `logged_statistics` of a log without its series (or a summary written before one existed)

@@ -8,7 +8,7 @@ import math
 
 import pandas as pd
 
-from mbc.core.sections import PlateauSensitivity, Summary
+from mbc.diagnostics.config_sections import PlateauSensitivity, Summary
 from mbc.diagnostics.series import configured_plateau, z_usage_onset
 
 PLATEAU_SENSITIVITY_COLUMNS = [

@@ -121,7 +121,7 @@ def configured_plateau(
     window, steps: np.ndarray, lcand: np.ndarray, log_k: float, z_onset: int | None
 ) -> Plateau:
     """`plateau` with the fractions of `diagnostics.plateau` (`window`,
-    `mbc.core.sections.Plateau`), ended at `z_onset` (None: the loss onset alone): the run
+    `mbc.diagnostics.config_sections.Plateau`), ended at `z_onset` (None: the loss onset alone): the run
     summaries and the sensitivity table read one window definition."""
     return plateau(
         steps,

@@ -17,11 +17,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from mbc.core.config import Run
+from mbc.core.config_loader import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.sections import Summary
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
+from mbc.diagnostics.config_sections import Summary
 from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics, sampled_bound
 from mbc.diagnostics.series import (
     DIP_COLUMNS,

@@ -4,7 +4,7 @@ of the figures, without importing matplotlib at every job's start-up. `mbc.paper
 registers one drawing function per entry and refuses one that reads other tables."""
 
 from mbc.core.config_references import ConfigError, dotted
-from mbc.core.sections import FIRST_HESSIAN_METHODS
+from mbc.diagnostics.config_sections import hessian_methods
 
 FIGURE_TABLES: dict[str, list[str]] = {
     "loss_curves": ["metrics", "tau"],
@@ -120,8 +120,7 @@ def check_fit_roles(cfg: dict, written=dotted) -> None:
     exist). An error names the key where the user wrote it (`written`)."""
     fit_by = {f["name"]: f.get("by") for f in cfg.get("fits", [])}
     fit_method = {f["name"]: f.get("method") for f in cfg.get("fits", [])}
-    hessian = (cfg.get("diagnostics") or {}).get("hessian") or {}
-    methods = list(hessian.get("methods", FIRST_HESSIAN_METHODS))
+    methods = hessian_methods(cfg)
     for fig, entry in (cfg.get("figures") or {}).items():
         for role, fit in (entry.get("fits") or {}).items():
             if (fig, "fits") in OPEN_ROLES:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from mbc.core.report_sections import CAUSES
+from mbc.paper.config_sections import CAUSES
 from mbc.paper.latex import escape_latex
 from mbc.paper.report import claims_with_match, value_with_ci
 from mbc.paper.typeset import tex_text

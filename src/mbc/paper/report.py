@@ -15,8 +15,8 @@ import yaml
 
 from mbc.analysis.diverged import diverged_ids
 from mbc.analysis.hypotheses import verdicts
-from mbc.core.report_sections import Macro
 from mbc.core.spec import ModelSpec
+from mbc.paper.config_sections import Macro
 from mbc.paper.latex import Raw, booktabs_table, format_number, is_missing, macro_name, numbers_tex
 from mbc.paper.typeset import tex_text
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from mbc.core.arithmetic import cuda_available
 from mbc.core.artifacts import dumps_strict, write_text_atomic
-from mbc.core.config import Config
+from mbc.core.config_loader import CoreConfig
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_widths
 from mbc.core.runlog import finished, read_log, resume_point
@@ -235,7 +235,7 @@ def _free_bytes(path: Path) -> int | None:
         return None
 
 
-def arithmetic_lines(cfg: Config) -> list[str]:
+def arithmetic_lines(cfg: CoreConfig) -> list[str]:
     """What `auto` chose and why (train.precision / compile, pack.enabled), and a warning
     where an explicit precision is the slow one on this machine."""
     a = cfg.arithmetic
@@ -254,7 +254,7 @@ def arithmetic_lines(cfg: Config) -> list[str]:
 
 
 def timing_lines(
-    cfg: Config,
+    cfg: CoreConfig,
     *,
     cores: int | None,
     executor: str = "local",
@@ -272,7 +272,7 @@ def timing_lines(
     return [line for line in timed if line not in untimed]
 
 
-def expected_runs(cfg: Config, todo: dict[str, RunSpec], logs: dict[str, list[dict]]):
+def expected_runs(cfg: CoreConfig, todo: dict[str, RunSpec], logs: dict[str, list[dict]]):
     """(run id -> `Expected`, the tau law's c, its words, run id -> resume point) for the
     runs left to train: measured taus first, else c D^1.2 with c from the measured taus or
     this machine's calibration (`python -m mbc.estimate`)."""
@@ -291,7 +291,7 @@ def expected_runs(cfg: Config, todo: dict[str, RunSpec], logs: dict[str, list[di
 
 
 def seconds_per_run(
-    cfg: Config,
+    cfg: CoreConfig,
     todo: dict[str, RunSpec],
     exp: dict,
     device: str,
@@ -327,7 +327,7 @@ def seconds_per_run(
 
 
 def banner_lines(
-    cfg: Config,
+    cfg: CoreConfig,
     *,
     cores: int | None,
     executor: str = "local",

@@ -26,8 +26,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from mbc.core import config as mbc_config
 from mbc.core.artifacts import write_bytes_atomic
+from mbc.core.config_loader import CoreConfig
 from mbc.core.layout import Layout
 from mbc.core.spec import RunSpec
 
@@ -210,7 +210,7 @@ def panel(
     return drawn
 
 
-def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[str, int]]:
+def draw(cfg: CoreConfig, states: dict[str, str]) -> tuple[Figure, dict[str, int]]:
     """The picture of every run of `cfg` so far, one panel per experiment (titled by its
     name); `states`: run id -> mbc.status's state. Returns it and {experiment: curves}."""
     curves = {rid: read_curve(Layout(cfg.outdir).run(rid).log) for rid in cfg.specs}
@@ -259,7 +259,7 @@ def draw(cfg: mbc_config.Config, states: dict[str, str]) -> tuple[Figure, dict[s
     return fig, drawn
 
 
-def plot_curves(cfg: mbc_config.Config, path: str | Path, states: dict[str, str]) -> dict:
+def plot_curves(cfg: CoreConfig, path: str | Path, states: dict[str, str]) -> dict:
     """`draw` into `path` (.png or .pdf), replaced atomically (a viewer reloading it never
     sees half a file). Returns {experiment: curves drawn}."""
     fig, drawn = draw(cfg, states)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 
-from mbc.core.config import Config, ConfigError
+from mbc.core.config_loader import ConfigError, CoreConfig
 from mbc.core.layout import Layout
 from mbc.core.runlog import finished, read_log
 from mbc.core.units import duration
@@ -56,7 +56,7 @@ def choose(seconds: dict[str, float], jobs: int, budget_s: float) -> list[str]:
 
 
 def within(
-    cfg: Config,
+    cfg: CoreConfig,
     budget_s: float,
     cores: int | None,
     dry_run: bool,
@@ -112,7 +112,7 @@ def within(
     return chosen, lines
 
 
-def observed_factor(cfg: Config, logs: dict[str, list[dict]], device: str):
+def observed_factor(cfg: CoreConfig, logs: dict[str, list[dict]], device: str):
     """(median of wall / modelled seconds, n) over this outdir's runs that finished in one
     session on this machine's CPU, or None without any: the model times 5 bare training steps,
     so a machine busy with other work, or evaluation dearer than modelled, shows here."""

@@ -5,7 +5,7 @@ scheduling lines per round and a host header. The console keeps Snakemake's erro
 warnings and one-off lines ("Building DAG of jobs...", "Nothing to be done", its log's
 path); the rest goes to its log file only (`.snakemake/log/`), which every handler but the
 console's still receives. With the banner, one line per trained run and the report's path
-(rule_log.console, report.smk), that is what a person watching reads.
+(job_log.console, report.smk), that is what a person watching reads.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ Robustness contract (each figure):
 `TABLES_NEEDED` says which tables each one reads: `mbc.paper.figure_tables`' declaration,
 which the Snakefile reads (without matplotlib) to declare them as inputs;
 `render` reads the CSVs and draws one figure. PDF and PNG (150 dpi) are written atomically.
-`entry` is the figure's config `figures` entry (`mbc.core.report_sections.FigureEntry`): which
+`entry` is the figure's config `figures` entry (`mbc.paper.config_sections.FigureEntry`): which
 experiments it draws in each of its roles and which `fits` rows its lines are; no figure
 names an experiment or a fit itself.
 

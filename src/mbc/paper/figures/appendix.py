@@ -11,8 +11,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from mbc.core.report_sections import FigureEntry
 from mbc.core.spec import REVERSE_DIRECTIONS
+from mbc.paper.config_sections import FigureEntry
 from mbc.paper.figures.common import (
     CENSORED_LABEL,
     FIT_NUMERIC,

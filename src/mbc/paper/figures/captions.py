@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from mbc.core.report_sections import FigureEntry
+from mbc.paper.config_sections import FigureEntry
 from mbc.paper.figures.common import experiment_names
 from mbc.paper.figures.drawn import Drawn
 from mbc.paper.latex import escape_latex

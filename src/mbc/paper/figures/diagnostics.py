@@ -14,8 +14,8 @@ from matplotlib.colors import Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from mbc.core.report_sections import FigureEntry
 from mbc.diagnostics.hessian_table import long_table
+from mbc.paper.config_sections import FigureEntry
 from mbc.paper.figures.common import (
     TWO_COL,
     all_finite,

@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from mbc.core.report_sections import FigureEntry
+from mbc.paper.config_sections import FigureEntry
 from mbc.paper.figures.common import (
     CENSORED_LABEL,
     DIVERGED_LABEL,

@@ -21,7 +21,7 @@ from mbc.core.artifacts import (
     write_bytes_atomic,
     write_text_table,
 )
-from mbc.core.report_sections import FigureEntry
+from mbc.paper.config_sections import FigureEntry
 from mbc.paper.figure_tables import FIGURE_TABLES
 from mbc.paper.figures.captions import CAPTIONS, caption_tex
 from mbc.paper.figures.common import DPI, STYLE

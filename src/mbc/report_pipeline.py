@@ -1,6 +1,6 @@
 """The rule functions of the report half of the pipeline, from the aggregated tables on:
 the power-law fits, the statistics, the verdicts (H1-H7 and our own claims), the scorecard,
-and the paper's generated inputs and its PDF. Like `mbc.pipeline` (the runs and their
+and the paper's generated inputs and its PDF. Like `mbc.runs_pipeline` (the runs and their
 tables): one function per rule, paths in and out, each table written atomically inside
 `built_from` its inputs. Nothing here trains or reads a model.
 """
@@ -12,6 +12,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from mbc.analysis.config_sections import (
+    Bootstrap,
+    Fits,
+    Hypotheses,
+    Robustness,
+    Scorecard,
+    ScorecardRow,
+    Statistics,
+)
 from mbc.analysis.fit_tables import fit_table, threshold_table
 from mbc.analysis.hypotheses import evaluate_hypotheses
 from mbc.analysis.robustness import comparison_table, init_scale_table, robustness_table
@@ -26,13 +35,12 @@ from mbc.core.artifacts import (
 )
 from mbc.core.frozen import thaw
 from mbc.core.layout import RunPaths
-from mbc.core.report_sections import Hypotheses, Report, Robustness, Scorecard, ScorecardRow
-from mbc.core.sections import Bootstrap, Fits, Statistics
 from mbc.core.spec import grid_rows
 from mbc.diagnostics.collective import SUMMARY_COLUMNS
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, READERS, read_hessian
 from mbc.diagnostics.routing import ABLATION_COLUMNS
 from mbc.paper import outcome
+from mbc.paper.config_sections import Report
 from mbc.paper.latexmk import run_latexmk
 from mbc.paper.report import (
     definitions_table,
@@ -65,7 +73,7 @@ def make_fits(
     """fits.csv and E4's threshold_sensitivity.csv (our taus from the grid rows, like
     tau.csv's: grid maps each run id to its eval grid, `mbc.core.spec.grid_rows`; the
     author's from the sampled evaluation in the train_log.csv beside each of `run_metrics`,
-    E4's runs' metrics.csv, as `mbc.pipeline.summarize` reads it). diverged: config
+    E4's runs' metrics.csv, as `mbc.runs_pipeline.summarize` reads it). diverged: config
     `diverged` (`Config.diverged`)."""
     tau = read_csv_checked(tau_path, required=["run_id", "tau", "censored", "steps"])
     hess = read_hessian(hessian_path)

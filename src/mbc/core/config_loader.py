@@ -37,9 +37,7 @@ from mbc.core.config_references import (
     dotted,
     holds,
 )
-from mbc.core.frozen import thaw
 from mbc.core.layout import Layout, can_be_a_directory, canonical_outdir
-from mbc.core.sections import TypedSections
 from mbc.core.spec import (
     NUMERIC_COLUMNS,
     EvalSpec,
@@ -68,7 +66,11 @@ class Run:
 
 
 @dataclass(frozen=True)
-class Config(TypedSections):
+class CoreConfig:
+    """The part of the config that core reads: the preset, the outdir, the runs and the
+    arithmetic `auto` chose. `mbc.config.Config` adds the sections the layers above own
+    (diagnostics, fits, statistics, the verdicts, the report); load the config there."""
+
     raw: dict  # the resolved config (base + preset + overrides), for rules' params
     preset: str
     outdir: str
@@ -110,16 +112,10 @@ class Config(TypedSections):
                 out.append(r.run_id)
         return out
 
-    def diagnosed_runs(self, diagnostic: str) -> list[str]:
-        """Runs a post-hoc diagnostic (`diagnostics.<name>`) reads the snapshots of: its
-        source experiment filtered by `where`, transformers on the main task only."""
-        d = getattr(self.diagnostics, diagnostic)
-        return [
-            r
-            for r in self.run_ids(d.source, thaw(d.where) or None)
-            if self._spec_by_id[r].model.kind == "transformer"
-            and self._spec_by_id[r].task.direction == "bz_to_a"
-        ]
+    def missing_section_key(self) -> tuple[str, str] | None:
+        """(section, the key it lacks) for a section that cannot be built, else None: core's
+        are whole once the schema passed; `mbc.config.Config` checks the layers' sections."""
+        return None
 
 
 def deep_merge(base: dict, over: dict) -> dict:
@@ -373,12 +369,14 @@ def load(
     schema_fn: Schema = schema,
     checks: tuple[Callable[[dict, Callable[[tuple], str]], None], ...] = (),
     arithmetic: Arithmetic | None = None,
-) -> Config:
-    """Validate and expand the whole config. Raises ConfigError before any job runs.
+    config_class: type[CoreConfig] = CoreConfig,
+) -> CoreConfig:
+    """Validate and expand the config. Raises ConfigError before any job runs.
     given_as: how a message names a value that came from `overrides` (Snakemake's
     `--config`); None: by its path alone, as for the config files `mbc.config.check_files`
     merges. schema_fn and checks: the whole schema and the checks (cfg, written) of the
-    layers above core (`mbc.config.load`), run after this module's. arithmetic: what `auto`
+    layers above core (`mbc.config.load`), run after this module's; config_class: the type
+    that holds their sections (`mbc.config.Config`). arithmetic: what `auto`
     means (default: this machine's, `mbc.core.arithmetic.resolve`, asked only if some value
     is `auto`)."""
     cfg = resolve(raw, overrides, schema_fn)
@@ -412,7 +410,7 @@ def load(
         check(cfg, written)
     if cfg.get("pack", {}).get("enabled") == "auto":
         cfg["pack"] = {**cfg["pack"], "enabled": pack_pays([r.spec for r in runs], auto)}
-    out = Config(
+    out = config_class(
         raw=cfg,
         preset=cfg["preset"],
         outdir=cfg["outdir"].rstrip("/"),

@@ -1,7 +1,7 @@
 """The package functions that rule scripts call up to the aggregated tables (datasets,
 training, a run's summary and diagnostics, the tables stacked): one per rule, typed
 arguments, paths in/out. From the aggregated tables on (fits, verdicts, the paper):
-`mbc.pipeline_report`.
+`mbc.report_pipeline`.
 
 Each function reads its inputs, calls the science modules and writes its outputs
 atomically; a table derived from other files is written inside `built_from` them, so that
@@ -32,22 +32,21 @@ from mbc.core.artifacts import (
     write_json_atomic,
     write_sidecar_sha256,
 )
-from mbc.core.config import Run
+from mbc.core.config_loader import Run
 from mbc.core.layout import RunPaths
-from mbc.workflow.rule_log import console
 from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
-from mbc.core.sections import (
-    CollectiveDiagnostic,
-    HessianDiagnostic,
-    PlateauSensitivity,
-    RoutingDiagnostic,
-    Summary,
-)
 from mbc.core.spec import RunSpec, TaskSpec, dataset_id, grid_rows
 from mbc.diagnostics.collective import (
     collective_tables,
     group_accuracy,
     sample_groups,
+)
+from mbc.diagnostics.config_sections import (
+    CollectiveDiagnostic,
+    HessianDiagnostic,
+    PlateauSensitivity,
+    RoutingDiagnostic,
+    Summary,
 )
 from mbc.diagnostics.hessian import checkpoint_estimates, checkpoint_rows
 from mbc.diagnostics.hessian_table import HESSIAN_COLUMNS, READERS
@@ -69,6 +68,7 @@ from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
 from mbc.training.record import METRIC_COLUMNS, finalize_run
 from mbc.training.setup import pick_device
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
+from mbc.workflow.job_log import console
 
 
 def load_dataset(path) -> Dataset:
