@@ -363,7 +363,7 @@ def merge(a) -> int:
     from mbc.core.artifacts import write_bytes_atomic
     from mbc.core.layout import Layout
     from mbc.core.runlog import finished, read_log
-    from mbc.pipeline import load_dataset, make_dataset
+    from mbc.runs_pipeline import load_dataset, make_dataset
 
     src = Path(getattr(a, "from"))
     summary = json.loads((src / "gpu_runs.json").read_text())
