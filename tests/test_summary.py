@@ -269,3 +269,29 @@ def test_summarize_reads_train_log_beside_metrics_or_says_not_measured(tmp_path)
     summarize(spec, tmp_path / "metrics.csv", tmp_path / "s.json", DIAG)
     s = json.loads((tmp_path / "s.json").read_text())
     assert s["lead_log_measured"] is False and s["lead_fraction_log"] is None
+
+
+def test_tau_tables_columns_are_typed_once_numbers_flags_and_text():
+    """tau.csv's readers (the figures) cast `NUMBER_COLUMNS` and read `FLAG_COLUMNS` as
+    flags: a summarized run's every column is one of the three kinds, each as declared."""
+    from mbc.core.config_loader import Run
+    from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, NUMERIC_COLUMNS
+    from mbc.diagnostics.summary import (
+        FLAG_COLUMNS,
+        NUMBER_COLUMNS,
+        TAU_COLUMNS,
+        TEXT_COLUMNS,
+        tau_table,
+    )
+
+    spec, lk = tiny_spec(k=5), math.log(5)
+    s = summarize_run(spec, metrics(np.linspace(lk, 0.01, 5), np.zeros(5)), DIAG)
+    row = tau_table([Run("E1", spec)], {spec.run_id: s}).iloc[0]
+    kinds = [*NUMBER_COLUMNS, *FLAG_COLUMNS, *TEXT_COLUMNS]
+    assert len(kinds) == len(set(kinds)) and set(kinds) <= set(TAU_COLUMNS)
+    rest = set(TAU_COLUMNS) - set(kinds)  # the spec's settings that are no number
+    assert rest <= {*FLAT_COLUMNS, *DOTTED_COLUMNS} and not rest & set(NUMERIC_COLUMNS), rest
+    numbers = pd.to_numeric(row[NUMBER_COLUMNS], errors="coerce")
+    assert numbers.isna().equals(row[NUMBER_COLUMNS].isna())  # no text among the numbers
+    assert all(isinstance(row[c], (bool, np.bool_)) for c in FLAG_COLUMNS), row[FLAG_COLUMNS]
+    assert row["censored"] == False and row["tau"] > 0  # noqa: E712 (a numpy bool)

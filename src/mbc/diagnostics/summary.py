@@ -21,6 +21,7 @@ from mbc.core.config_loader import Run
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
 from mbc.core.spec import DOTTED_COLUMNS, FLAT_COLUMNS, RunSpec, grid_mask, spec_columns
+from mbc.core.spec import NUMERIC_COLUMNS as SPEC_NUMERIC_COLUMNS
 from mbc.diagnostics.config_sections import Summary
 from mbc.diagnostics.logged import NOT_MEASURED, logged_lead, logged_statistics, sampled_bound
 from mbc.diagnostics.series import (
@@ -99,6 +100,29 @@ TAU_COLUMNS = [
     # E13: the first-target loss at the end of training (a z-blind model: exactly log K)
     "final_first_target_loss",
     *DOTTED_COLUMNS,
+]
+# tau.csv's columns that hold no number: text, and flags (True/False); every other is a number
+# (the spec's own: `mbc.core.spec.NUMERIC_COLUMNS`), what a reader casts (`NUMBER_COLUMNS`)
+TEXT_COLUMNS = [
+    "run_id",
+    "experiment",
+    "task",
+    "model",
+    "init",
+    "sharing",
+    "status",
+    "lead_log_shuffle",
+]
+FLAG_COLUMNS = [
+    c
+    for c in TAU_COLUMNS
+    if c in ("diverged", "lead_log_measured") or "censored" in c
+]
+NUMBER_COLUMNS = [
+    c
+    for c in TAU_COLUMNS
+    if c in SPEC_NUMERIC_COLUMNS
+    or c not in {*FLAT_COLUMNS, *DOTTED_COLUMNS, *TEXT_COLUMNS, *FLAG_COLUMNS}
 ]
 INT_COLUMNS = [
     "diverged_step",

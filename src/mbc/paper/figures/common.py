@@ -10,6 +10,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mbc.diagnostics.summary import NUMBER_COLUMNS
+
 STYLE = Path(__file__).parent / "mbc.mplstyle"
 DPI = 150
 CENSORED_LABEL = "censored (tau > budget)"
@@ -20,36 +22,6 @@ ONE_COL = 3.4  # inches: one-column figure width
 TWO_COL = 7.0  # inches: figures with two or three side-by-side panels
 
 
-_TAU_NUMERIC = (
-    "init_std",
-    "init_scale",
-    "k",
-    "n_groups",
-    "d",
-    "lr",
-    "batch_size",
-    "z_length",
-    "n_supergroups",
-    "sharing_factor",
-    "label_noise",
-    "seed",
-    "threshold",
-    "tau",
-    "tau_sampled",
-    "plateau_height",
-    "height_over_log_k",
-    "final_candidate_loss",
-    "final_candidate_accuracy",
-    "steps",
-    "loss_onset",
-    "delta_z_onset",
-    "lead",
-    "lead_fraction",
-    "first_target_tau_log",
-    "lag_step",
-    "transition_duration_sampled",
-    "final_first_target_loss",
-)
 _METRICS_NUMERIC = (
     "step",
     "examples_seen",
@@ -106,7 +78,7 @@ def tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd.
     `censored` is True where the table says so or tau is missing; such a run is drawn at its
     step budget (`steps`).
     """
-    df = numeric_cols(tau, _TAU_NUMERIC)
+    df = numeric_cols(tau, NUMBER_COLUMNS)
     for c in ("run_id", "experiment", "task", "model", "init", "sharing"):
         df[c] = text_col(df, c)
     if experiments is not None:
