@@ -219,14 +219,14 @@ def test_the_stop_clock_waits_for_every_crossing_it_is_asked_to():
     crossings it waits for (E7); None while one of them has not come."""
     from types import SimpleNamespace
 
-    from mbc.training.record import RunRecord
+    from mbc.training.run_state import RunState
 
     def clock(tau, first, first_log, **train):
         flags = {"early_stop_first_target": False, "early_stop_first_target_log": False}
         flags.update(train)
         spec = SimpleNamespace(train=SimpleNamespace(early_stop_series="candidate", **flags))
         me = SimpleNamespace(spec=spec, tau=tau, first_tau=first, first_tau_log=first_log)
-        return RunRecord.stop_clock(me)
+        return RunState.stop_clock(me)
 
     assert clock(300, 500, 650) == 300
     assert clock(300, 500, 650, early_stop_first_target=True) == 500

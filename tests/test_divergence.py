@@ -28,7 +28,7 @@ from mbc.paper import figures
 from mbc.runs_pipeline import make_tau_table, summarize
 from mbc.status import run_state
 from mbc.training.data import build_dataset
-from mbc.training.record import RunRecord
+from mbc.training.record import RunRecord, RunView
 from mbc.training.train import train_pack, train_run
 
 CPU = torch.device("cpu")
@@ -89,8 +89,9 @@ def test_a_diverging_run_stops_and_is_recorded_unpacked_and_packed(tmp_path):
     assert train_pack([base, bad], [ds, ds], dirs, CPU, **QUIET) == [False, False]
 
 
-class _View:
-    """A RunView whose weights are fine: only the training loss goes bad."""
+class _View(RunView):
+    """A RunView whose weights are fine: only the training loss goes bad (the training-log
+    measurements: the protocol's NaN)."""
 
     def keep(self):
         return {"w": torch.zeros(1)}

@@ -12,7 +12,7 @@ import math
 import torch
 
 from mbc.training.packed import PackedRuns
-from mbc.training.record import Weights
+from mbc.training.record import RunView, Weights
 from mbc.training.train_log import (
     batch_shuffled_first_loss_fn,
     sampled_batch_fn,
@@ -20,8 +20,8 @@ from mbc.training.train_log import (
 )
 
 
-class PackView:
-    """`mbc.training.record.RunView` of run r of a pack. Evaluations run on `scratch`, an
+class PackView(RunView):
+    """The `mbc.training.record.RunView` of run r of a pack. Evaluations run on `scratch`, an
     ordinary model of the pack's shape shared by its runs, loaded with the run's weights:
     the metrics of `mbc.training.metrics` on the ordinary model, whatever the pack's width."""
 
@@ -31,22 +31,20 @@ class PackView:
         self.pack, self.r, self.scratch = pack, r, scratch
         self._evaluate, self.batch = evaluate, batch
         self.batched: tuple[int, dict] | None = None  # (step, metrics) of a batched evaluation
-        # the author's logged gap, on the scratch model loaded with this run's weights
+        # the author's logged gap, on the scratch model loaded with this run's weights (None:
+        # no z to derange, the loss is NaN)
         self._shuffled = shuffled_first_loss_fn(
             pack.specs[r], dataset, pack.orders[r].indices, scratch
         )
-        if self._shuffled is None:
-            self.train_shuffled_first_loss = None  # the record logs NaN (no z to derange)
         self._batch_shuffled = batch_shuffled_first_loss_fn(
             pack.specs[r], dataset, pack.orders[r].indices, scratch
         )
-        if self._batch_shuffled is None:
-            self.train_batch_shuffled_first_loss = None
         # the author's sampled evaluation (eval.sampled_groups), on the scratch model
         self._sampled = sampled_batch_fn(pack.specs[r], dataset, pack.device)
 
     def evaluate_sampled(self, step: int) -> float:
-        """L_cand of the author's sampled evaluation at `step`, the run's current weights."""
+        """L_cand of the author's sampled evaluation at `step`, the run's current weights;
+        NaN without eval.sampled_groups."""
         if self._sampled is None:
             return math.nan
         self.scratch.load_state_dict(self.pack.weights(self.r))
@@ -54,13 +52,17 @@ class PackView:
 
     def train_shuffled_first_loss(self, step: int) -> float:
         """The first-target loss of training batch `step` with z deranged, at the run's
-        current weights (`mbc.training.train_log`)."""
+        current weights (`mbc.training.train_log`); NaN where the task has no selector."""
+        if self._shuffled is None:
+            return math.nan
         self.scratch.load_state_dict(self.pack.weights(self.r))
         return self._shuffled(step)
 
     def train_batch_shuffled_first_loss(self, step: int) -> float:
         """The same batch's first-target loss with z shuffled across the batch, the
-        author's way (`mbc.training.train_log.shuffle_z_across_batch`)."""
+        author's way (`mbc.training.train_log.shuffle_z_across_batch`); NaN as above."""
+        if self._batch_shuffled is None:
+            return math.nan
         self.scratch.load_state_dict(self.pack.weights(self.r))
         return self._batch_shuffled(step)
 

@@ -1,7 +1,7 @@
 """The optimiser step of training: R >= 1 runs of one shape stepped as one stacked model.
 A run trained alone is a pack of one (`mbc.training.train.train_run`, with the ordinary
-model's arithmetic: `ordinary`), so bf16, clipping, the loss and the resume state are
-computed here for every run, packed or not.
+model's arithmetic: `ordinary`, `mbc.training.step_math.OrdinaryStep`), so bf16, clipping,
+the loss and the resume state are computed here for every run, packed or not.
 
 A paper-size step (batch 128 x 15 positions, d_model 128) is far too small to fill a GPU:
 one run is bound by kernel-launch latency, not FLOPs. Packing R runs turns every
@@ -50,6 +50,7 @@ from mbc.training.packed_adamw import PackedAdamW
 from mbc.training.packed_models import packed_model
 from mbc.training.schedule import learning_rate
 from mbc.training.setup import check_bases, check_train, initial_model, make_optimizer
+from mbc.training.step_math import OrdinaryStep, StackedStep, StepMath
 
 
 @functools.cache
@@ -89,9 +90,9 @@ class PackedRuns:
     {"model", "optimizer"} as `export_run` writes it (every resume point), all at
     optimiser step `step` (a pack's runs always share their step count).
     ordinary: one run trained alone (`mbc.training.train.train_run`), with the ordinary
-    model's arithmetic: its plain weights in the forward, torch's mean cross-entropy and
-    torch's clip_grad_norm_ (bitwise the ordinary model's step); else the stacked
-    arithmetic of a pack, whatever its width (`mbc.training.packed_models`).
+    model's arithmetic (`mbc.training.step_math.OrdinaryStep`: bitwise the ordinary
+    model's step); else the stacked arithmetic of a pack, whatever its width
+    (`StackedStep`). Chosen here, once: `math`.
     compile_mode: torch.compile the loss in this mode (e.g. "reduce-overhead": CUDA
     graphs) whatever train.compile says; fused=False: `PackedAdamW` even when torch's
     fused AdamW would do. Both for benchmarks/gpu_check.py, which measures them.
@@ -131,7 +132,7 @@ class PackedRuns:
         if ordinary and len(specs) != 1:
             raise ValueError("the ordinary model's arithmetic is one run's")
         self.model = packed_model(models).to(device).train()
-        self.model.ordinary = ordinary
+        self.model.math = OrdinaryStep(specs[0].train.clip_norm) if ordinary else StackedStep()
 
         self._make_optimizer(fused)
         if step > 0:
@@ -156,9 +157,9 @@ class PackedRuns:
         return self.model.r
 
     @property
-    def ordinary(self) -> bool:
-        """One run alone with the ordinary model's arithmetic (the model's own flag)."""
-        return self.model.ordinary
+    def math(self) -> StepMath:
+        """The pack's arithmetic (`mbc.training.step_math`), the model's own."""
+        return self.model.math
 
     def _make_optimizer(self, fused: bool) -> None:
         specs, self._fused = self.specs, fused
@@ -275,11 +276,7 @@ class PackedRuns:
         self._norms = None
         if any(sp.train.clip_norm > 0 for sp in self.specs):  # (no device sync)
             # torch.nn.utils.clip_grad_norm_ per run: grads *= min(1, clip / (norm + 1e-6))
-            norms = self.grad_norms()
-            if self.ordinary:  # as torch evaluates float / tensor: bitwise torch's own
-                coef = (norms + 1e-6).reciprocal() * self.specs[0].train.clip_norm
-            else:
-                coef = self.clip / (norms + 1e-6)
+            coef = self.math.clip_coefficients(self.grad_norms(), self.clip)
             coef = torch.where(self.clip > 0, coef, 1.0).clamp(max=1.0)
             for p in self.params:
                 if p.grad is not None:
@@ -301,11 +298,7 @@ class PackedRuns:
         run's log records as grad_norm)."""
         if self._norms is None:
             grads = [p.grad for p in self.params if p.grad is not None]
-            if self.ordinary:  # torch's clip_grad_norm_ formula: bitwise torch's own
-                norms = torch.stack([torch.linalg.vector_norm(g) for g in grads])
-                self._norms = torch.linalg.vector_norm(norms).view(1)
-            else:
-                self._norms = torch.stack([g.flatten(1).pow(2).sum(1) for g in grads]).sum(0).sqrt()
+            self._norms = self.math.grad_norms(grads)
         return self._norms
 
     def weights(self, r: int) -> dict[str, torch.Tensor]:

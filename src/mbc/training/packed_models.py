@@ -3,24 +3,21 @@ of one shape as one module, each parameter (R, ...) with the run axis first.
 `PackedTransformer` runs `mbc.training.forward.forward` over the R weight sets;
 `PackedLinear` the linear baseline's two maps as two batched matmuls (E13).
 
-A run trained alone (`mbc.training.train.train_run`: `ordinary`) computes with the ordinary
-model's arithmetic: its forward gets the run's plain weights (`F.linear`, `F.layer_norm`'s
-own affine, `F.embedding`) and its loss is torch's mean cross-entropy, so it is bitwise the
-run of the ordinary model. A pack job's runs take the stacked arithmetic (batched matmuls),
-equal to it to float32 rounding, from start to end: a pack that has shrunk to one run (the
-others finished) keeps it, so a run's numbers never depend on when its pack-mates stop.
+Their forward and loss compute in the pack's arithmetic, `math`
+(`mbc.training.step_math`): a run trained alone the ordinary model's (`OrdinaryStep`,
+bitwise), a pack job's runs the stacked one (`StackedStep`).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from mbc.core.spec import VOCAB
-from mbc.training.forward import forward, linear
+from mbc.training.forward import forward
 from mbc.training.metrics import metrics_from_logprobs, token_logprobs
 from mbc.training.model import LinearBaseline, Transformer, linear_features
+from mbc.training.step_math import StackedStep, StepMath
 
 
 def _key(name: str) -> str:
@@ -32,7 +29,7 @@ class _PackedModel(nn.Module):
     Subclasses: `PackedTransformer`, `PackedLinear`."""
 
     kind: type[nn.Module]
-    ordinary = False  # one run with the ordinary model's arithmetic (set by `PackedRuns`)
+    math: StepMath = StackedStep()  # the pack's arithmetic (`PackedRuns` sets it)
     # whether `evaluate` may run each context's common prefix once for its K candidates
     # (`_eval_logits` takes (R, c, K, T) then)
     shares_prefix = False
@@ -93,7 +90,7 @@ class _PackedModel(nn.Module):
             self.linear_names,
             {n: self.p(n)[rows] for n in self.buffer_names},
         )
-        new.ordinary = self.ordinary
+        new.math = self.math
         return new.train(self.training)
 
     def p(self, name: str) -> torch.Tensor:
@@ -159,19 +156,8 @@ class _PackedModel(nn.Module):
         """Per-run training loss (R,) (`mbc.training.metrics.training_loss` of each run) and
         per-run first-target loss of the batch (R,), detached, from the same logits (the
         mean cross-entropy of A's first token: the author's training-log series)."""
-        n_t = self.task.n_targets
         logits = self.forward(tokens, low=low).float()
-        r, n = tokens.shape[:2]
-        targets = tokens[:, :, -n_t:]
-        if self.ordinary:  # the ordinary model's loss (torch's mean reduction)
-            x, y = logits[0], targets[0]
-            loss = F.cross_entropy(x.reshape(-1, x.shape[-1]), y.reshape(-1))
-            first = F.cross_entropy(x[:, 0].detach(), y[:, 0])
-            return loss.view(1), first.view(1)
-        ce = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none"
-        ).view(r, n, n_t)
-        return ce.mean(dim=(1, 2)), ce[:, :, 0].detach().mean(dim=1)
+        return self.math.losses(logits, tokens[:, :, -self.task.n_targets :])
 
 
 class PackedTransformer(_PackedModel):
@@ -195,9 +181,7 @@ class PackedTransformer(_PackedModel):
         """
         self._check(tokens, runs)
         w = self.weights(runs) | (low or {})
-        if self.ordinary:  # one run alone: the ordinary model's arithmetic
-            return forward(_alone(w), tokens[0], self.spec, self.task.first_pred_pos)[None]
-        return forward(w, tokens, self.spec, self.task.first_pred_pos)
+        return self.math.transformer(w, tokens, self.spec, self.task.first_pred_pos)
 
     shares_prefix = True
 
@@ -230,13 +214,7 @@ class PackedLinear(_PackedModel):
         w = self.weights(runs) | (low or {})
         r, n, _ = tokens.shape
         x = linear_features(tokens, self.task, w.get("bases"))  # (R, n, n_in)
-        if self.ordinary:  # one run alone: the ordinary model's arithmetic
-            w, x = _alone(w), x[0]
-            y = linear(linear(x, w["w1.weight"], w["w1.bias"]), w["w2.weight"], w["w2.bias"])
-            return y.view(1, n, self.task.n_targets, VOCAB)
-        h = linear(x.unsqueeze(2), w["w1.weight"], w["w1.bias"])
-        y = linear(h, w["w2.weight"], w["w2.bias"])
-        return y.view(r, n, self.task.n_targets, VOCAB)
+        return self.math.linear_baseline(w, x).view(r, n, self.task.n_targets, VOCAB)
 
     def _eval_logits(self, w, runs: torch.Tensor, seqs: torch.Tensor) -> torch.Tensor:
         """`evaluate`'s forward: every candidate in full through `forward` (the linear model
@@ -247,11 +225,6 @@ class PackedLinear(_PackedModel):
 def packed_model(models: list[nn.Module]) -> _PackedModel:
     """The pack of `models`: `PackedTransformer` or `PackedLinear` by their kind."""
     return (PackedLinear if isinstance(models[0], LinearBaseline) else PackedTransformer)(models)
-
-
-def _alone(w: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The weights of a pack of one as one run's (views, run axis dropped)."""
-    return {n: t[0] for n, t in w.items()}
 
 
 def _shape(m: nn.Module) -> tuple:
