@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mbc.core.journal import read_journal
 from mbc.core.layout import Layout
-from mbc.core.runlog import read_log
 
 KEY = ["experiment", "k", "d", "seed"]
 SHOWN = [
@@ -34,7 +34,7 @@ SHOWN = [
 def trained_on(log) -> str:
     """Where a run's steps ran, from its log's start events ("cpu", "cuda (...)", or both
     joined by "+" when it resumed elsewhere; "cpu" for starts logged before the device)."""
-    starts = [r.get("device", "cpu") for r in read_log(log) if r.get("event") == "start"]
+    starts = [r.get("device", "cpu") for r in read_journal(log) if r.get("event") == "start"]
     return "+".join(dict.fromkeys(starts)) or "-"
 
 

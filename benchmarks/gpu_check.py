@@ -48,8 +48,8 @@ import torch
 
 from mbc import config as mbc_config
 from mbc import estimate
+from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import RunPaths
-from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.planning import timing
 from mbc.training.data import build_dataset
 from mbc.training.setup import pick_device
@@ -85,7 +85,7 @@ def load_preset(preset: str) -> mbc_config.Config:
 def slice_table(specs, run_dirs, experiments) -> list[dict]:
     rows = []
     for s, d, exp in zip(specs, run_dirs, experiments, strict=True):
-        log = read_log(RunPaths(d).log)
+        log = read_journal(RunPaths(d).log)
         evals = [r for r in log if "event" not in r]
         last = evals[-1] if evals else {}
         rows.append(

@@ -103,8 +103,8 @@ def state_mb(spec) -> float:
 
 def _train_chunk(args) -> list[dict]:
     preset, overrides, ids, out, deadline_wall, device, stop_after = args
+    from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
     from mbc.core.layout import RunPaths
-    from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
     from mbc.training.data import build_dataset
     from mbc.training.record import finalize_run
     from mbc.training.train import train_pack
@@ -128,7 +128,7 @@ def _train_chunk(args) -> list[dict]:
     wall = time.perf_counter() - t0
     rows = []
     for s, d, ds in zip(specs, dirs, datasets, strict=True):
-        log = read_log(RunPaths(d).log)
+        log = read_journal(RunPaths(d).log)
         if error is None and finished(log) and not (d / "metrics.csv").exists():
             finalize_run(s, d)  # finished in a pack the deadline stopped: its tables now
         evals = [x for x in log if "event" not in x]
@@ -172,9 +172,9 @@ def _carried(prev: Path | None, work: Path, preset: str) -> tuple[list[str], dic
 
 
 def _resume_step(run_dir: Path) -> int:
-    from mbc.core.runlog import last_resume, read_log
+    from mbc.core.journal import last_resume, read_journal
 
-    log = read_log(run_dir / "state" / "log.jsonl")
+    log = read_journal(run_dir / "state" / "log.jsonl")
     i = last_resume(log)
     return 0 if i is None or not (run_dir / "state" / "resume.pt").exists() else log[i]["step"]
 
@@ -361,8 +361,8 @@ def plan(a) -> int:
 
 def merge(a) -> int:
     from mbc.core.artifacts import write_bytes_atomic
+    from mbc.core.journal import finished, read_journal
     from mbc.core.layout import Layout
-    from mbc.core.runlog import finished, read_log
     from mbc.runs_pipeline import load_dataset, make_dataset
 
     src = Path(getattr(a, "from"))
@@ -390,7 +390,7 @@ def merge(a) -> int:
                 refused.append((rid, "a diagnostic reads its snapshots, which did not travel"))
                 continue
             here = Path(layout.run(rid).dir)
-            if finished(read_log(layout.run(rid).log)):
+            if finished(read_journal(layout.run(rid).log)):
                 kept.append(rid)
                 continue
             ds_path = Path(layout.dataset(spec.dataset_id))

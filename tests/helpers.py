@@ -12,7 +12,7 @@ import yaml
 from slurm_cluster import INSTALL_HINT, missing_binaries
 
 from mbc.core.artifacts import built_from, write_csv_atomic, write_json_atomic
-from mbc.core.runlog import read_log
+from mbc.core.journal import read_journal
 from mbc.core.spec import EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
 from mbc.workflow.integrity import RunFiles
 
@@ -80,7 +80,7 @@ def snakemake_exe() -> str:
 def last_resume_step(log_jsonl: Path) -> int:
     """Step of the last complete `resume` entry in a run's state/log.jsonl (0: none yet).
     The entry is written after resume.pt, so a complete one means a usable checkpoint."""
-    marks = [r["step"] for r in read_log(log_jsonl) if r.get("event") == "resume"]
+    marks = [r["step"] for r in read_journal(log_jsonl) if r.get("event") == "resume"]
     return marks[-1] if marks else 0
 
 

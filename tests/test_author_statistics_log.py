@@ -17,7 +17,7 @@ from mbc.core.spec import B_LEN, VOCAB, EvalSpec, TaskSpec, TrainSpec
 from mbc.diagnostics.config_sections import Dip, Lag, Lead, Plateau, Summary, Transition
 from mbc.diagnostics.logged import logged_statistics
 from mbc.diagnostics.summary import TAU_COLUMNS
-from mbc.training import train_log
+from mbc.training import author_log
 from mbc.training.data import build_dataset
 from mbc.training.metrics import evaluate, make_eval_batch
 from mbc.training.train import train_run
@@ -129,13 +129,13 @@ def test_the_live_config_reads_e11s_duration_on_his_evaluation():
 
 def test_the_authors_draw_is_a_pure_function_of_the_step():
     task = TaskSpec(k=5, n_groups=40)
-    a, b = train_log.sampled_contexts(task, 32, 150), train_log.sampled_contexts(task, 32, 150)
-    assert torch.equal(a, b) and not torch.equal(a, train_log.sampled_contexts(task, 32, 200))
+    a, b = author_log.sampled_contexts(task, 32, 150), author_log.sampled_contexts(task, 32, 150)
+    assert torch.equal(a, b) and not torch.equal(a, author_log.sampled_contexts(task, 32, 200))
     groups = (a // task.k).tolist()
     assert len(set(groups)) == 32  # 32 distinct groups, one example (one z) each
     ds = build_dataset(task, 0)
     assert torch.equal(ds.group[a], a // task.k)  # example g K + j belongs to group g
-    assert len(train_log.sampled_contexts(TaskSpec(k=3, n_groups=12), 32, 50)) == 12
+    assert len(author_log.sampled_contexts(TaskSpec(k=3, n_groups=12), 32, 50)) == 12
 
 
 class _ZBlind(nn.Module):

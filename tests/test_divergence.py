@@ -22,7 +22,7 @@ from mbc.analysis.scorecard import scorecard
 from mbc.analysis.stats import compute_statistics
 from mbc.core.artifacts import write_json_atomic
 from mbc.core.config_loader import Run
-from mbc.core.runlog import finished, logged_divergence, read_log
+from mbc.core.journal import finished, logged_divergence, read_journal
 from mbc.diagnostics.config_sections import Summary
 from mbc.paper import figures
 from mbc.runs_pipeline import make_tau_table, summarize
@@ -46,7 +46,7 @@ def _lr(spec, lr):
 
 def _check_diverged(spec, run_dir: Path, tmp_path: Path) -> int:
     """The run's log, summary.json, tau.csv row and status all say diverged, at one step."""
-    rows = read_log(run_dir / "state" / "log.jsonl")
+    rows = read_journal(run_dir / "state" / "log.jsonl")
     step = logged_divergence(rows)
     assert step is not None and finished(rows), rows[-3:]
     assert step < spec.train.max_steps  # stopped, not trained to its budget
@@ -121,7 +121,7 @@ def test_divergence_between_evaluations_stops_within_dense_every_steps(tmp_path,
             stopped = step
             break
     assert stopped is not None and first_bad <= stopped <= first_bad + spec.eval.dense_every
-    rows = read_log(tmp_path / "state" / "log.jsonl")
+    rows = read_journal(tmp_path / "state" / "log.jsonl")
     assert logged_divergence(rows) == stopped and finished(rows)
     assert rec.diverged == stopped
 
@@ -134,7 +134,7 @@ def test_a_loss_under_the_bound_is_not_divergence(tmp_path):
     for step in range(1, spec.train.max_steps + 1):  # 50 x log(40) < 100 x log(40)
         done = rec.after_step(step, torch.tensor(50 * math.log(40)), _View())
     assert done and rec.diverged is None
-    assert logged_divergence(read_log(tmp_path / "state" / "log.jsonl")) is None
+    assert logged_divergence(read_journal(tmp_path / "state" / "log.jsonl")) is None
 
 
 def _e6(with_diverged: bool) -> pd.DataFrame:

@@ -264,14 +264,14 @@ def _nothing_left(out) -> None:
 def test_a_torn_last_log_line_is_ignored(smoke, tmp_path):
     """A job killed mid-write leaves half a line at the end of log.jsonl: it is dropped, the
     run stays finished (the banner, mbc.status), and nothing is rebuilt."""
-    from mbc.core.runlog import finished, read_log
+    from mbc.core.journal import finished, read_journal
 
     out = _copy(smoke, tmp_path)
     run = pd.read_csv(smoke / "tau.csv").run_id.iloc[0]
     log = out / "runs" / run / "state" / "log.jsonl"
     with open(log, "a") as fh:
         fh.write('{"step": 999, "candidate_lo')
-    assert finished(read_log(log))
+    assert finished(read_journal(log))
     res = _tables(out, "-n")
     said = res.stdout + res.stderr
     assert f"mbc: {N_SMOKE} distinct runs: {N_SMOKE} trained, 0 to train" in said, said[-2000:]
@@ -783,7 +783,7 @@ def test_latex_without_a_writable_temporary_directory_works_beside_the_pdf(tmp_p
 
 
 def test_a_damaged_log_is_found_and_kept_aside_a_torn_last_line_is_not(tmp_path):
-    from mbc.core.runlog import damage, keep_damaged
+    from mbc.core.journal import damage, keep_damaged
 
     log = tmp_path / "log.jsonl"
     log.write_text('{"step": 0}\n{"step": 10}\n{"step": 2')  # torn last line: a kill

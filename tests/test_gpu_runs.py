@@ -13,8 +13,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_runs  # noqa: E402
 import torch  # noqa: E402
 
+from mbc.core.journal import finished, read_journal  # noqa: E402
 from mbc.core.layout import Layout  # noqa: E402
-from mbc.core.runlog import finished, read_log  # noqa: E402
 from mbc.training.data import build_dataset  # noqa: E402
 from mbc.training.train import train_pack  # noqa: E402
 
@@ -71,7 +71,7 @@ def test_merge_takes_finished_runs_refuses_diagnosed_ones_and_keeps_partial_ones
     assert rc == 1 and f"refused {ids[0]}: a diagnostic reads its snapshots" in said
     assert not Path(layout.run(ids[0]).dir).exists()
     for r in ids[1:]:
-        log = read_log(layout.run(r).log)
+        log = read_journal(layout.run(r).log)
         assert finished(log)
         assert [x["device"] for x in log if x.get("event") == "start"] == ["cpu"]
         assert (Path(layout.run(r).dir) / "metrics.csv").is_file()
@@ -172,7 +172,7 @@ def test_short_calls_resume_each_other_and_merge_to_the_tables_of_one_go(tmp_pat
     assert "2 of 3 runs finished" in said and "1 of 1 runs finished" in said
     assert all(r["finished"] for r in summary["runs"])
     for rid, one_go in zip(ids, whole, strict=True):
-        assert finished(read_log(Layout(str(merged)).run(rid).log))
+        assert finished(read_journal(Layout(str(merged)).run(rid).log))
         a, b = _run_tables(one_go, rid), _run_tables(merged, rid)
         for name in a:
             # bitwise, but for the logged gradient norm: its per-run sum of squares over a

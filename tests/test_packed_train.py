@@ -13,8 +13,8 @@ import torch
 from helpers import tiny_spec
 
 from mbc.core.artifacts import write_json_atomic
+from mbc.core.journal import logged_tau, read_journal
 from mbc.core.packing import make_packs, pack_key, pack_priority
-from mbc.core.runlog import logged_tau, read_log
 from mbc.training.data import build_dataset
 from mbc.training.packed import PackedRuns
 from mbc.training.train import train_pack, train_run
@@ -67,7 +67,7 @@ def assert_same_run(a_dir, b_dir, exact=False, crossed=True):
     (ma, ca), (mb, cb) = tables(a_dir), tables(b_dir)
     assert ma["step"].tolist() == mb["step"].tolist(), "the same evaluation steps"
     assert ca["step"].tolist() == cb["step"].tolist(), "the same snapshot steps"
-    ta, tb = (logged_tau(read_log(d / "state" / "log.jsonl")) for d in (a_dir, b_dir))
+    ta, tb = (logged_tau(read_journal(d / "state" / "log.jsonl")) for d in (a_dir, b_dir))
     assert ta == tb and (ta is not None or not crossed), (ta, tb)
     if exact:
         pd.testing.assert_frame_equal(ma, mb)
@@ -304,7 +304,7 @@ def test_a_log_at_its_budget_without_done_is_finished(tmp_path):
     before = pd.read_csv(tmp_path / "r" / "metrics.csv")
     for again in (train_run, lambda s, d, r, c, **kw: train_pack([s], [d], [r], c, **kw)):
         again(spec, ds, tmp_path / "r", CPU, **QUIET)
-        rows = read_log(log)
+        rows = read_journal(log)
         assert (rows[-1]["event"], rows[-1]["step"]) == ("done", 120)
         assert max(r["step"] for r in rows if "event" not in r) == 120
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "r" / "metrics.csv"), before)

@@ -10,7 +10,7 @@ import pytest
 
 from mbc.core.divergence import bound
 from mbc.core.spec import VOCAB, EvalSpec, ModelSpec, RunSpec, TaskSpec, TrainSpec
-from mbc.training import train_log
+from mbc.training import author_log
 from mbc.training.run_state import WINDOW, RunState
 
 LOG_K = math.log(3)
@@ -63,7 +63,7 @@ def drive(state: RunState, lines: list[dict]) -> tuple[list[dict], int | None]:
 
 
 def test_the_window_event_is_the_training_logs():
-    assert WINDOW == train_log.EVENT
+    assert WINDOW == author_log.EVENT
 
 
 def test_tau_is_the_first_grid_row_below_the_mark():

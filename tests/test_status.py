@@ -9,8 +9,8 @@ import pytest
 from helpers import tiny_spec
 
 from mbc import config as mbc_config
+from mbc.core.journal import read_journal
 from mbc.core.packing import make_packs
-from mbc.core.runlog import read_log
 from mbc.status import main, status
 from mbc.training.data import build_dataset
 from mbc.training.train import train_run
@@ -50,7 +50,7 @@ def test_status_reads_each_state_from_disk(tmp_path):
     t = status(cfg, stale_s=60).set_index("run_id")
     assert t.loc[a, "state"] == "done" and t.loc[a, "tau"] == 30
     assert t.loc[b, "state"] == "interrupted" and t.loc[b, "step"] == 40
-    evals = [r for r in read_log(runs / b / "state" / "log.jsonl") if "event" not in r]
+    evals = [r for r in read_journal(runs / b / "state" / "log.jsonl") if "event" not in r]
     assert evals[-1]["step"] == 40  # the last evaluation logged: its L_cand / log K
     assert t.loc[b, "lcand_over_log_k"] == evals[-1]["candidate_loss"] / math.log(sb.task.k)
     (tmp_path / "logs" / "train").mkdir(parents=True)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.core.runlog import read_log
+from mbc.core.journal import read_journal
 from mbc.training import tensorboard_log
 from mbc.training.data import build_dataset
 from mbc.training.train import train_pack, train_run
@@ -94,7 +94,9 @@ def test_event_files_read_back_unpacked_packed_and_switched_on_mid_run(tmp_path,
         **QUIET,
     )
     for s in [spec, *pack]:
-        rows = [r for r in read_log(runs / s.run_id / "state" / "log.jsonl") if "event" not in r]
+        rows = [
+            r for r in read_journal(runs / s.run_id / "state" / "log.jsonl") if "event" not in r
+        ]
         ev = _events(board / s.run_id)
         assert {
             "L_cand",

@@ -457,7 +457,7 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     resume); without it the same run stops at factor x tau, so the option is what moved it.
     The first-target tau of the run's metrics is the logged crossing, not censored."""
 
-    from mbc.core.runlog import logged_first_target_tau, logged_tau, read_log
+    from mbc.core.journal import logged_first_target_tau, logged_tau, read_journal
     from mbc.diagnostics.config_sections import Summary
     from mbc.diagnostics.summary import summarize_run
 
@@ -470,12 +470,12 @@ def test_the_early_stop_can_wait_for_the_first_target_crossing(tmp_path):
     waits = _with_train(base, early_stop_first_target=True)
     assert waits.run_id != base.run_id and "early_stop_first_target" not in base.to_dict()["train"]
     late = train_run(waits, ds, tmp_path / "waits", CPU, say=lambda s: None)
-    rows = read_log(tmp_path / "waits" / "state" / "log.jsonl")
+    rows = read_journal(tmp_path / "waits" / "state" / "log.jsonl")
     tau, first = logged_tau(rows), logged_first_target_tau(rows)
     assert tau is not None and first is not None and first > tau, (tau, first)
     assert int(plain["step"].max()) < first <= int(late["step"].max())
     assert int(late["step"].max()) == first  # factor 1, loss bound met: stops at the crossing
-    assert logged_first_target_tau(read_log(tmp_path / "plain" / "state" / "log.jsonl")) is None
+    assert logged_first_target_tau(read_journal(tmp_path / "plain" / "state" / "log.jsonl")) is None
     diag = Summary.from_raw(fixture_config()["diagnostics"])
     summary = summarize_run(waits, late, diag)
     assert summary["first_target_tau"] == first and not summary["first_target_censored"]

@@ -29,10 +29,10 @@ from mbc import config as mbc_config
 from mbc.core.arithmetic import Arithmetic
 from mbc.core.artifacts import read_sidecar, write_text_atomic
 from mbc.core.built_by import differs, pdf_stale
+from mbc.core.journal import finished, read_journal
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs
 from mbc.core.provenance import code_version
-from mbc.core.runlog import finished, read_log
 
 TABLES = ("tau", "fits", "statistics", "hypotheses", "scorecard", "robustness", "init_scale")
 
@@ -51,7 +51,7 @@ def _commit(version: dict) -> str:
 def read_logs(outdir: Path, run_ids: list[str]) -> dict[str, list[dict]]:
     """run id -> its log's rows, read once for every PROVENANCE line."""
     layout = Layout(str(outdir))
-    return {r: read_log(layout.run(r).log) for r in run_ids}
+    return {r: read_journal(layout.run(r).log) for r in run_ids}
 
 
 def provenance(logs: dict[str, list[dict]]) -> list[str]:

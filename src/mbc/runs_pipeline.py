@@ -33,8 +33,8 @@ from mbc.core.artifacts import (
     write_sidecar_sha256,
 )
 from mbc.core.config_loader import Run
+from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import RunPaths
-from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec, TaskSpec, dataset_id, grid_rows
 from mbc.diagnostics.collective import (
     collective_tables,
@@ -60,8 +60,8 @@ from mbc.diagnostics.routing import (
     top_head,
 )
 from mbc.diagnostics.summary import summarize_run, tau_table
+from mbc.training import author_log
 from mbc.training import train as trainer
-from mbc.training import train_log
 from mbc.training.compile_cache import use_outdir_compile_cache
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
@@ -132,7 +132,7 @@ def train_pack(
     trained = trainer.train_pack(specs, datasets, run_dirs, dev, finalize=False)
     runs = []
     for spec, d, fresh in zip(specs, run_dirs, trained, strict=True):
-        rows = read_log(RunPaths(d).log)
+        rows = read_journal(RunPaths(d).log)
         runs.append(
             {
                 "run_id": spec.run_id,
@@ -154,7 +154,7 @@ def train_pack(
 
 def unpack_run(spec: RunSpec, run_dir) -> None:
     """A packed run's metrics.csv and checkpoints.csv, from the log its pack wrote."""
-    rows = read_log(RunPaths(run_dir).log)
+    rows = read_journal(RunPaths(run_dir).log)
     if not finished(rows):
         step = next((r["step"] for r in reversed(rows) if "step" in r), 0)
         raise RuntimeError(
@@ -173,10 +173,10 @@ def summarize(spec: RunSpec, metrics_path, out_path, diagnostics: Summary) -> No
     log_path = paths.train_log
     if not log_path.exists() and paths.log.is_file():
         # a missing train_log.csv is no history: the run's log holds its windows
-        train_log.write_from_log(paths.log, log_path)
-    windows = read_csv_checked(log_path, required=train_log.COLUMNS) if log_path.exists() else None
+        author_log.write_from_log(paths.log, log_path)
+    windows = read_csv_checked(log_path, required=author_log.COLUMNS) if log_path.exists() else None
     if windows is None:
-        print(f"{spec.run_id}: no {train_log.FILE}: the author's logged lead is not measured")
+        print(f"{spec.run_id}: no {author_log.FILE}: the author's logged lead is not measured")
     s = summarize_run(spec, metrics, diagnostics, windows)
     with built_from([metrics_path, *([log_path] if windows is not None else [])]):
         write_json_atomic(out_path, s)

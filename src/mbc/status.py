@@ -34,9 +34,9 @@ import yaml
 
 from mbc import config as mbc_config
 from mbc.core import run_lock
+from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_of
-from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
 
 COLUMNS = [
@@ -56,7 +56,7 @@ COLUMNS = [
 def _last_rows(log: Path) -> tuple[dict | None, int | None, int | None, bool]:
     """(last evaluation row, tau, diverged step, finished) of a live log; a torn last line
     is ignored."""
-    rows = read_log(log)
+    rows = read_journal(log)
     last = next((r for r in reversed(rows) if "event" not in r), None)
     return last, logged_tau(rows), logged_divergence(rows), finished(rows)
 

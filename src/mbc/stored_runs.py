@@ -47,8 +47,8 @@ import pandas as pd
 
 from mbc.core.artifacts import read_sidecar, sha256_file, write_text_atomic
 from mbc.core.built_by import differs
+from mbc.core.journal import damage, finished, read_journal
 from mbc.core.layout import DIAGNOSTIC_FILES, Layout, RunPaths
-from mbc.core.runlog import damage, finished, read_log
 
 FORMAT = 1
 ENTRY = "entry.json"
@@ -134,7 +134,7 @@ def not_ready(cfg, layout: Layout, run_id: str) -> str | None:
     """Why a run cannot be stored yet (None: it can): not finished, a file missing, or a
     table that is not what its checksum recorded."""
     paths = RunPaths(layout.run_dir(run_id))
-    if not finished(read_log(paths.log)):
+    if not finished(read_journal(paths.log)):
         return "not finished"
     if damage(paths.log) is not None:
         return "its log has a damaged line"
@@ -178,7 +178,7 @@ def write_entry(cfg, layout: Layout, run_id: str, store: Path) -> Path:
             "spec_hash": spec.content_hash,
             **binding(cfg, run_id),
             "dataset": {"id": spec.dataset_id, "sha256": sha256_file(dataset)},
-            "trained_by": _trained_by(read_log(RunPaths(layout.run_dir(run_id)).log)),
+            "trained_by": _trained_by(read_journal(RunPaths(layout.run_dir(run_id)).log)),
             "files": files,
             "snapshots": dict(zip(index["path"], index["sha256"], strict=True)),
             "stored": f"{datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}",

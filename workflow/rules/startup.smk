@@ -18,7 +18,7 @@ import mbc.workflow.integrity
 import mbc.workflow.invocation
 import mbc.workflow.outdir_hold
 import mbc.planning.banner
-import mbc.core.runlog
+import mbc.core.journal
 import mbc.stored_runs
 
 if MAIN_PROCESS:
@@ -174,7 +174,7 @@ if MAIN_PROCESS:
             p
             for r in SPECS
             if r in _CHOSEN
-            or mbc.core.runlog.finished(mbc.core.runlog.read_log(L.run(r).log))
+            or mbc.core.journal.finished(mbc.core.journal.read_journal(L.run(r).log))
             for p in (L.summary(r), *RUN_DIAGNOSTICS[r])
         ]
     if CFG.raw.get("tensorboard") and not mbc.training.tensorboard_log.available():

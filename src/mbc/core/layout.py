@@ -18,7 +18,7 @@ from mbc.core.config_references import ConfigError
 # A run's files, relative to its directory. state/ holds what must survive an
 # interruption and is no Snakemake output (Snakemake deletes a failed job's outputs).
 STATE = "state"
-LOG = f"{STATE}/log.jsonl"  # append-only evaluation log (mbc.core.runlog)
+LOG = f"{STATE}/log.jsonl"  # append-only evaluation log (mbc.core.journal)
 RESUME = f"{STATE}/resume.pt"  # model + optimiser + step of the last resume point
 SNAPSHOTS = f"{STATE}/snapshots"  # weights for the post-hoc diagnostics
 METRICS = "metrics.csv"

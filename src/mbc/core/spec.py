@@ -224,7 +224,7 @@ class TrainSpec:
     early_stop_first_target_log: bool = False
     # Which series the early stop reads: `candidate` (tau, then L_cand below the loss
     # fraction) or `train_log`: the author's logged first-target series (the running mean
-    # of L1 on the training labels over each eval.dense_every window, mbc.training.train_log):
+    # of L1 on the training labels over each eval.dense_every window, mbc.training.author_log):
     # the factor counts from its first window below eval.threshold log K, and "converged" is
     # a window below early_stop_loss_fraction log K. For label noise (E12), whose clean-label
     # L_cand never converges while the corrupted training labels are memorised. In the run

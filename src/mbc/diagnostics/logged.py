@@ -1,5 +1,5 @@
 """The author's per-run statistics read off the training log (`train_log.csv`,
-`mbc.training.train_log`; spec section 7): his lead, E12's transition, E14's lag, and, on his
+`mbc.training.author_log`; spec section 7): his lead, E12's transition, E14's lag, and, on his
 sampled evaluation, candidate tau, E6's window and E11's duration. A run whose log lacks a
 series has that statistic not measured (None, and not censored).
 """
@@ -32,7 +32,7 @@ NOT_MEASURED: dict = {
 
 def logged_lead(train_log: pd.DataFrame | None, log_k: float, lead_cfg: Lead) -> dict:
     """The author's lead (his posthoc script over the training log, spec section 7): on the
-    logged windows (`mbc.training.train_log`), loss onset = first window whose running-mean
+    logged windows (`mbc.training.author_log`), loss onset = first window whose running-mean
     L1 < loss_onset_fraction * log K, z onset = first window whose delta_z (last batch's
     shuffled L1 - the running mean) > delta_z_onset nats; lead = loss onset - z onset,
     fraction = lead / loss onset. The shuffle is his (z from another example of the batch,

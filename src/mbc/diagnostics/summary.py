@@ -113,11 +113,7 @@ TEXT_COLUMNS = [
     "status",
     "lead_log_shuffle",
 ]
-FLAG_COLUMNS = [
-    c
-    for c in TAU_COLUMNS
-    if c in ("diverged", "lead_log_measured") or "censored" in c
-]
+FLAG_COLUMNS = [c for c in TAU_COLUMNS if c in ("diverged", "lead_log_measured") or "censored" in c]
 NUMBER_COLUMNS = [
     c
     for c in TAU_COLUMNS

@@ -33,9 +33,9 @@ from pathlib import Path
 from mbc.core.arithmetic import cuda_available
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config_loader import CoreConfig
+from mbc.core.journal import finished, read_journal, resume_point
 from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_widths
-from mbc.core.runlog import finished, read_log, resume_point
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration, size
 
@@ -350,7 +350,7 @@ def banner_lines(
     threads = int(cfg.raw.get("threads", 1))
     # trained: its log says finished (a missing or moved-aside summary is rebuilt from it);
     # the logs are read once, here, and give the taus of runs in progress below too
-    logs = {r: read_log(layout.run(r).log) for r in specs}
+    logs = {r: read_journal(layout.run(r).log) for r in specs}
     stored = {r for r in specs if layout.run(r).stored.is_file()} | set(from_store)
     done = {r for r in specs if (finished(logs[r]) or r in stored) and r not in retrain}
     todo = {r: s for r, s in specs.items() if r not in done}

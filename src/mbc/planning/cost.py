@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from mbc.core.journal import logged_tau, read_journal
 from mbc.core.layout import Layout
-from mbc.core.runlog import logged_tau, read_log
 from mbc.core.spec import VOCAB, RunSpec
 from mbc.training.schedule import eval_schedule
 
@@ -61,7 +61,7 @@ def measured_taus(
     for run_id in specs:
         if run_id in out:
             continue
-        rows = logs[run_id] if logs is not None else read_log(layout.run(run_id).log)
+        rows = logs[run_id] if logs is not None else read_journal(layout.run(run_id).log)
         tau = logged_tau(rows)
         if tau is not None:
             out[run_id] = {"tau": float(tau), "steps": None}

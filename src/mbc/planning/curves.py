@@ -55,7 +55,7 @@ class Curve:
 
 def read_curve(path: str | Path) -> Curve:
     """The (step, L_cand) rows of a live log, its tau, diverged and done events; every other
-    line (snapshots, resume points, starts) is skipped unparsed. Like `runlog.read_log`, the
+    line (snapshots, resume points, starts) is skipped unparsed. Like `journal.read_journal`, the
     log ends at its first line that is not complete JSON (a torn last line)."""
     c = Curve()
     try:

@@ -15,8 +15,8 @@ import os
 import re
 
 from mbc.core.config_loader import ConfigError, CoreConfig
+from mbc.core.journal import finished, read_journal
 from mbc.core.layout import Layout
-from mbc.core.runlog import finished, read_log
 from mbc.core.units import duration
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)\s*(d|h|m|s)")
@@ -68,7 +68,7 @@ def within(
 
     specs = cfg.specs
     layout = Layout(cfg.outdir)
-    logs = {r: read_log(layout.run(r).log) for r in specs}
+    logs = {r: read_journal(layout.run(r).log) for r in specs}
     todo = {r: s for r, s in specs.items() if not finished(logs[r]) and r not in from_store}
     if not todo:
         return [], []

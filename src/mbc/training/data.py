@@ -19,7 +19,7 @@ N_CHARS = len(ALPHABET)
 
 # Independent random streams derived from one run seed (SeedSequence spawn keys).
 STREAM_DATA, STREAM_INIT, STREAM_ORDER, STREAM_EVAL, STREAM_DIAG = range(5)
-# the z-derangement of the training batch closing each logged window (mbc.training.train_log)
+# the z-derangement of the training batch closing each logged window (mbc.training.author_log)
 STREAM_WINDOW = 5
 
 

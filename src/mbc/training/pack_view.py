@@ -11,13 +11,13 @@ import math
 
 import torch
 
-from mbc.training.packed import PackedRuns
-from mbc.training.record import RunView, Weights
-from mbc.training.train_log import (
+from mbc.training.author_log import (
     batch_shuffled_first_loss_fn,
     sampled_batch_fn,
     shuffled_first_loss_fn,
 )
+from mbc.training.packed import PackedRuns
+from mbc.training.record import RunView, Weights
 
 
 class PackView(RunView):
@@ -52,7 +52,7 @@ class PackView(RunView):
 
     def train_shuffled_first_loss(self, step: int) -> float:
         """The first-target loss of training batch `step` with z deranged, at the run's
-        current weights (`mbc.training.train_log`); NaN where the task has no selector."""
+        current weights (`mbc.training.author_log`); NaN where the task has no selector."""
         if self._shuffled is None:
             return math.nan
         self.scratch.load_state_dict(self.pack.weights(self.r))
@@ -60,7 +60,7 @@ class PackView(RunView):
 
     def train_batch_shuffled_first_loss(self, step: int) -> float:
         """The same batch's first-target loss with z shuffled across the batch, the
-        author's way (`mbc.training.train_log.shuffle_z_across_batch`); NaN as above."""
+        author's way (`mbc.training.author_log.shuffle_z_across_batch`); NaN as above."""
         if self._batch_shuffled is None:
             return math.nan
         self.scratch.load_state_dict(self.pack.weights(self.r))

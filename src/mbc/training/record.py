@@ -25,10 +25,10 @@ import pandas as pd
 import torch
 
 from mbc.core.artifacts import write_csv_atomic
+from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import SNAPSHOTS, RunPaths
-from mbc.core.runlog import finished, logged_divergence, logged_tau, read_log
 from mbc.core.spec import RunSpec
-from mbc.training import train_log
+from mbc.training import author_log
 from mbc.training.run_state import Crossing, RunState
 from mbc.training.run_writer import RunWriter, done_event
 from mbc.training.schedule import crosses_mark, eval_schedule
@@ -55,7 +55,7 @@ Weights = dict[str, torch.Tensor]
 class RunView(Protocol):
     """A run's current weights as its trainer holds them (its slice of a pack:
     `mbc.training.pack_view.PackView`). The author's training-log measurements
-    (mbc.training.train_log) are part of every view: one that cannot take them (no z to
+    (mbc.training.author_log) are part of every view: one that cannot take them (no z to
     derange, no sampled evaluation) returns NaN, which the record logs as not measured; a
     view that subclasses this protocol inherits those NaN defaults."""
 
@@ -110,8 +110,8 @@ class RunRecord:
         self._losses: list[tuple[int, torch.Tensor]] = []  # (step, loss) since the last row
         self._pending: list[_Kept] = []  # weights kept every dense_every steps since the last eval
         self.last_row: dict | None = None  # the last evaluation's row (progress lines)
-        # the author's training-log series (mbc.training.train_log)
-        self._windows = train_log.TrainWindows(train_log.window_every(spec))
+        # the author's training-log series (mbc.training.author_log)
+        self._windows = author_log.TrainWindows(author_log.window_every(spec))
 
     @property
     def tau(self) -> int | None:
@@ -172,7 +172,7 @@ class RunRecord:
         (its budget, or the early stop): its trainer stops updating it.
 
         first_loss: the step's training batch's first-target loss (detached, from the
-        step's logits), for the author's training-log series (mbc.training.train_log);
+        step's logits), for the author's training-log series (mbc.training.author_log);
         None: not handed over (those windows log NaN). At a window's last step the record
         asks the view for the window's shuffled losses (`RunView`)."""
         self.step = step
@@ -322,7 +322,7 @@ def _mean_loss(losses: list[tuple[int, torch.Tensor]], upto: int) -> float:
 def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
     """Turn the log into the tidy per-run tables (atomic writes)."""
     paths = RunPaths(run_dir)
-    rows = read_log(paths.log)
+    rows = read_journal(paths.log)
     evals = [r for r in rows if "event" not in r]
     metrics = pd.DataFrame(evals, columns=METRIC_COLUMNS).drop_duplicates("step", keep="last")
     metrics.insert(0, "run_id", spec.run_id)
@@ -331,6 +331,6 @@ def finalize_run(spec: RunSpec, run_dir: str | os.PathLike) -> pd.DataFrame:
     ).drop_duplicates("step", keep="last")
     snaps["path"] = [str(Path(SNAPSHOTS) / p) for p in snaps["path"]]
     write_csv_atomic(paths.checkpoints, snaps)
-    write_csv_atomic(paths.train_log, train_log.table(rows))  # before metrics.csv
+    write_csv_atomic(paths.train_log, author_log.table(rows))  # before metrics.csv
     write_csv_atomic(paths.metrics, metrics)
     return metrics

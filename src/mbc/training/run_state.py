@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.runlog import logged_first_target_tau, logged_tau
+from mbc.core.journal import logged_first_target_tau, logged_tau
 from mbc.core.spec import RunSpec, grid_mask
 
-# the training-log window's event, `mbc.training.train_log.EVENT` (not imported: that module
+# the training-log window's event, `mbc.training.author_log.EVENT` (not imported: that module
 # brings torch; tests/test_run_state.py holds the two equal)
 WINDOW = "train_window"
 
@@ -86,7 +86,7 @@ class RunState:
         )
 
     def window(self, window: dict) -> Crossing | None:
-        """A training-log window (`mbc.training.train_log`): with train.early_stop_series
+        """A training-log window (`mbc.training.author_log`): with train.early_stop_series
         train_log its running-mean L1 is the stop's loss and its first crossing of
         eval.threshold log K the stop's clock; with train.early_stop_first_target_log that
         crossing is one the clock waits for (logged as `first_target_tau_log`)."""

@@ -1,5 +1,5 @@
 """What one run writes as it trains, under its `state/` (`mbc.core.layout`), no Snakemake
-output: its log (one JSON object per line, read by mbc.core.runlog.read_log; its last line
+output: its log (one JSON object per line, read by mbc.core.journal.read_journal; its last line
 is a `done` event once the run has finished), the resume point (model + optimiser + step,
 written atomically at eval steps), the snapshots (post-hoc diagnostics), its TensorBoard
 scalars and the provenance of every start; and the run's lock, held while it writes.
@@ -21,9 +21,9 @@ from mbc.core.artifacts import (
     torch_save_atomic,
     write_text_atomic,
 )
+from mbc.core.journal import keep_damaged, last_resume, read_journal
 from mbc.core.layout import RunPaths
 from mbc.core.provenance import now, start_event
-from mbc.core.runlog import keep_damaged, last_resume, read_log
 from mbc.core.spec import RunSpec
 from mbc.training import tensorboard_log
 
@@ -46,7 +46,7 @@ class RunWriter:
         self.paths.snapshots.mkdir(parents=True, exist_ok=True)
         if (kept := keep_damaged(self.paths.log)) is not None:
             self.say(f"WARNING: {kept}")
-        return read_log(self.paths.log)
+        return read_journal(self.paths.log)
 
     def resume_point(self, rows: list[dict]) -> tuple[dict | None, list[dict]]:
         """(the resume point's state or None, the log's rows up to it). Corrupt state: a

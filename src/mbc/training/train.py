@@ -26,8 +26,8 @@ from collections.abc import Callable
 import pandas as pd
 import torch
 
+from mbc.core.journal import finished, read_journal
 from mbc.core.layout import RunPaths
-from mbc.core.runlog import finished, read_log
 from mbc.core.spec import RunSpec
 from mbc.training.data import Dataset
 from mbc.training.metrics import ENGINES
@@ -65,7 +65,7 @@ def train_run(
         finalize=False,
         ordinary=True,
     )
-    if not finished(read_log(RunPaths(run_dir).log)):
+    if not finished(read_journal(RunPaths(run_dir).log)):
         return pd.DataFrame()  # interrupted (stop_after)
     return finalize_run(spec, run_dir)
 

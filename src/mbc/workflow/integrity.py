@@ -49,8 +49,8 @@ from mbc.core.artifacts import (
     sidecar,
 )
 from mbc.core.built_by import MISSING_INPUT, OUTDATED, derived_files, differs, other_inputs
+from mbc.core.journal import damage, finished, read_journal
 from mbc.core.layout import METRICS, RunPaths
-from mbc.core.runlog import damage, finished, read_log
 
 MAX_LISTED = 10  # findings listed one per line; more absent runs are counted
 
@@ -325,7 +325,7 @@ def _pack_again(f: RunFiles, fd: Finding) -> bool:
     return (
         f.pack is not None
         and f.pack.exists()
-        and (fd.retrain or not finished(read_log(RunPaths(f.run_dir).log)))
+        and (fd.retrain or not finished(read_journal(RunPaths(f.run_dir).log)))
     )
 
 

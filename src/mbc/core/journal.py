@@ -1,8 +1,10 @@
-"""Reading a run's live training log, `<run_dir>/state/log.jsonl` (written by mbc.training.record):
-one JSON object per line, evaluation rows and `event` rows (tau, snapshot, resume,
-`diverged` when the run stopped as diverged, and `done` last once the run has finished).
+"""Reading a run's journal, `<run_dir>/state/log.jsonl`, written as it trains
+(`mbc.training.run_writer`): one JSON object per line, evaluation rows and `event` rows (tau,
+snapshot, resume, `diverged` when the run stopped as diverged, and `done` last once the run
+has finished). The other logs have their own words: the author's training log
+(`mbc.training.author_log`, train_log.csv) and a Snakemake job's log (`mbc.workflow.job_log`).
 
-Every reader goes through `read_log`: the training job when it resumes and when it writes
+Every reader goes through `read_journal`: the training job when it resumes and when it writes
 metrics.csv, `mbc.status`, `mbc.estimate` and the tests that wait for a resume point.
 """
 
@@ -14,7 +16,7 @@ import time
 from pathlib import Path
 
 
-def read_log(path: str | Path) -> list[dict]:
+def read_journal(path: str | Path) -> list[dict]:
     """The log's rows up to its first line that is not complete JSON: a torn last line (a
     job killed mid-write, or a line still being written when another process reads) is
     dropped, and so is everything after a corrupt line, which a resume must not trust.

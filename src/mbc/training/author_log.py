@@ -27,8 +27,8 @@ import pandas as pd
 import torch
 
 from mbc.core.artifacts import write_csv_atomic
+from mbc.core.journal import read_journal
 from mbc.core.layout import TRAIN_LOG
-from mbc.core.runlog import read_log
 from mbc.core.spec import RunSpec, TaskSpec
 from mbc.training.data import STREAM_WINDOW, Dataset, stream_seed
 from mbc.training.metrics import EvalBatch, derange_selectors, first_target_loss, make_eval_batch
@@ -207,7 +207,7 @@ def table(rows: list[dict]) -> pd.DataFrame:
 def write_from_log(log: Path, out: Path) -> bool:
     """train_log.csv written again from the run's log, as `finalize_run` wrote it (a log
     from before its windows were logged has none: nothing written, False)."""
-    rows = read_log(log)
+    rows = read_journal(log)
     if not any(r.get("event") == EVENT for r in rows):
         return False
     write_csv_atomic(out, table(rows))

@@ -1,4 +1,4 @@
-"""The author's training-log series (mbc.training.train_log): per window of dense_every
+"""The author's training-log series (mbc.training.author_log): per window of dense_every
 steps, the running mean of the training batches' first-target loss and the last batch's
 first-target loss with z deranged."""
 
@@ -10,13 +10,13 @@ import pytest
 import torch
 from helpers import tiny_spec
 
-from mbc.training import train_log
+from mbc.training import author_log
+from mbc.training.author_log import TrainWindows, shuffled_first_loss_fn
 from mbc.training.data import build_dataset
 from mbc.training.metrics import derange_selectors, training_loss
 from mbc.training.packed import PackedRuns
 from mbc.training.setup import initial_model
 from mbc.training.train import train_run
-from mbc.training.train_log import TrainWindows, shuffled_first_loss_fn
 
 CPU = torch.device("cpu")
 
@@ -34,7 +34,7 @@ def test_windows_running_mean_and_last_batch_gap_by_hand():
     assert [e["train_first_loss"] for e in events] == [3.0, 8.0]  # (1+2+3+6)/4, (10*3+2)/4
     assert [e["train_first_shuffled_loss"] for e in events] == [104.0, 108.0]
     assert all(e["n_batches"] == 4 for e in events)
-    table = train_log.table(events)
+    table = author_log.table(events)
     assert table["delta_z_train_first"].tolist() == [101.0, 100.0]
     # a step without its loss (a trainer that does not hand it over): the window is NaN and
     # the shuffled loss is not computed; a view without the method: NaN gap
@@ -80,7 +80,7 @@ def test_train_run_logs_the_windows_as_a_replay_computes_them(tmp_path):
     spec = tiny_spec()
     ds = build_dataset(spec.task, spec.seed)
     train_run(spec, ds, tmp_path, CPU, say=lambda s: None)
-    got = pd.read_csv(tmp_path / train_log.FILE)
+    got = pd.read_csv(tmp_path / author_log.FILE)
     every = spec.eval.dense_every
     assert got.step.tolist() == list(range(every, spec.train.max_steps + 1, every))
     assert (got.n_batches == every).all()
@@ -119,7 +119,7 @@ def test_shuffled_batch_is_the_training_batch_with_every_z_wrong():
         seen["seqs"] = seqs
         return 0.0
 
-    import mbc.training.train_log as tl
+    import mbc.training.author_log as tl
 
     orig = tl.first_target_loss
     tl.first_target_loss = capture
@@ -145,7 +145,7 @@ def test_resumed_run_logs_the_same_windows(tmp_path):
     train_run(spec, ds, tmp_path / "full", CPU, say=lambda s: None)
     train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None, stop_after=70)
     train_run(spec, ds, tmp_path / "cut", CPU, say=lambda s: None)
-    a, b = (pd.read_csv(tmp_path / d / train_log.FILE) for d in ("full", "cut"))
+    a, b = (pd.read_csv(tmp_path / d / author_log.FILE) for d in ("full", "cut"))
     pd.testing.assert_frame_equal(a, b)
 
 
@@ -156,7 +156,7 @@ def test_his_batch_shuffle_moves_every_z_to_another_row_and_nothing_else():
     tokens = torch.arange(n * 8).reshape(n, 8)  # every row's z is its own, distinct
     rng = np.random.default_rng(0)
     for _ in range(20):
-        got = train_log.shuffle_z_across_batch(tokens, z, rng)
+        got = author_log.shuffle_z_across_batch(tokens, z, rng)
         assert (got[:, z] != tokens[:, z]).all()  # no row keeps its own z
         rows = {tuple(r) for r in got[:, z].tolist()}
         assert rows == {tuple(r) for r in tokens[:, z].tolist()}  # a permutation of the rows
@@ -172,7 +172,7 @@ def test_with_shared_selectors_about_one_in_k_get_their_own_z_back_his_way_never
     z = list(spec.task.z_positions)
     idx = torch.arange(2000)
     clean = ds.tokens[idx]
-    his = train_log.shuffle_z_across_batch(clean, z, np.random.default_rng(1))
+    his = author_log.shuffle_z_across_batch(clean, z, np.random.default_rng(1))
     same = (his[:, z] == clean[:, z]).all(dim=1).float().mean().item()
     assert abs(same - 1 / 4) < 0.04, same  # 2,000 draws: 4 standard errors
     ours = derange_selectors(ds, idx, np.random.default_rng(1), tokens=ds.tokens)
@@ -186,7 +186,7 @@ def test_a_run_logs_his_shuffle_beside_ours_and_the_logged_lead_reads_his(tmp_pa
     spec = tiny_spec()
     ds = build_dataset(spec.task, spec.seed)
     train_run(spec, ds, tmp_path, CPU, say=lambda s: None)
-    got = pd.read_csv(tmp_path / train_log.FILE)
+    got = pd.read_csv(tmp_path / author_log.FILE)
     assert np.isfinite(got.train_first_batch_shuffled_loss).all()
     np.testing.assert_allclose(
         got.delta_z_train_first_batch, got.train_first_batch_shuffled_loss - got.train_first_loss
