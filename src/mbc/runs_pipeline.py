@@ -33,7 +33,7 @@ from mbc.core.artifacts import (
     write_sidecar_sha256,
 )
 from mbc.core.config_loader import Run
-from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
+from mbc.core.journal import METRIC_COLUMNS, finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import RunPaths
 from mbc.core.spec import RunSpec, TaskSpec, dataset_id, grid_rows
 from mbc.diagnostics.collective import (
@@ -65,7 +65,7 @@ from mbc.training import train as trainer
 from mbc.training.compile_cache import use_outdir_compile_cache
 from mbc.training.data import STREAM_DIAG, Dataset, build_dataset, stream_seed
 from mbc.training.metrics import fixed_contexts, make_eval_batch, training_loss
-from mbc.training.record import METRIC_COLUMNS, finalize_run
+from mbc.training.record import finalize_run
 from mbc.training.setup import pick_device
 from mbc.training.snapshots import load_model, nearest, phase_steps, read_index
 from mbc.workflow.job_log import console

@@ -15,6 +15,23 @@ import shutil
 import time
 from pathlib import Path
 
+# an evaluation row's fields, in metrics.csv's order (`finalize_run` writes the journal's rows)
+METRIC_COLUMNS = [
+    "step",
+    "examples_seen",
+    "train_loss",
+    "loss",
+    "first_target_loss",
+    "candidate_loss",
+    "candidate_accuracy",
+    "shuffled_loss",
+    "delta_z",
+    "first_target_shuffled_loss",
+    "delta_z_first",
+    "grad_norm",
+    "wall_s",
+]
+
 
 def read_journal(path: str | Path) -> list[dict]:
     """The log's rows up to its first line that is not complete JSON: a torn last line (a

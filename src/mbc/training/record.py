@@ -25,29 +25,13 @@ import pandas as pd
 import torch
 
 from mbc.core.artifacts import write_csv_atomic
-from mbc.core.journal import finished, logged_divergence, logged_tau, read_journal
+from mbc.core.journal import METRIC_COLUMNS, finished, logged_divergence, logged_tau, read_journal
 from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.spec import RunSpec
 from mbc.training import author_log
 from mbc.training.run_state import Crossing, RunState
 from mbc.training.run_writer import RunWriter, done_event
 from mbc.training.schedule import crosses_mark, eval_schedule
-
-METRIC_COLUMNS = [
-    "step",
-    "examples_seen",
-    "train_loss",
-    "loss",
-    "first_target_loss",
-    "candidate_loss",
-    "candidate_accuracy",
-    "shuffled_loss",
-    "delta_z",
-    "first_target_shuffled_loss",
-    "delta_z_first",
-    "grad_norm",
-    "wall_s",
-]
 
 Weights = dict[str, torch.Tensor]
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from mbc.core.journal import METRIC_COLUMNS
 from mbc.diagnostics.summary import NUMBER_COLUMNS
 
 STYLE = Path(__file__).parent / "mbc.mplstyle"
@@ -22,19 +23,6 @@ ONE_COL = 3.4  # inches: one-column figure width
 TWO_COL = 7.0  # inches: figures with two or three side-by-side panels
 
 
-_METRICS_NUMERIC = (
-    "step",
-    "examples_seen",
-    "train_loss",
-    "loss",
-    "first_target_loss",
-    "candidate_loss",
-    "candidate_accuracy",
-    "shuffled_loss",
-    "delta_z",
-    "grad_norm",
-    "wall_s",
-)
 FIT_NUMERIC = (
     "exponent",
     "ci_low",
@@ -90,7 +78,7 @@ def tau_rows(tau: pd.DataFrame, experiments: Iterable[str] | None = None) -> pd.
 
 
 def metrics_rows(metrics: pd.DataFrame) -> pd.DataFrame:
-    df = numeric_cols(metrics, _METRICS_NUMERIC)
+    df = numeric_cols(metrics, METRIC_COLUMNS)
     df["run_id"] = text_col(df, "run_id")
     return df
 
