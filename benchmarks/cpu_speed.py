@@ -13,9 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from mbc.core.arithmetic import cpu_flags, probe
 from mbc.core.provenance import cpu_model
 from mbc.core.spec import VOCAB, ModelSpec, RunSpec
+from mbc.machine.probe import cpu_flags, probe
 from mbc.training.data import build_dataset
 from mbc.training.packed import PackedRuns
 

@@ -1,4 +1,4 @@
-"""`auto` arithmetic (mbc.core.arithmetic): chosen by the hardware within the user's limits,
+"""`auto` arithmetic (mbc.core.arithmetic, on what mbc.machine.probe reads): chosen by the hardware within the user's limits,
 stated, and the same in every job. Every test passes on any CPU: the decision is tested on
 planted flags and kernels, and on this machine under an AVX2-only limit and under its own
 capability (whatever that is)."""
@@ -13,6 +13,7 @@ import pytest
 
 from mbc import config as mbc_config
 from mbc.core import arithmetic as ar
+from mbc.machine import probe as machine
 from mbc.planning.banner import arithmetic_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ CUDA = ar.Arithmetic("cuda", "cuda", "planted")
 @pytest.fixture(autouse=True)
 def a_cxx_compiler(monkeypatch):
     """A C++ compiler is found, whatever this machine has (one test takes it away)."""
-    monkeypatch.setattr(ar, "cxx_compiler", lambda: "/usr/bin/g++")
+    monkeypatch.setattr(machine, "cxx_compiler", lambda: "/usr/bin/g++")
 
 
 SAPPHIRE = {"avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile"}
@@ -49,7 +50,7 @@ EPYC_AVX2 = {"avx2", "fma"}
     ],
 )
 def test_the_matrix_unit_follows_flags_limits_and_kernels(flags, limit, capability, kernels, unit):
-    got, evidence = ar.decide(flags, limit, capability, kernels)
+    got, evidence = machine.decide(flags, limit, capability, kernels)
     assert got == unit, evidence
     if limit:
         assert f"ONEDNN_MAX_CPU_ISA={limit}" in evidence
@@ -93,7 +94,7 @@ def test_without_amx_bf16_is_chosen_only_where_the_probe_timed_it_faster(unit, s
 
 def test_without_amx_and_without_a_compiler_bf16_is_not_packed(monkeypatch):
     """Eager packs measured slower than one run there: packing pays only compiled."""
-    monkeypatch.setattr(ar, "cxx_compiler", lambda: None)
+    monkeypatch.setattr(machine, "cxx_compiler", lambda: None)
     zen4 = ar.Arithmetic("cpu", "avx512_bf16", "planted", bf16_slowdown=0.4)
     assert (zen4.precision, zen4.pack, zen4.compile) == ("bf16", False, False)
     assert (AMX.precision, AMX.pack, AMX.compile) == ("bf16", True, False)  # AMX: measured
@@ -102,10 +103,10 @@ def test_without_amx_and_without_a_compiler_bf16_is_not_packed(monkeypatch):
 def test_the_probe_cache_is_kept_per_cpu_model(monkeypatch):
     """Without AMX a timing decides, and CPUs of two makes can share every flag."""
     flags = {"avx512_bf16"}
-    monkeypatch.setattr(ar, "cpu_model_name", lambda: "AMD EPYC")
-    a = ar._machine_key(flags, {})
-    monkeypatch.setattr(ar, "cpu_model_name", lambda: "Intel(R) Xeon(R) Gold 6338")
-    assert ar._machine_key(flags, {}) != a
+    monkeypatch.setattr(machine, "cpu_model_name", lambda: "AMD EPYC")
+    a = machine.machine_key(flags, {})
+    monkeypatch.setattr(machine, "cpu_model_name", lambda: "Intel(R) Xeon(R) Gold 6338")
+    assert machine.machine_key(flags, {}) != a
 
 
 def test_a_report_records_its_arithmetic_timing_included(tmp_path):
@@ -155,7 +156,7 @@ def test_an_avx2_only_limit_resolves_fp32_on_any_cpu(tmp_path):
 
 def test_this_machines_own_capability_resolves_by_its_flags_and_kernels(tmp_path):
     got = _resolve_here({}, tmp_path)
-    flags = ar.cpu_flags()
+    flags = machine.cpu_flags()
     if got["matrix_unit"] == "amx":
         assert "amx_bf16" in flags and "oneDNN bf16 kernels:" in got["evidence"]
         assert "amx" in got["evidence"].split("oneDNN bf16 kernels:")[1]
@@ -170,9 +171,9 @@ def test_a_corrupt_cache_is_probed_again(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     (tmp_path / "mbc").mkdir()
     (tmp_path / "mbc" / "arithmetic.json").write_text('{"x": [1, 2')  # torn
-    monkeypatch.setattr(ar, "probe", lambda env=None: {"capability": "AVX2", "kernels": []})
+    monkeypatch.setattr(machine, "probe", lambda env=None: {"capability": "AVX2", "kernels": []})
     assert ar.detect_cpu().matrix_unit == "none"
-    monkeypatch.setattr(ar, "cpu_flags", lambda: {"amx_bf16"})  # another key: a wrong type
+    monkeypatch.setattr(machine, "cpu_flags", lambda: {"amx_bf16"})  # another key: a wrong type
     (tmp_path / "mbc" / "arithmetic.json").write_text(json.dumps({"k": 3}))
     assert ar.detect_cpu().matrix_unit == "none"
 
@@ -239,7 +240,7 @@ def test_without_a_cxx_compiler_auto_does_not_compile_and_says_why(monkeypatch):
     """inductor builds CPU kernels with a C++ compiler: without one, `auto` stays eager
     (compile is not in run ids: the same runs) and the banner says why."""
     with_cxx = set(_load("paper_cpu", AMX, **AUTO).specs)
-    monkeypatch.setattr(ar, "cxx_compiler", lambda: None)
+    monkeypatch.setattr(machine, "cxx_compiler", lambda: None)
     assert (AMX.precision, AMX.pack, AMX.compile) == ("bf16", True, False)
     assert CUDA.compile is False and AVX2.compile_words() == ""
     cfg = _load("paper_cpu", AMX, **AUTO)
@@ -257,14 +258,14 @@ def test_the_cxx_compiler_is_cxx_or_one_on_path(monkeypatch, tmp_path):
     monkeypatch.undo()  # the real lookup, not the autouse fixture's
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("CXX", raising=False)
-    assert ar.cxx_compiler() is None
+    assert machine.cxx_compiler() is None
     monkeypatch.setenv("CXX", str(fake))
-    assert ar.cxx_compiler() == str(fake)
+    assert machine.cxx_compiler() == str(fake)
     monkeypatch.setenv("CXX", "my-cxx")
-    assert ar.cxx_compiler() == str(fake)
+    assert machine.cxx_compiler() == str(fake)
     monkeypatch.delenv("CXX")
     (tmp_path / "g++").symlink_to(fake)
-    assert ar.cxx_compiler() == "g++"
+    assert machine.cxx_compiler() == "g++"
 
 
 def test_precision_auto_is_a_config_value_and_nonsense_is_not():

@@ -11,14 +11,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 # mbc.<package> -> its layer; a module may import from a lower layer or its own package.
+# machine reads the hardware and imports nothing of mbc (core's `auto` arithmetic asks it).
 # diagnostics reads trained models (training); analysis reads the diagnostics' tables
 # (through core's columns); the paper and the planning read what is below them, not each
 # other. The Snakemake-facing machinery (workflow) reads only core but sits above the layers:
 # none of them may lean on Snakemake. Top-level modules (mbc.runs_pipeline, mbc.config, the
 # commands) sit above all of them.
 LAYERS = {
-    "core": 0, "training": 1, "diagnostics": 2, "analysis": 3, "paper": 4, "planning": 4,
-    "workflow": 5,
+    "machine": 0, "core": 1, "training": 2, "diagnostics": 3, "analysis": 4, "paper": 5,
+    "planning": 5, "workflow": 6,
 }  # fmt: skip
 TOP = max(LAYERS.values()) + 1
 
@@ -130,10 +131,10 @@ def test_the_check_finds_an_upward_import_and_a_command_import(tmp_path):
         "mbc.estimate": (tmp_path / "e.py", ast.parse("if __name__ == '__main__':\n    pass\n")),
     }
     found = problems(fake)
-    assert any("fake.py:2: mbc.core.fake (layer 0) imports mbc.analysis.stats" in p for p in found)
+    assert any("fake.py:2: mbc.core.fake (layer 1) imports mbc.analysis.stats" in p for p in found)
     assert any("p.py:2: imports the command-line module mbc.estimate" in p for p in found)
     assert any(
-        f"p.py:2: mbc.planning.fake (layer 4) imports mbc.estimate (layer {TOP})" in p
+        f"p.py:2: mbc.planning.fake (layer 5) imports mbc.estimate (layer {TOP})" in p
         for p in found
     )
 

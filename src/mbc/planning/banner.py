@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Set as AbstractSet
 from pathlib import Path
 
-from mbc.core.arithmetic import cuda_available
 from mbc.core.artifacts import dumps_strict, write_text_atomic
 from mbc.core.config_loader import CoreConfig
 from mbc.core.journal import finished, read_journal, resume_point
@@ -38,6 +37,7 @@ from mbc.core.layout import Layout
 from mbc.core.packing import configured_packs, pack_widths
 from mbc.core.spec import RunSpec
 from mbc.core.units import duration, size
+from mbc.machine.probe import cuda_available
 
 BYTES_PER_PARAM = 4  # fp32 weights in every snapshot
 

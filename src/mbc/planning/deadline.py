@@ -74,7 +74,7 @@ def within(
         return [], []
     device = str(cfg.raw.get("device", "auto"))
     if device == "auto":
-        from mbc.core.arithmetic import cuda_available
+        from mbc.machine.probe import cuda_available
 
         device = "cuda" if cuda_available() else "cpu"
     exp, *_ = expected_runs(cfg, todo, logs)

@@ -41,9 +41,9 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from mbc.core.arithmetic import cxx_compiler
 from mbc.core.packing import pack_key
 from mbc.core.spec import RunSpec
+from mbc.machine.probe import cxx_compiler
 from mbc.training.data import BatchOrder, Dataset
 from mbc.training.model import build_model
 from mbc.training.packed_adamw import PackedAdamW

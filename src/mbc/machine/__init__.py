@@ -1,0 +1,1 @@
+"""The machine the pipeline runs on, read and timed: `mbc.machine.probe`."""
