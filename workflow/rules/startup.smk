@@ -137,9 +137,9 @@ if MAIN_PROCESS:
         )
     # a killed run's Snakemake lock (no invocation holds the outdir): Snakemake refuses
     # to start; say which outdir and how to clear it
-    if not mbc.workflow.outdir_hold.outdir_in_use(OUT) and mbc.workflow.outdir_hold.stale_lock(
-        ".snakemake/locks", OUT
-    ):
+    if not mbc.workflow.outdir_hold.outdir_in_use(
+        OUT
+    ) and mbc.workflow.outdir_hold.stale_lock(".snakemake/locks", OUT):
         print(
             f"mbc: {OUT}/ has a stale Snakemake lock (a run killed with kill -9): run this "
             "command once with --unlock added, then again without it",
