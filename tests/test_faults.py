@@ -1166,7 +1166,7 @@ def test_every_derived_table_records_what_it_was_built_from():
     import ast
 
     writes = {"write_csv_atomic", "write_json_atomic"}
-    modules = [REPO / "src" / "mbc" / f"{m}.py" for m in ("pipeline", "report_pipeline")]
+    modules = [REPO / "src" / "mbc" / f"{m}.py" for m in ("runs_pipeline", "report_pipeline")]
     tree = ast.Module([n for m in modules for n in ast.parse(m.read_text()).body], [])
 
     def calls(node, names):
