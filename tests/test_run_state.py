@@ -156,6 +156,18 @@ def test_divergence_of_an_evaluation_row():
     assert reason is not None and reason.startswith("train_loss = 1e+06 >")
 
 
+def test_a_diverged_run_keeps_its_step_and_a_replay_of_its_journal_finds_it():
+    s = RunState(spec())
+    assert s.diverge(40, row(40, math.nan)) == "loss is nan" and s.diverged == 40
+    journal = [row(20, 1.0), row(40, math.nan), {"event": "diverged", "step": 40}]
+    again = RunState(spec())
+    again.replay([*journal, {"event": "done", "step": 40}])
+    assert again.diverged == 40 and again.tau is None
+    fresh = RunState(spec())
+    fresh.replay(journal[:1])  # a resume point before the divergence: not diverged
+    assert fresh.diverged is None
+
+
 def series_e7() -> list[dict]:
     """A run whose stop waits for tau and both first-target crossings (E7's)."""
     lines = []

@@ -25,7 +25,7 @@ import pandas as pd
 import torch
 
 from mbc.core.artifacts import write_csv_atomic
-from mbc.core.journal import METRIC_COLUMNS, finished, logged_divergence, logged_tau, read_journal
+from mbc.core.journal import METRIC_COLUMNS, finished, read_journal
 from mbc.core.layout import SNAPSHOTS, RunPaths
 from mbc.core.spec import RunSpec
 from mbc.training import author_log
@@ -116,7 +116,7 @@ class RunRecord:
         rows = self.writer.open()
         if finished(rows):
             self.finished, self.step = True, rows[-1]["step"]
-            self.state.tau, self.state.diverged = logged_tau(rows), logged_divergence(rows)
+            self.state.replay(rows)
             return None
         resumed, rows = self.writer.resume_point(rows)
         if resumed is not None:
@@ -247,9 +247,8 @@ class RunRecord:
         row["train_loss"] = _mean_loss(self._losses, step)
         self._pending = []
         self.writer.line(row)  # not _log: a diverged row measures no tau
-        reason = self.state.divergence(row)
+        reason = self.state.diverge(step, row)
         self.writer.line({"event": "diverged", "step": step, "reason": reason})
-        self.state.diverged = step
         self.say(f"{self.spec.run_id}: diverged at step {step} ({reason}); stopped")
         return self._finish()
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from mbc.core.crossing import first_crossing
 from mbc.core.divergence import bound, divergence
-from mbc.core.journal import logged_first_target_tau, logged_tau
+from mbc.core.journal import logged_divergence, logged_first_target_tau, logged_tau
 from mbc.core.spec import RunSpec, grid_mask
 
 # the training-log window's event, `mbc.training.author_log.EVENT` (not imported: that module
@@ -104,9 +104,11 @@ class RunState:
         )
 
     def replay(self, rows: list[dict]) -> None:
-        """The decisions of a resumed run's log `rows` (up to its resume point): the logged
-        crossings, and the windows' state (their crossing was logged already)."""
+        """The decisions of a run's journal `rows` (a resumed run's up to its resume point,
+        a finished run's whole): the logged crossings and divergence, and the windows' state
+        (their crossing was logged already)."""
         self.tau, self.first_tau = logged_tau(rows), logged_first_target_tau(rows)
+        self.diverged = logged_divergence(rows)
         for w in (r for r in rows if r.get("event") == WINDOW):
             self.window(w)
 
@@ -114,6 +116,13 @@ class RunState:
         """The check between evaluations: the mean training loss since the last row is
         non-finite or above the bound (mbc.core.divergence)."""
         return not math.isfinite(train_loss) or train_loss > self.bound
+
+    def diverge(self, step: int, row: dict) -> str | None:
+        """The run stops as diverged at `step`, at its evaluation `row`: the step is kept
+        (`diverged`); why `row` shows it (`divergence`; None where only the training loss
+        between evaluations did)."""
+        self.diverged = step
+        return self.divergence(row)
 
     def divergence(self, row: dict) -> str | None:
         """Why the evaluation `row` (with its mean training loss) shows a diverged run, or
