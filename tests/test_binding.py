@@ -13,6 +13,7 @@ from helpers import REPO, smoke_args, snakemake
 
 from mbc import config as mbc_config
 from mbc.core.artifacts import config_digest, read_sidecar
+from mbc.core.built_by import pdf_stale
 
 
 def _copy(smoke, tmp_path):
@@ -66,6 +67,31 @@ def test_an_edited_numbers_tex_and_a_cut_latex_table_are_rebuilt(smoke, tmp_path
     assert "numbers.tex: differs from the checksum written with it" in res.stderr
     assert numbers.read_bytes() == (smoke / "tex" / "numbers.tex").read_bytes()
     assert table.read_bytes() == (smoke / "tex" / "tables" / "scorecard.tex").read_bytes()
+
+
+def test_a_plain_run_rebuilds_every_edited_source_of_the_report_and_the_pdf(smoke, tmp_path):
+    """`snakemake all`, naming no file: each generated source of the report an edit left
+    behind (a LaTeX table, a prose file, a figure's caption) is moved aside and rebuilt, and
+    the report after them; an edited PDF too. None is trusted or left missing."""
+    out = _copy(smoke, tmp_path)
+    edited = [
+        out / "tex" / "tables" / "definitions.tex",
+        out / "tex" / "text" / "abstract.tex",
+        out / "figures" / "noise.tex",
+    ]
+    for f in edited:
+        f.write_text(f.read_text().replace(" ", "  ", 1))
+    pdf = out / "paper" / "main.pdf"
+    latex = shutil.which("latexmk") is not None and pdf.exists()
+    if latex:
+        pdf.write_bytes(pdf.read_bytes() + b"%")
+    res = snakemake("all", *smoke_args(out))
+    for f in edited:
+        assert f"{f}: differs from the checksum written with it" in res.stderr
+        assert f.read_bytes() == (smoke / f.relative_to(out)).read_bytes(), f
+    if latex:
+        assert f"{pdf}: differs from the checksum written with it" in res.stderr
+        assert pdf_stale(pdf) is None and f"report: {pdf}\n" in res.stderr
 
 
 def test_a_table_of_fewer_runs_is_rebuilt_when_the_config_asks_for_more(smoke, tmp_path):

@@ -167,16 +167,25 @@ FIGURE_FILES = ("pdf", "png", "tex")
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]
-# the tables of the paper's sources (rule tex)
-TEX_TABLES = (
-    "experiments",
-    "fits",
-    "hypotheses",
-    "scorecard",
-    "init_scale",
-    "init_comparison",
-    "robustness",
-)
+# the paper's generated sources (rule tex's outputs, by name): every one is a target, so that
+# one the start-up moved aside (edited, cut) is rebuilt, and the PDF after it
+TEX_OUTPUTS = {
+    "numbers": L.tex_numbers,
+    **{
+        t: L.tex_table(t)
+        for t in (
+            "fits",
+            "hypotheses",
+            "scorecard",
+            "init_scale",
+            "init_comparison",
+            "robustness",
+            "definitions",
+            "experiments",
+        )
+    },
+    **{t: L.tex_prose(t) for t in ("abstract", "explanations", "conclusion")},
+}
 ALL_TARGETS += [
     L.table("routing_heads"),
     L.table("statistics"),
@@ -184,8 +193,7 @@ ALL_TARGETS += [
     L.table("scorecard"),
     *(L.table(t) for t in ("init_scale", "init_comparison", "robustness")),
     *(L.figure(f, ext) for f in FIGURES for ext in FIGURE_FILES),
-    L.tex_numbers,
-    *(L.tex_table(t) for t in TEX_TABLES),
+    *TEX_OUTPUTS.values(),
 ]
 # The PDF needs a TeX toolchain (setup.sh installs it on Debian); without one the
 # workflow builds everything else and says so.

@@ -148,18 +148,7 @@ rule tex:
         init_comparison=L.table("init_comparison"),
         robustness=L.table("robustness"),
     output:
-        numbers=L.tex_numbers,
-        fits=L.tex_table("fits"),
-        hypotheses=L.tex_table("hypotheses"),
-        scorecard=L.tex_table("scorecard"),
-        init_scale=L.tex_table("init_scale"),
-        init_comparison=L.tex_table("init_comparison"),
-        robustness=L.tex_table("robustness"),
-        definitions=L.tex_table("definitions"),
-        experiments=L.tex_table("experiments"),
-        abstract=L.tex_prose("abstract"),
-        explanations=L.tex_prose("explanations"),
-        conclusion=L.tex_prose("conclusion"),
+        **TEX_OUTPUTS,
     log:
         L.log("tex"),
     conda:

@@ -25,9 +25,15 @@ MISSING_INPUT = ", which is missing"  # a file built from one that is gone
 
 def derived_files(outdir: str | os.PathLike) -> list[Path]:
     """The outdir's derived files that the start-up check reads: its tables (`*.csv`), the
-    report's generated sources (`tex/**/*.tex`) and its figures (`figures/*.pdf|png`)."""
+    report's generated sources (`tex/**/*.tex`), its figures with their captions
+    (`figures/*.pdf|png|tex`) and the report (`paper/*.pdf`)."""
     root = Path(outdir)
-    found = [*root.glob("*.csv"), *root.glob("tex/**/*.tex"), *root.glob("figures/*.p[dn][fg]")]
+    found = [
+        *root.glob("*.csv"),
+        *root.glob("tex/**/*.tex"),
+        *(p for ext in ("pdf", "png", "tex") for p in root.glob(f"figures/*.{ext}")),
+        *root.glob("paper/*.pdf"),
+    ]
     return sorted(p for p in found if p.is_file())
 
 
