@@ -167,7 +167,7 @@ FIGURE_FILES = ("pdf", "png", "tex")
 import shutil
 
 PAPER_PDF = CFG.raw["paper_pdf"]
-# the paper's generated sources (rule tex's outputs, by name): every one is a target, so that
+# the paper's generated sources (the tex rule's outputs, by name): each one is a target, so that
 # one the start-up moved aside (edited, cut) is rebuilt, and the PDF after it
 TEX_OUTPUTS = {
     "numbers": L.tex_numbers,
